@@ -1,0 +1,1097 @@
+//! Real-server test harness: runs throwaway database servers (Redis today)
+//! as child processes, each on a free 127.0.0.1 port with its data in a
+//! temp dir, and offers fault hooks (pause, kill, restart) for lock tests.
+//!
+//! Everything here is synchronous std code, usable from sync tests and from
+//! any async runtime (call it from a blocking context).
+//!
+//! Servers are found via `DLOCK_TEST_<NAME>_BIN` or on `PATH`. Tests that
+//! need a server should skip when it is missing, unless
+//! `DLOCK_TEST_REQUIRE` (`all` or a comma list such as `redis,etcd`) says
+//! the server is required; see [`required`].
+//!
+//! ```no_run
+//! use dlock_testkit::server::{Redis, ServerProcess, redis_command};
+//!
+//! let mut server = ServerProcess::start(Redis::default())?;
+//! redis_command(server.addr(), &["SET", "k", "v"])?;
+//! server.pause()?; // the server now hangs
+//! server.resume()?;
+//! server.restart()?; // same port, data lost (no persistence)
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod port;
+pub mod redis;
+
+pub use port::free_port;
+pub use redis::{Redis, RedisNodes, redis_command, redis_command_with_timeout, redis_get};
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Default readiness deadline; `DLOCK_TEST_START_TIMEOUT` (seconds) overrides it.
+const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the readiness probe is polled.
+const PROBE_INTERVAL: Duration = Duration::from_millis(10);
+/// Re-spawns on a fresh port when the first choice turned out to be taken.
+const PORT_RETRIES: usize = 3;
+/// How long [`ServerProcess::restart`] keeps retrying a port still in use.
+const RESTART_BIND_WINDOW: Duration = Duration::from_secs(5);
+/// Lines of log included in [`ServerError::StartFailed`].
+const ERROR_LOG_LINES: usize = 50;
+/// File (in the data dir) that receives the child's stdout and stderr.
+const CONSOLE_LOG: &str = "server.log";
+
+/// A kind of server the harness can run (redis now; zookeeper, etcd,
+/// postgres, mariadb later).
+pub trait ServerKind: Send + Sync + fmt::Debug + 'static {
+    /// Short name, e.g. `"redis"`; also used for the env override
+    /// `DLOCK_TEST_<NAME>_BIN` (uppercased).
+    fn name(&self) -> &'static str;
+
+    /// Binary looked up on `PATH` when no env override is set, e.g. `"redis-server"`.
+    fn binary(&self) -> &'static str;
+
+    /// One-shot preparation in the (empty) data dir before the first start
+    /// (initdb, config files...). Default: nothing.
+    fn prepare(&self, _bin: &Path, _dir: &Path, _port: u16) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// The command that runs the server in the foreground on
+    /// `127.0.0.1:port` with its data in `dir`.
+    ///
+    /// The harness sets stdin, stdout, stderr and the process group itself.
+    fn command(&self, bin: &Path, dir: &Path, port: u16) -> Command;
+
+    /// Protocol-level readiness probe (e.g. `PING` -> `+PONG`).
+    /// `Ok(true)` = ready; `Ok(false)` or an error = not ready yet.
+    fn probe(&self, addr: SocketAddr) -> io::Result<bool>;
+
+    /// Where the server writes its log (default: `dir/server.log`, which the
+    /// harness also uses for stdout+stderr).
+    fn log_path(&self, dir: &Path) -> PathBuf {
+        dir.join(CONSOLE_LOG)
+    }
+}
+
+/// Why a server could not be started or controlled.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The server binary is neither set via `DLOCK_TEST_<NAME>_BIN` nor on `PATH`.
+    /// Tests usually skip on this (see [`ServerError::is_not_found`] and [`required`]).
+    NotFound {
+        /// [`ServerKind::name`].
+        kind: &'static str,
+        /// What was looked for: the env override's value, or [`ServerKind::binary`].
+        binary: String,
+    },
+    /// The server was spawned but exited or did not become ready in time.
+    StartFailed {
+        /// [`ServerKind::name`].
+        kind: &'static str,
+        /// What went wrong, e.g. `exited during startup with exit status: 1`.
+        reason: String,
+        /// The last lines of the server log.
+        log_tail: String,
+    },
+    /// An I/O error in the harness itself (temp dir, spawn, signals...).
+    Io {
+        /// [`ServerKind::name`].
+        kind: &'static str,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl ServerError {
+    /// True for [`ServerError::NotFound`]: the server is not installed.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound { .. })
+    }
+
+    fn io(kind: &'static str) -> impl FnOnce(io::Error) -> Self {
+        move |source| Self::Io { kind, source }
+    }
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotFound { kind, binary } => write!(
+                f,
+                "{kind} server binary `{binary}` not found (set {} or put it on PATH)",
+                bin_env_var(kind)
+            ),
+            Self::StartFailed {
+                kind,
+                reason,
+                log_tail,
+            } => {
+                write!(f, "{kind} server failed to start: {reason}")?;
+                if log_tail.trim().is_empty() {
+                    write!(f, "\n(server log is empty)")
+                } else {
+                    write!(f, "\n--- last lines of the server log ---\n{log_tail}")
+                }
+            }
+            Self::Io { kind, source } => write!(f, "{kind} server harness: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ServerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Env var that overrides the binary of a kind: `DLOCK_TEST_<NAME>_BIN`.
+fn bin_env_var(kind_name: &str) -> String {
+    format!(
+        "DLOCK_TEST_{}_BIN",
+        kind_name.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// Finds the server binary: `DLOCK_TEST_<NAME>_BIN` first (a path, or a bare
+/// name looked up on `PATH`), then [`ServerKind::binary`] on `PATH` and in
+/// the sbin directories (some distros install servers there).
+///
+/// ```no_run
+/// use dlock_testkit::server::{Redis, find_binary};
+///
+/// if find_binary(&Redis::default()).is_none() {
+///     eprintln!("redis-server not installed, skipping");
+/// }
+/// ```
+pub fn find_binary(kind: &dyn ServerKind) -> Option<PathBuf> {
+    let var = bin_env_var(kind.name());
+    if let Some(value) = std::env::var_os(&var).filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(&value);
+        let found = if path.components().count() > 1 {
+            is_executable(&path).then_some(path)
+        } else {
+            search_path(&value)
+        };
+        if found.is_none() {
+            tracing::warn!(%var, value = %value.to_string_lossy(), "server binary override not found");
+        }
+        // An explicit override that is wrong must not silently fall back to PATH.
+        return found;
+    }
+    search_path(kind.binary().as_ref())
+}
+
+/// What [`ServerError::NotFound`] reports as the binary looked for.
+fn binary_hint(kind: &dyn ServerKind) -> String {
+    std::env::var_os(bin_env_var(kind.name()))
+        .filter(|v| !v.is_empty())
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_else(|| kind.binary().to_owned())
+}
+
+fn search_path(name: &std::ffi::OsStr) -> Option<PathBuf> {
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// True when env `DLOCK_TEST_REQUIRE` is `all` or a comma list containing
+/// `kind_name` (case-insensitive): then a missing server must fail the test
+/// instead of skipping it.
+///
+/// ```no_run
+/// use dlock_testkit::server::{Redis, find_binary, required};
+///
+/// if find_binary(&Redis::default()).is_none() {
+///     assert!(!required("redis"), "redis-server is required but not found");
+///     return; // skip
+/// }
+/// ```
+pub fn required(kind_name: &str) -> bool {
+    std::env::var("DLOCK_TEST_REQUIRE").is_ok_and(|list| {
+        list.split(',')
+            .map(str::trim)
+            .any(|item| item.eq_ignore_ascii_case("all") || item.eq_ignore_ascii_case(kind_name))
+    })
+}
+
+/// Readiness deadline: `DLOCK_TEST_START_TIMEOUT` seconds, or 30 s.
+fn start_timeout_from_env() -> Duration {
+    let Ok(value) = std::env::var("DLOCK_TEST_START_TIMEOUT") else {
+        return DEFAULT_START_TIMEOUT;
+    };
+    match value.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
+        _ => {
+            tracing::warn!(%value, "ignoring invalid DLOCK_TEST_START_TIMEOUT");
+            DEFAULT_START_TIMEOUT
+        }
+    }
+}
+
+/// A running (or deliberately stopped) test server owned by the test.
+///
+/// The child runs in its own process group, so signals reach the server's
+/// own children too; on Linux it also dies when the test process dies.
+/// Dropping it kills the server and deletes the data dir.
+#[derive(Debug)]
+pub struct ServerProcess {
+    kind: Box<dyn ServerKind>,
+    bin: PathBuf,
+    port: u16,
+    start_timeout: Duration,
+    /// `None` once the server has been killed and reaped.
+    child: Option<Child>,
+    // Declared last so the dir is removed only after the child is gone.
+    dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    /// Starts a server of `kind` on a free port in a fresh temp dir and waits
+    /// until its probe says it is ready.
+    ///
+    /// The deadline is 30 s, or `DLOCK_TEST_START_TIMEOUT` seconds. If the
+    /// port was grabbed by someone else meanwhile, it retries on a new port
+    /// (up to 3 times).
+    ///
+    /// ```no_run
+    /// use dlock_testkit::server::{Redis, ServerProcess};
+    ///
+    /// let server = match ServerProcess::start(Redis::default()) {
+    ///     Ok(server) => server,
+    ///     Err(e) if e.is_not_found() => return, // not installed: skip
+    ///     Err(e) => panic!("{e}"),
+    /// };
+    /// println!("redis at {}", server.addr());
+    /// ```
+    pub fn start(kind: impl ServerKind) -> Result<Self, ServerError> {
+        Self::start_with_timeout(kind, start_timeout_from_env())
+    }
+
+    /// Like [`ServerProcess::start`] with an explicit readiness deadline
+    /// (ignores `DLOCK_TEST_START_TIMEOUT`).
+    pub fn start_with_timeout(
+        kind: impl ServerKind,
+        start_timeout: Duration,
+    ) -> Result<Self, ServerError> {
+        let kind: Box<dyn ServerKind> = Box::new(kind);
+        let name = kind.name();
+        let bin = find_binary(kind.as_ref()).ok_or_else(|| ServerError::NotFound {
+            kind: name,
+            binary: binary_hint(kind.as_ref()),
+        })?;
+
+        let mut retries = 0;
+        loop {
+            // A fresh dir per attempt: `prepare` may have baked the port in.
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("dlock-{name}-"))
+                .tempdir()
+                .map_err(ServerError::io(name))?;
+            let port = free_port().map_err(ServerError::io(name))?;
+            if let Err(e) = kind.prepare(&bin, dir.path(), port) {
+                return Err(ServerError::StartFailed {
+                    kind: name,
+                    reason: format!("prepare failed: {e}"),
+                    log_tail: log_tail_of(kind.as_ref(), dir.path(), ERROR_LOG_LINES),
+                });
+            }
+            match launch(kind.as_ref(), &bin, dir.path(), port, start_timeout) {
+                Ok(child) => {
+                    tracing::info!(
+                        kind = name,
+                        port,
+                        pid = child.id(),
+                        dir = %dir.path().display(),
+                        "test server started"
+                    );
+                    return Ok(Self {
+                        kind,
+                        bin,
+                        port,
+                        start_timeout,
+                        child: Some(child),
+                        dir,
+                    });
+                }
+                Err(LaunchError::Io(source)) => return Err(ServerError::Io { kind: name, source }),
+                Err(LaunchError::Failed {
+                    addr_in_use: true, ..
+                }) if retries < PORT_RETRIES => {
+                    retries += 1;
+                    tracing::warn!(
+                        kind = name,
+                        port,
+                        retries,
+                        "port taken, retrying on another"
+                    );
+                }
+                Err(LaunchError::Failed { reason, .. }) => {
+                    return Err(ServerError::StartFailed {
+                        kind: name,
+                        reason,
+                        log_tail: log_tail_of(kind.as_ref(), dir.path(), ERROR_LOG_LINES),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The TCP port the server listens on (stable across [`restart`](Self::restart)).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The server's data dir (removed on drop, kept across kill/restart).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server binary in use.
+    pub fn binary(&self) -> &Path {
+        &self.bin
+    }
+
+    /// PID of the server (also its process group id), `None` once killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// [`ServerKind::name`] of this server, e.g. `"redis"`.
+    pub fn kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// The last `lines` lines of the server log (lossy UTF-8).
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail_of(self.kind.as_ref(), self.dir.path(), lines)
+    }
+
+    /// Whether the server process is alive (a paused server counts as running).
+    pub fn is_running(&mut self) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return false;
+        };
+        match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                tracing::warn!(kind = self.kind.name(), %status, "test server exited by itself");
+                // The leader is reaped; sweep leftover group members right away.
+                let _ = signal_group(child.id(), libc::SIGKILL);
+                self.child = None;
+                false
+            }
+            Err(e) => {
+                tracing::warn!(kind = self.kind.name(), error = %e, "try_wait failed");
+                true
+            }
+        }
+    }
+
+    /// Freezes the server (SIGSTOP to its process group): connections hang,
+    /// as with a GC pause or a network partition. Undo with [`resume`](Self::resume).
+    pub fn pause(&mut self) -> Result<(), ServerError> {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Continues a paused server (SIGCONT to its process group).
+    pub fn resume(&mut self) -> Result<(), ServerError> {
+        self.signal(libc::SIGCONT)
+    }
+
+    /// Kills the server (SIGKILL to its process group) and waits for it.
+    /// The data dir is kept. Does nothing if it is already stopped.
+    pub fn kill(&mut self) -> Result<(), ServerError> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        kill_and_reap(&mut child).map_err(ServerError::io(self.kind.name()))?;
+        tracing::info!(
+            kind = self.kind.name(),
+            port = self.port,
+            "test server killed"
+        );
+        Ok(())
+    }
+
+    /// Kills the server if it is running, then starts it again on the same
+    /// port and data dir and waits for readiness.
+    ///
+    /// Retries for a few seconds while the port is still in use. Without
+    /// persistence (the Redis default) the data is lost, like after a crash.
+    pub fn restart(&mut self) -> Result<(), ServerError> {
+        self.kill()?;
+        let name = self.kind.name();
+        let bind_deadline = Instant::now() + RESTART_BIND_WINDOW;
+        loop {
+            match launch(
+                self.kind.as_ref(),
+                &self.bin,
+                self.dir.path(),
+                self.port,
+                self.start_timeout,
+            ) {
+                Ok(child) => {
+                    tracing::info!(
+                        kind = name,
+                        port = self.port,
+                        pid = child.id(),
+                        "test server restarted"
+                    );
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                Err(LaunchError::Io(source)) => return Err(ServerError::Io { kind: name, source }),
+                Err(LaunchError::Failed {
+                    addr_in_use: true, ..
+                }) if Instant::now() < bind_deadline => {
+                    tracing::debug!(
+                        kind = name,
+                        port = self.port,
+                        "port still in use, retrying restart"
+                    );
+                    thread::sleep(Duration::from_millis(100));
+                }
+                Err(LaunchError::Failed { reason, .. }) => {
+                    return Err(ServerError::StartFailed {
+                        kind: name,
+                        reason: format!("restart on port {}: {reason}", self.port),
+                        log_tail: self.log_tail(ERROR_LOG_LINES),
+                    });
+                }
+            }
+        }
+    }
+
+    fn signal(&mut self, sig: libc::c_int) -> Result<(), ServerError> {
+        let name = self.kind.name();
+        if !self.is_running() {
+            return Err(ServerError::Io {
+                kind: name,
+                source: io::Error::new(io::ErrorKind::NotConnected, "server is not running"),
+            });
+        }
+        let pid = self.pid().unwrap_or_default();
+        signal_group(pid, sig).map_err(ServerError::io(name))
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take()
+            && let Err(e) = kill_and_reap(&mut child)
+        {
+            tracing::warn!(kind = self.kind.name(), error = %e, "failed to stop test server");
+        }
+        // `self.dir` (TempDir) removes the data dir after this.
+    }
+}
+
+/// Why one spawn-and-wait attempt failed.
+enum LaunchError {
+    /// The harness itself failed (log file, spawn...).
+    Io(io::Error),
+    /// The server exited or never became ready; the child is already reaped.
+    Failed { reason: String, addr_in_use: bool },
+}
+
+impl From<io::Error> for LaunchError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Spawns the server once on `port` and polls its probe until ready.
+/// On failure the child (and its group) is killed and reaped.
+fn launch(
+    kind: &dyn ServerKind,
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    timeout: Duration,
+) -> Result<Child, LaunchError> {
+    let console = dir.join(CONSOLE_LOG);
+    let logs = log_files(kind, dir);
+    // Only log lines written by this attempt count for "address in use":
+    // after a restart the log still holds the previous runs.
+    let offsets: Vec<u64> = logs.iter().map(|p| file_len(p)).collect();
+
+    let out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&console)?;
+    let err = out.try_clone()?;
+    let mut cmd = kind.command(bin, dir, port);
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Own group, so killpg reaches the server's children and the test
+        // process's group is never hit.
+        .process_group(0);
+    die_with_parent(&mut cmd);
+    let mut child = spawn_from_long_lived_thread(cmd)
+        .map_err(|e| io::Error::new(e.kind(), format!("spawning {}: {e}", bin.display())))?;
+    tracing::debug!(
+        kind = kind.name(),
+        port,
+        pid = child.id(),
+        "spawned test server"
+    );
+
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + timeout;
+    let mut last_probe = String::from("not probed");
+    let reason = loop {
+        if let Some(status) = child.try_wait()? {
+            // Sweep any children the leader left behind.
+            let _ = signal_group(child.id(), libc::SIGKILL);
+            break format!("exited during startup with {status} (last probe: {last_probe})");
+        }
+        match kind.probe(addr) {
+            // A probe may be answered by a stranger that grabbed the port;
+            // make sure our server is still alive before declaring it ready.
+            Ok(true) if child.try_wait()?.is_none() => return Ok(child),
+            Ok(true) => continue,
+            Ok(false) => last_probe = "server not ready".to_owned(),
+            Err(e) => last_probe = e.to_string(),
+        }
+        if Instant::now() >= deadline {
+            kill_and_reap(&mut child)?;
+            break format!("not ready after {timeout:?} (last probe: {last_probe})");
+        }
+        thread::sleep(PROBE_INTERVAL);
+    };
+    let addr_in_use = logs
+        .iter()
+        .zip(offsets)
+        .any(|(path, offset)| mentions_addr_in_use(&read_from(path, offset)));
+    Err(LaunchError::Failed {
+        reason,
+        addr_in_use,
+    })
+}
+
+fn mentions_addr_in_use(log: &str) -> bool {
+    let log = log.to_ascii_lowercase();
+    ["address already in use", "address in use", "eaddrinuse"]
+        .iter()
+        .any(|needle| log.contains(needle))
+}
+
+/// SIGKILLs the child's group and reaps the child.
+fn kill_and_reap(child: &mut Child) -> io::Result<()> {
+    if child.try_wait()?.is_none() {
+        match signal_group(child.id(), libc::SIGKILL) {
+            Ok(()) => {}
+            // Raced with the server exiting on its own.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    child.wait().map(drop)
+}
+
+/// The log files of a server: the kind's own log, plus the console log when
+/// that is a different file.
+fn log_files(kind: &dyn ServerKind, dir: &Path) -> Vec<PathBuf> {
+    let own = kind.log_path(dir);
+    let console = dir.join(CONSOLE_LOG);
+    if own == console {
+        vec![own]
+    } else {
+        vec![own, console]
+    }
+}
+
+fn log_tail_of(kind: &dyn ServerKind, dir: &Path, lines: usize) -> String {
+    let files = log_files(kind, dir);
+    let multiple = files.len() > 1;
+    let mut out = String::new();
+    for path in files {
+        let text = read_from(&path, 0);
+        if text.is_empty() {
+            continue;
+        }
+        if multiple {
+            out.push_str(&format!("==> {} <==\n", path.display()));
+        }
+        out.push_str(&last_lines(&text, lines));
+    }
+    out
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    let mut out = lines[start..].join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
+fn file_len(path: &Path) -> u64 {
+    fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// The file's content from `offset` on (lossy UTF-8; empty if unreadable).
+fn read_from(path: &Path, offset: u64) -> String {
+    let mut bytes = Vec::new();
+    let read = File::open(path).and_then(|mut f| {
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_to_end(&mut bytes)
+    });
+    match read {
+        Ok(_) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Spawns `cmd` from one long-lived helper thread.
+///
+/// Linux delivers `PR_SET_PDEATHSIG` when the parent *thread* exits, not the
+/// process. Spawning from the caller's thread would kill the server as soon
+/// as that thread ends (a test thread handing a server to a shared fixture,
+/// a runtime's blocking-pool thread going idle...). The helper thread lives
+/// as long as the process, so servers die with the process, as intended.
+fn spawn_from_long_lived_thread(mut cmd: Command) -> io::Result<Child> {
+    type Job = (Command, mpsc::Sender<io::Result<Child>>);
+    static SPAWNER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
+
+    let spawner = SPAWNER.get_or_init(|| {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let started = thread::Builder::new()
+            .name("dlock-server-spawner".to_owned())
+            .spawn(move || {
+                for (mut cmd, reply) in queue {
+                    let _ = reply.send(cmd.spawn());
+                }
+            });
+        match started {
+            Ok(_) => Some(jobs),
+            Err(e) => {
+                tracing::warn!(error = %e, "no spawner thread; spawning from the caller's thread");
+                None
+            }
+        }
+    });
+    let Some(jobs) = spawner else {
+        return cmd.spawn();
+    };
+    let (reply, result) = mpsc::channel();
+    jobs.send((cmd, reply))
+        .map_err(|_| io::Error::other("server spawner thread is gone"))?;
+    result
+        .recv()
+        .map_err(|_| io::Error::other("server spawner thread is gone"))?
+}
+
+/// Makes the server die with the test process (Linux `PR_SET_PDEATHSIG`).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: it calls prctl and getppid and
+    // builds io::Errors from raw OS codes, which does not allocate.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl; then no signal would ever come.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// No parent-death signal outside Linux: Drop is the only cleanup there.
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut Command) {}
+
+/// Sends `sig` to the process group `pgid` (our children are group leaders,
+/// so their pid is the pgid).
+#[allow(unsafe_code)]
+fn signal_group(pgid: u32, sig: libc::c_int) -> io::Result<()> {
+    let pgid = libc::pid_t::try_from(pgid)
+        .ok()
+        // 0 would mean our own group and 1 init: never valid for a child.
+        .filter(|&pgid| pgid > 1)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "invalid process group id"))?;
+    // SAFETY: killpg takes plain integers and has no memory-safety
+    // preconditions; pgid is a child we have not reaped yet, so the id
+    // cannot have been reused by an unrelated process group.
+    let rc = unsafe { libc::killpg(pgid, sig) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Real-server tests (no mocks). The ones that need redis-server skip
+    // when it is missing, unless DLOCK_TEST_REQUIRE asks for it.
+    use crate::server::*;
+    use std::net::{SocketAddr, TcpStream};
+    use std::path::Path;
+    use std::process::Command;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    fn redis_available() -> bool {
+        if find_binary(&Redis::default()).is_some() {
+            return true;
+        }
+        assert!(
+            !required("redis"),
+            "redis-server not found, but DLOCK_TEST_REQUIRE requires redis"
+        );
+        eprintln!("skipping: redis-server not found (set DLOCK_TEST_REDIS_BIN or add it to PATH)");
+        false
+    }
+
+    fn start_redis() -> ServerProcess {
+        ServerProcess::start(Redis::default()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn refuses_connections(addr: SocketAddr) -> bool {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    }
+
+    /// Runs `sh -c SCRIPT`; never becomes ready (probe always false).
+    #[derive(Debug)]
+    struct Shell {
+        name: &'static str,
+        script: &'static str,
+    }
+
+    impl ServerKind for Shell {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn binary(&self) -> &'static str {
+            "sh"
+        }
+        fn command(&self, bin: &Path, _dir: &Path, _port: u16) -> Command {
+            let mut cmd = Command::new(bin);
+            cmd.args(["-c", self.script]);
+            cmd
+        }
+        fn probe(&self, _addr: SocketAddr) -> std::io::Result<bool> {
+            Ok(false)
+        }
+    }
+
+    #[test]
+    fn redis_starts_and_answers_ping() {
+        if !redis_available() {
+            return;
+        }
+        let server = start_redis();
+        assert_eq!(server.kind_name(), "redis");
+        assert!(Redis::default().probe(server.addr()).unwrap());
+        assert_eq!(redis_command(server.addr(), &["PING"]).unwrap(), "+PONG");
+        assert_eq!(
+            redis_command(server.addr(), &["SET", "k", "v"]).unwrap(),
+            "+OK"
+        );
+        assert_eq!(redis_get(server.addr(), "k").unwrap().as_deref(), Some("v"));
+        assert_eq!(redis_get(server.addr(), "missing").unwrap(), None);
+        assert_eq!(redis_command(server.addr(), &["DBSIZE"]).unwrap(), ":1");
+        assert!(server.log_tail(50).contains("Ready to accept connections"));
+    }
+
+    #[test]
+    fn two_servers_get_different_ports() {
+        if !redis_available() {
+            return;
+        }
+        let nodes = RedisNodes::start(2).unwrap();
+        let addrs = nodes.addrs();
+        assert_eq!(addrs.len(), 2);
+        assert_ne!(addrs[0].port(), addrs[1].port());
+        assert_ne!(nodes.nodes[0].dir(), nodes.nodes[1].dir());
+        for addr in addrs {
+            assert_eq!(redis_command(addr, &["PING"]).unwrap(), "+PONG");
+        }
+    }
+
+    #[test]
+    fn pause_hangs_and_resume_answers_again() {
+        if !redis_available() {
+            return;
+        }
+        let mut server = start_redis();
+        server.pause().unwrap();
+        let err = redis_command_with_timeout(server.addr(), &["PING"], Duration::from_millis(300))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{err:?}"
+        );
+        assert!(server.is_running(), "a paused server is still running");
+        server.resume().unwrap();
+        let reply =
+            redis_command_with_timeout(server.addr(), &["PING"], Duration::from_secs(5)).unwrap();
+        assert_eq!(reply, "+PONG");
+    }
+
+    #[test]
+    fn kill_stops_the_server_and_frees_the_port() {
+        if !redis_available() {
+            return;
+        }
+        let mut server = start_redis();
+        server.kill().unwrap();
+        assert!(!server.is_running());
+        assert_eq!(server.pid(), None);
+        assert!(refuses_connections(server.addr()));
+        assert!(server.dir().exists(), "kill keeps the data dir");
+        server.kill().unwrap(); // idempotent
+        assert!(server.pause().is_err(), "cannot pause a killed server");
+    }
+
+    #[test]
+    fn restart_comes_back_on_the_same_port() {
+        if !redis_available() {
+            return;
+        }
+        let mut server = start_redis();
+        let port = server.port();
+        let old_pid = server.pid();
+        redis_command(server.addr(), &["SET", "k", "v"]).unwrap();
+
+        server.restart().unwrap();
+        assert_eq!(server.port(), port);
+        assert!(server.is_running());
+        assert_ne!(server.pid(), old_pid);
+        assert_eq!(redis_command(server.addr(), &["PING"]).unwrap(), "+PONG");
+        // No persistence: a restart loses the data, like a crash.
+        assert_eq!(redis_command(server.addr(), &["DBSIZE"]).unwrap(), ":0");
+
+        // Restart of a killed server works too.
+        server.kill().unwrap();
+        server.restart().unwrap();
+        assert_eq!(server.port(), port);
+        assert_eq!(redis_command(server.addr(), &["PING"]).unwrap(), "+PONG");
+    }
+
+    #[test]
+    fn drop_kills_the_server_and_removes_the_dir() {
+        if !redis_available() {
+            return;
+        }
+        let server = start_redis();
+        let pid = server.pid().unwrap();
+        let dir = server.dir().to_path_buf();
+        let addr = server.addr();
+        assert!(Path::new(&format!("/proc/{pid}")).exists());
+        drop(server);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+        assert!(!dir.exists());
+        assert!(refuses_connections(addr));
+    }
+
+    #[test]
+    fn paused_server_is_killed_on_drop() {
+        if !redis_available() {
+            return;
+        }
+        let mut server = start_redis();
+        let pid = server.pid().unwrap();
+        server.pause().unwrap();
+        drop(server);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn server_survives_the_thread_that_started_it() {
+        // PR_SET_PDEATHSIG fires when the parent *thread* exits; the harness
+        // spawns from a long-lived thread so this must not kill the server.
+        if !redis_available() {
+            return;
+        }
+        let server = std::thread::spawn(start_redis).join().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(redis_command(server.addr(), &["PING"]).unwrap(), "+PONG");
+    }
+
+    #[test]
+    fn missing_binary_is_not_found() {
+        #[derive(Debug)]
+        struct Missing;
+        impl ServerKind for Missing {
+            fn name(&self) -> &'static str {
+                "dlock-missing"
+            }
+            fn binary(&self) -> &'static str {
+                "dlock-no-such-server-binary"
+            }
+            fn command(&self, bin: &Path, _dir: &Path, _port: u16) -> Command {
+                Command::new(bin)
+            }
+            fn probe(&self, _addr: SocketAddr) -> std::io::Result<bool> {
+                Ok(false)
+            }
+        }
+        let err = ServerProcess::start(Missing).unwrap_err();
+        assert!(err.is_not_found(), "{err:?}");
+        assert!(matches!(
+            &err,
+            ServerError::NotFound { kind: "dlock-missing", binary } if binary == "dlock-no-such-server-binary"
+        ));
+        assert!(
+            err.to_string().contains("DLOCK_TEST_DLOCK_MISSING_BIN"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn early_exit_is_start_failed_with_log_tail() {
+        let kind = Shell {
+            name: "boom",
+            script: "echo boom >&2; exit 3",
+        };
+        let err = ServerProcess::start(kind).unwrap_err();
+        let ServerError::StartFailed {
+            kind,
+            reason,
+            log_tail,
+        } = &err
+        else {
+            panic!("expected StartFailed, got {err:?}");
+        };
+        assert_eq!(*kind, "boom");
+        assert!(reason.contains("exit status: 3"), "{reason}");
+        assert!(log_tail.contains("boom"), "{log_tail}");
+        assert!(err.to_string().trim_end().ends_with("boom"), "{err}");
+        assert!(!err.is_not_found());
+    }
+
+    #[test]
+    fn never_ready_times_out_and_kills_the_server() {
+        let kind = Shell {
+            name: "sleeper",
+            script: "echo started; exec sleep 30",
+        };
+        let started = std::time::Instant::now();
+        let err = ServerProcess::start_with_timeout(kind, Duration::from_millis(300)).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let ServerError::StartFailed {
+            reason, log_tail, ..
+        } = &err
+        else {
+            panic!("expected StartFailed, got {err:?}");
+        };
+        assert!(reason.contains("not ready"), "{reason}");
+        assert!(log_tail.contains("started"), "{log_tail}");
+    }
+
+    /// Claims "address already in use" on the first spawns, then runs.
+    #[derive(Debug)]
+    struct FlakyPort {
+        spawns: Arc<AtomicUsize>,
+        fail_first: usize,
+    }
+
+    impl ServerKind for FlakyPort {
+        fn name(&self) -> &'static str {
+            "flaky-port"
+        }
+        fn binary(&self) -> &'static str {
+            "sh"
+        }
+        fn command(&self, bin: &Path, _dir: &Path, _port: u16) -> Command {
+            let n = self.spawns.fetch_add(1, Ordering::SeqCst);
+            let script = if n < self.fail_first {
+                "echo 'bind: Address already in use' >&2; exit 1"
+            } else {
+                "exec sleep 30"
+            };
+            let mut cmd = Command::new(bin);
+            cmd.args(["-c", script]);
+            cmd
+        }
+        fn probe(&self, _addr: SocketAddr) -> std::io::Result<bool> {
+            Ok(self.spawns.load(Ordering::SeqCst) > self.fail_first)
+        }
+    }
+
+    #[test]
+    fn address_in_use_retries_on_a_new_port() {
+        let spawns = Arc::new(AtomicUsize::new(0));
+        let kind = FlakyPort {
+            spawns: Arc::clone(&spawns),
+            fail_first: 2,
+        };
+        let mut server = ServerProcess::start(kind).unwrap();
+        assert!(server.is_running());
+        assert_eq!(spawns.load(Ordering::SeqCst), 3);
+
+        // Give up after 3 re-spawns.
+        let spawns = Arc::new(AtomicUsize::new(0));
+        let kind = FlakyPort {
+            spawns: Arc::clone(&spawns),
+            fail_first: 100,
+        };
+        let err = ServerProcess::start(kind).unwrap_err();
+        assert!(matches!(err, ServerError::StartFailed { .. }), "{err:?}");
+        assert_eq!(spawns.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn require_env_parsing() {
+        // Only reads the env: the tests never set DLOCK_TEST_REQUIRE themselves.
+        match std::env::var("DLOCK_TEST_REQUIRE") {
+            Err(_) => assert!(!required("redis")),
+            Ok(v) if v.trim() == "all" => assert!(required("redis") && required("etcd")),
+            Ok(_) => {}
+        }
+    }
+}

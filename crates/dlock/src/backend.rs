@@ -1,0 +1,288 @@
+//! The implementor side: what a store must provide. Users go through [`Locks`](crate::Locks).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
+
+/// A lock store: Redis, SQLite, memory, …
+///
+/// Users never call it directly; they wrap it in [`Locks`](crate::Locks), which adds validation,
+/// the lease keeper (watchdog renewal and lost-lock detection), guards and inspection.
+///
+/// # Contract
+///
+/// Every implementation guarantees:
+/// - **Mutual exclusion**: while a lease returned by [`acquire`](Backend::acquire) has not
+///   expired in the store, no other request with a different [`AcquireRequest::token`] gets the
+///   same name.
+/// - **Fences**: every successful acquisition that is not a reentrant re-entry returns a
+///   [`FencingToken`] strictly greater than every earlier one for the same name, across
+///   releases, expiries, takeovers and force-releases.
+/// - **Idempotence by token**: a repeated acquire with the same token and `reentrant = false`
+///   while the lease is held is not granted twice (it is busy); the token is unique per
+///   acquisition, so a retry layer may only retry a call whose outcome it saw.
+/// - **Ownership**: [`Lease::extend`] and [`Lease::release`] return
+///   [`Error::NotOwned`](crate::Error::NotOwned) when the lease has expired or been taken over or
+///   broken; they never silently succeed.
+/// - **Waiting**: `acquire` honours [`AcquireRequest::wait`] using the store's native wake-up
+///   where it has one, falling back to polling with jittered backoff
+///   ([`wait::acquire_loop`](crate::wait::acquire_loop)).
+/// - **Cancellation**: dropping the future returned by `acquire` never leaves the lock held
+///   beyond its TTL, and releases it at once where the store allows.
+///
+/// # Wrappers
+///
+/// A wrapper (a layer) must forward every method, including the provided ones.
+#[async_trait]
+pub trait Backend: Debug + Send + Sync + 'static {
+    /// The backend's scheme name and what it can do.
+    fn info(&self) -> &BackendInfo;
+
+    /// Acquires `req.name`, waiting as `req.wait` says. `Ok(None)` means the lock was held
+    /// elsewhere until the wait ran out (or at once for [`Wait::No`]).
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>>;
+
+    /// Inspection and force-release, when the store supports listing its locks.
+    fn monitor(&self) -> Option<&dyn MonitorStore> {
+        None
+    }
+}
+
+/// One held lease, as returned by [`Backend::acquire`].
+#[async_trait]
+pub trait Lease: Debug + Send + Sync {
+    /// The fencing token of this hold.
+    fn fence(&self) -> FencingToken;
+
+    /// Cancelled when the hold is known to be lost. The backend cancels it on a native loss
+    /// signal (session expired, force-released by this process); the lease keeper cancels it
+    /// when a renewal fails or the local deadline passes.
+    fn lost(&self) -> &CancellationToken;
+
+    /// The instant (tokio's clock) just before the request that set this lease's TTL was sent.
+    /// The keeper counts the local deadline from here, so it never trusts a lease longer than
+    /// the store does.
+    fn lease_start(&self) -> Instant;
+
+    /// Makes the lease last at least `ttl` from now (compare-and-extend: only if still owned).
+    /// It never shortens a lease, so reentrant holds with different TTLs stay safe.
+    async fn extend(&self, ttl: Duration) -> Result<()>;
+
+    /// Releases this hold (one hold count for reentrant locks).
+    async fn release(&self) -> Result<()>;
+}
+
+/// What a backend is and can do.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct BackendInfo {
+    /// Scheme name: `memory`, `sqlite`, `redis`, …
+    pub name: &'static str,
+    /// What the backend supports.
+    pub capabilities: Capabilities,
+}
+
+impl BackendInfo {
+    /// A description of a backend.
+    pub const fn new(name: &'static str, capabilities: Capabilities) -> BackendInfo {
+        BackendInfo { name, capabilities }
+    }
+}
+
+/// What a backend supports; the conformance suite registers its cases from this.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://caps-doc").await?;
+/// assert!(locks.info().capabilities.reentrant);
+/// assert!(!locks.info().capabilities.cross_process);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Reentrant locks (hold count kept in the store).
+    pub reentrant: bool,
+    /// Fair (FIFO) waiting.
+    pub fair: bool,
+    /// Waiters are woken by the store (or by this process) instead of polling alone.
+    pub native_wait: bool,
+    /// The store signals loss by itself (session expiry, break), not only via the keeper.
+    pub native_loss_signal: bool,
+    /// Locks are visible to other processes (false only for `memory`).
+    pub cross_process: bool,
+    /// `inspect`, `list` and `force_release` are available.
+    pub monitor: bool,
+}
+
+impl Capabilities {
+    /// No capabilities; set fields with the `with_*` methods.
+    pub const fn none() -> Capabilities {
+        Capabilities {
+            reentrant: false,
+            fair: false,
+            native_wait: false,
+            native_loss_signal: false,
+            cross_process: false,
+            monitor: false,
+        }
+    }
+}
+
+/// The kind of hold asked for. Only exclusive locks exist so far; shared locks and permits
+/// come with the read-write lock and semaphore primitives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// One holder at a time.
+    Exclusive,
+}
+
+/// How long [`Backend::acquire`] may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wait {
+    /// Try once.
+    No,
+    /// Wait until this instant (tokio's clock, so paused-time tests work).
+    Until(Instant),
+    /// Wait as long as it takes.
+    Forever,
+}
+
+impl Wait {
+    /// The deadline, if any (`No` is "now").
+    pub fn deadline(self) -> Option<Instant> {
+        match self {
+            Wait::No => Some(Instant::now()),
+            Wait::Until(at) => Some(at),
+            Wait::Forever => None,
+        }
+    }
+}
+
+/// Everything a backend needs to take a lock; built and validated by the lock builders.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AcquireRequest {
+    /// The lock's name.
+    pub name: LockName,
+    /// Exclusive, shared, permit.
+    pub kind: LockKind,
+    /// The holder's identity in the store: unique per acquisition, or the client's reentrancy
+    /// id when `reentrant` is set.
+    pub token: String,
+    /// Who holds it, stored for inspection.
+    pub owner: Owner,
+    /// The lease length to set in the store.
+    pub ttl: Duration,
+    /// How long to wait.
+    pub wait: Wait,
+    /// Re-entry by the same token increments a hold count instead of waiting.
+    pub reentrant: bool,
+    /// FIFO waiting.
+    pub fair: bool,
+}
+
+impl AcquireRequest {
+    /// A request for an exclusive, non-reentrant, unfair lock; adjust the public fields after.
+    pub fn new(name: LockName, token: String, owner: Owner, ttl: Duration, wait: Wait) -> Self {
+        AcquireRequest {
+            name,
+            kind: LockKind::Exclusive,
+            token,
+            owner,
+            ttl,
+            wait,
+            reentrant: false,
+            fair: false,
+        }
+    }
+}
+
+/// What is known about one held lock.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// The current holder's fencing token.
+    pub fence: FencingToken,
+    /// Who holds it.
+    pub owner: Owner,
+    /// When the current holder acquired it (the holder's or the store's clock).
+    pub acquired_at: SystemTime,
+    /// Lease time left, as the store sees it; `None` when the lease has no TTL (a session).
+    pub ttl_left: Option<Duration>,
+    /// Hold count (above 1 only for reentrant locks).
+    pub holds: u32,
+}
+
+impl LockInfo {
+    /// Builds a description of a held lock (for backends).
+    pub fn new(
+        name: String,
+        fence: FencingToken,
+        owner: Owner,
+        acquired_at: SystemTime,
+        ttl_left: Option<Duration>,
+        holds: u32,
+    ) -> LockInfo {
+        LockInfo {
+            name,
+            fence,
+            owner,
+            acquired_at,
+            ttl_left,
+            holds,
+        }
+    }
+}
+
+/// One page of [`MonitorStore::list_page`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ListPage {
+    /// Held locks on this page.
+    pub locks: Vec<LockInfo>,
+    /// Opaque cursor for the next page; `None` when this was the last.
+    pub cursor: Option<String>,
+}
+
+impl ListPage {
+    /// A page (for backends).
+    pub fn new(locks: Vec<LockInfo>, cursor: Option<String>) -> ListPage {
+        ListPage { locks, cursor }
+    }
+}
+
+/// Optional ability: list, inspect and break locks.
+#[async_trait]
+pub trait MonitorStore: Send + Sync {
+    /// The lock's holder, or `None` when it is free.
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>>;
+
+    /// Held locks whose names start with `prefix`, at most about `limit` of them, after the
+    /// position `cursor` (from the previous page). Iterates in steps (SCAN-style), never all at once.
+    async fn list_page(&self, prefix: &str, cursor: Option<&str>, limit: usize)
+    -> Result<ListPage>;
+
+    /// Frees the lock whoever holds it; the fence counter is kept, so the next holder still
+    /// gets a greater token. Returns whether it was held.
+    async fn force_release(&self, name: &LockName) -> Result<bool>;
+}
+
+/// Shared handle to a backend.
+pub type DynBackend = Arc<dyn Backend>;

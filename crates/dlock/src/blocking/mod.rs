@@ -1,0 +1,397 @@
+//! A blocking facade with the same names as the async API, for code that is not async
+//! (the way `reqwest::blocking` wraps `reqwest`).
+//!
+//! Each [`Locks`] owns a small tokio runtime (one worker thread) that runs the store client and
+//! the lease keeper, so watchdog renewal and lost-lock detection keep working while your thread
+//! does something else. Calling these methods from inside an async runtime returns
+//! [`Error::InvalidArgument`] instead of deadlocking: use the async API there.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! let locks = dlock::blocking::Locks::connect("memory://blocking-doc")?;
+//! let guard = locks.mutex("reports").ttl(Duration::from_secs(10)).acquire()?;
+//! println!("fence {}", guard.fence());
+//! guard.release()?;
+//! # Ok::<(), dlock::Error>(())
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{BackendInfo, LockInfo};
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
+
+/// The runtime behind a blocking client; shut down in the background when the last handle goes,
+/// so dropping it never panics, even inside async code.
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Runtime {
+    fn new() -> Result<Runtime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("dlock-blocking")
+            .enable_all()
+            .build()
+            .map(|rt| Runtime(Some(rt)))
+            .map_err(|e| Error::Backend {
+                backend: "blocking",
+                source: Box::new(e),
+            })
+    }
+
+    fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::invalid_argument(
+                "context",
+                "dlock::blocking was called inside an async runtime; use the async API there",
+            ));
+        }
+        match &self.0 {
+            Some(rt) => Ok(rt.block_on(future)),
+            None => Err(Error::invalid_argument(
+                "context",
+                "runtime already shut down",
+            )),
+        }
+    }
+
+    fn handle(&self) -> Option<&tokio::runtime::Handle> {
+        self.0.as_ref().map(|rt| rt.handle())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Blocking version of [`crate::Locks`].
+#[derive(Clone, Debug)]
+pub struct Locks {
+    inner: crate::Locks,
+    rt: Arc<Runtime>,
+}
+
+impl Locks {
+    /// Connects to the store named by `url`; see [`crate::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::connect`], plus [`Error::InvalidArgument`] when called inside an async runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locks = dlock::blocking::Locks::connect("memory://")?;
+    /// # Ok::<(), dlock::Error>(())
+    /// ```
+    pub fn connect(url: &str) -> Result<Locks> {
+        let rt = Arc::new(Runtime::new()?);
+        let inner = rt.block_on(crate::connect(url))??;
+        Ok(Locks { inner, rt })
+    }
+
+    /// The async client behind this one.
+    pub fn as_async(&self) -> &crate::Locks {
+        &self.inner
+    }
+
+    /// See [`crate::Locks::with_label`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Locks::with_label`].
+    pub fn with_label(&self, label: impl Into<String>) -> Result<Locks> {
+        Ok(Locks {
+            inner: self.inner.with_label(label)?,
+            rt: self.rt.clone(),
+        })
+    }
+
+    /// See [`crate::Locks::with_watchdog_lease`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Locks::with_watchdog_lease`].
+    pub fn with_watchdog_lease(&self, lease: Duration) -> Result<Locks> {
+        Ok(Locks {
+            inner: self.inner.with_watchdog_lease(lease)?,
+            rt: self.rt.clone(),
+        })
+    }
+
+    /// See [`crate::Locks::info`].
+    pub fn info(&self) -> &BackendInfo {
+        self.inner.info()
+    }
+
+    /// See [`crate::Locks::owner`].
+    pub fn owner(&self) -> &Owner {
+        self.inner.owner()
+    }
+
+    /// See [`crate::Locks::mutex`].
+    pub fn mutex(&self, name: impl Into<String>) -> MutexBuilder {
+        MutexBuilder {
+            inner: self.inner.mutex(name),
+            rt: self.rt.clone(),
+        }
+    }
+
+    /// See [`crate::Locks::inspect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Locks::inspect`].
+    pub fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        self.rt.block_on(self.inner.inspect(name))?
+    }
+
+    /// See [`crate::Locks::list`]: an iterator that reads the store page by page.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locks = dlock::blocking::Locks::connect("memory://blocking-list-doc")?;
+    /// let _g = locks.mutex("jobs/a").acquire()?;
+    /// let names: Vec<String> = locks.list("jobs/").map(|l| l.map(|l| l.name)).collect::<Result<_, _>>()?;
+    /// assert_eq!(names, ["jobs/a"]);
+    /// # Ok::<(), dlock::Error>(())
+    /// ```
+    pub fn list(&self, prefix: &str) -> List {
+        List {
+            stream: self.inner.list(prefix),
+            rt: self.rt.clone(),
+        }
+    }
+
+    /// See [`crate::Locks::force_release`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Locks::force_release`].
+    pub fn force_release(&self, name: &str) -> Result<bool> {
+        self.rt.block_on(self.inner.force_release(name))?
+    }
+}
+
+/// Iterator over held locks; see [`Locks::list`].
+pub struct List {
+    stream: BoxStream<'static, Result<LockInfo>>,
+    rt: Arc<Runtime>,
+}
+
+impl std::fmt::Debug for List {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("List").finish_non_exhaustive()
+    }
+}
+
+impl Iterator for List {
+    type Item = Result<LockInfo>;
+
+    fn next(&mut self) -> Option<Result<LockInfo>> {
+        match self.rt.block_on(self.stream.next()) {
+            Ok(item) => item,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// Blocking version of [`crate::MutexBuilder`]; same options.
+#[derive(Debug)]
+#[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is called"]
+pub struct MutexBuilder {
+    inner: crate::MutexBuilder,
+    rt: Arc<Runtime>,
+}
+
+impl MutexBuilder {
+    /// See [`crate::MutexBuilder::ttl`].
+    pub fn ttl(self, ttl: Duration) -> Self {
+        MutexBuilder {
+            inner: self.inner.ttl(ttl),
+            ..self
+        }
+    }
+
+    /// See [`crate::MutexBuilder::wait`].
+    pub fn wait(self, wait: Duration) -> Self {
+        MutexBuilder {
+            inner: self.inner.wait(wait),
+            ..self
+        }
+    }
+
+    /// See [`crate::MutexBuilder::no_wait`].
+    pub fn no_wait(self) -> Self {
+        MutexBuilder {
+            inner: self.inner.no_wait(),
+            ..self
+        }
+    }
+
+    /// See [`crate::MutexBuilder::wait_forever`].
+    pub fn wait_forever(self) -> Self {
+        MutexBuilder {
+            inner: self.inner.wait_forever(),
+            ..self
+        }
+    }
+
+    /// See [`crate::MutexBuilder::reentrant`].
+    pub fn reentrant(self) -> Self {
+        MutexBuilder {
+            inner: self.inner.reentrant(),
+            ..self
+        }
+    }
+
+    /// See [`crate::MutexBuilder::fair`].
+    pub fn fair(self) -> Self {
+        MutexBuilder {
+            inner: self.inner.fair(),
+            ..self
+        }
+    }
+
+    /// See [`crate::MutexBuilder::max_hold`].
+    pub fn max_hold(self, max: Duration) -> Self {
+        MutexBuilder {
+            inner: self.inner.max_hold(max),
+            ..self
+        }
+    }
+
+    /// See [`crate::MutexBuilder::acquire`]; blocks the thread while waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MutexBuilder::acquire`].
+    pub fn acquire(self) -> Result<MutexGuard> {
+        let guard = self.rt.block_on(self.inner.acquire())??;
+        Ok(MutexGuard {
+            inner: Some(guard),
+            rt: self.rt,
+        })
+    }
+
+    /// See [`crate::MutexBuilder::try_acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MutexBuilder::try_acquire`].
+    pub fn try_acquire(self) -> Result<Option<MutexGuard>> {
+        let guard = self.rt.block_on(self.inner.try_acquire())??;
+        Ok(guard.map(|guard| MutexGuard {
+            inner: Some(guard),
+            rt: self.rt,
+        }))
+    }
+}
+
+/// Blocking version of [`crate::MutexGuard`]. Dropping it releases the lock before returning.
+#[derive(Debug)]
+#[clippy::has_significant_drop]
+#[must_use = "if unused the lock will immediately be released"]
+pub struct MutexGuard {
+    inner: Option<crate::MutexGuard>,
+    rt: Arc<Runtime>,
+}
+
+impl MutexGuard {
+    fn guard(&self) -> &crate::MutexGuard {
+        // Only `release` and `Drop` take the guard out, and both consume `self`.
+        match &self.inner {
+            Some(guard) => guard,
+            None => unreachable!("guard used after release"),
+        }
+    }
+
+    /// See [`crate::MutexGuard::name`].
+    pub fn name(&self) -> &LockName {
+        self.guard().name()
+    }
+
+    /// See [`crate::MutexGuard::fence`].
+    pub fn fence(&self) -> FencingToken {
+        self.guard().fence()
+    }
+
+    /// See [`crate::MutexGuard::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.guard().is_lost()
+    }
+
+    /// See [`crate::MutexGuard::lost_token`]; poll `is_cancelled()` from your own loop.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.guard().lost_token()
+    }
+
+    /// Blocks until the lock is lost or `timeout` passes; returns whether it was lost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when called inside an async runtime.
+    pub fn wait_lost(&self, timeout: Duration) -> Result<bool> {
+        let guard = self.guard();
+        self.rt
+            .block_on(async { tokio::time::timeout(timeout, guard.lost()).await.is_ok() })
+    }
+
+    /// See [`crate::MutexGuard::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MutexGuard::extend`].
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        self.rt.block_on(self.guard().extend(ttl))?
+    }
+
+    /// See [`crate::MutexGuard::release`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MutexGuard::release`].
+    pub fn release(mut self) -> Result<()> {
+        match self.inner.take() {
+            Some(guard) => self.rt.block_on(guard.release())?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for MutexGuard {
+    fn drop(&mut self) {
+        let Some(guard) = self.inner.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Inside async code we must not block: the async guard releases in the background.
+            drop(guard);
+            return;
+        }
+        match self.rt.handle() {
+            Some(handle) => {
+                if let Err(error) = handle.block_on(guard.release()) {
+                    tracing::debug!(%error, "release on drop failed");
+                }
+            }
+            None => drop(guard),
+        }
+    }
+}

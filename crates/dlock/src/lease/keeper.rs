@@ -1,0 +1,385 @@
+//! The lease keeper: one task per client that renews every watchdog lease it still owns and
+//! fires the lost signal of every lease whose renewal failed or whose local deadline passed.
+//!
+//! One timer schedule (a `BTreeSet` ordered by due time) serves all held leases, so ten thousand
+//! held locks cost one task and one sleep, not ten thousand. The task starts with the first
+//! registration and ends when nothing is registered.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::backend::Lease;
+use crate::error::Error;
+
+/// How a registered lease is kept.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeepPolicy {
+    /// The lease length in the store.
+    pub(crate) ttl: Duration,
+    /// Renew at a third of the TTL while held (the watchdog); otherwise only watch the deadline.
+    pub(crate) renew: bool,
+    /// Stop renewing after this instant (maximum hold time); the lease then runs out.
+    pub(crate) renew_until: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    lease: Arc<dyn Lease>,
+    policy: KeepPolicy,
+    /// When the lease expires by our monotonic clock, counted from before the request that set it.
+    deadline: Instant,
+    /// The next renewal (watchdog) or the deadline itself.
+    due: Instant,
+    renewing: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<u64, Entry>,
+    schedule: BTreeSet<(Instant, u64)>,
+    next_id: u64,
+    running: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+/// The per-client keeper; clones share one schedule.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Keeper {
+    shared: Arc<Shared>,
+}
+
+/// A lease's place in the keeper; dropping it stops renewal.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    keeper: Keeper,
+    id: u64,
+}
+
+impl Registration {
+    /// Records a successful extension: the lease now lasts `ttl` from `started`.
+    pub(crate) fn extended(&self, started: Instant, ttl: Duration) {
+        let mut guard = self.keeper.lock();
+        let state = &mut *guard;
+        if let Some(entry) = state.entries.get_mut(&self.id) {
+            let old_due = entry.due;
+            entry.deadline = entry.deadline.max(started + ttl);
+            entry.policy.ttl = entry.policy.ttl.max(ttl);
+            entry.due = next_due(entry, started);
+            let (due, id) = (entry.due, self.id);
+            state.schedule.remove(&(old_due, id));
+            state.schedule.insert((due, id));
+        }
+        drop(guard);
+        self.keeper.shared.changed.notify_one();
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut state = self.keeper.lock();
+        if let Some(entry) = state.entries.remove(&self.id) {
+            state.schedule.remove(&(entry.due, self.id));
+        }
+    }
+}
+
+fn renew_allowed(policy: &KeepPolicy, at: Instant) -> bool {
+    policy.renew && policy.renew_until.is_none_or(|until| at < until)
+}
+
+fn next_due(entry: &Entry, from: Instant) -> Instant {
+    if renew_allowed(&entry.policy, from) {
+        (from + entry.policy.ttl / 3).min(entry.deadline)
+    } else {
+        entry.deadline
+    }
+}
+
+impl Keeper {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the schedule half-updated in a way that
+        // matters more than stopping renewals would, so keep going with the inner value.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts keeping `lease`, whose store lease was set to `policy.ttl` by a request sent at
+    /// `started`. Must be called inside a tokio runtime.
+    pub(crate) fn register(
+        &self,
+        lease: Arc<dyn Lease>,
+        policy: KeepPolicy,
+        started: Instant,
+    ) -> Registration {
+        let mut state = self.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        let mut entry = Entry {
+            lease,
+            policy,
+            deadline: started + policy.ttl,
+            due: started,
+            renewing: false,
+        };
+        entry.due = next_due(&entry, started);
+        state.schedule.insert((entry.due, id));
+        state.entries.insert(id, entry);
+        if !state.running {
+            state.running = true;
+            tokio::spawn(run(self.shared.clone()));
+        }
+        drop(state);
+        self.shared.changed.notify_one();
+        Registration {
+            keeper: self.clone(),
+            id,
+        }
+    }
+
+    /// Number of leases being kept (for tests and metrics).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+}
+
+type RenewalResult = (u64, Instant, Result<(), Error>);
+
+async fn run(shared: Arc<Shared>) {
+    let keeper = Keeper { shared };
+    let mut renewals: JoinSet<RenewalResult> = JoinSet::new();
+    loop {
+        let next_wake = {
+            let mut guard = keeper.lock();
+            let state = &mut *guard;
+            let now = Instant::now();
+            while let Some(&(due, id)) = state.schedule.first() {
+                if due > now {
+                    break;
+                }
+                state.schedule.pop_first();
+                let Some(entry) = state.entries.get_mut(&id) else {
+                    continue;
+                };
+                if now >= entry.deadline {
+                    tracing::warn!(lease = ?entry.lease, "lease deadline passed: lock lost");
+                    metrics::counter!("dlock_lost_total", "reason" => "deadline").increment(1);
+                    entry.lease.lost().cancel();
+                    state.entries.remove(&id);
+                    continue;
+                }
+                if renew_allowed(&entry.policy, now) && !entry.renewing {
+                    entry.renewing = true;
+                    let lease = entry.lease.clone();
+                    let ttl = entry.policy.ttl;
+                    renewals.spawn(async move {
+                        let started = Instant::now();
+                        (id, started, lease.extend(ttl).await)
+                    });
+                }
+                // Until the renewal answers, the deadline is the next thing to act on.
+                entry.due = entry.deadline;
+                state.schedule.insert((entry.due, id));
+            }
+            if state.entries.is_empty() && renewals.is_empty() {
+                state.running = false;
+                return;
+            }
+            state.schedule.first().map(|&(due, _)| due)
+        };
+        let sleep = async {
+            match next_wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep => {}
+            () = keeper.shared.changed.notified() => {}
+            Some(done) = renewals.join_next(), if !renewals.is_empty() => {
+                if let Ok((id, started, result)) = done {
+                    renewed(&keeper, id, started, result);
+                }
+            }
+        }
+    }
+}
+
+fn renewed(keeper: &Keeper, id: u64, started: Instant, result: Result<(), Error>) {
+    let mut guard = keeper.lock();
+    let state = &mut *guard;
+    let Some(entry) = state.entries.get_mut(&id) else {
+        return;
+    };
+    entry.renewing = false;
+    let old_due = entry.due;
+    match result {
+        Ok(()) => {
+            metrics::counter!("dlock_renewals_total").increment(1);
+            entry.deadline = entry.deadline.max(started + entry.policy.ttl);
+            entry.due = next_due(entry, started);
+        }
+        Err(Error::NotOwned { .. }) => {
+            tracing::warn!(lease = ?entry.lease, "renewal refused: lock lost");
+            metrics::counter!("dlock_lost_total", "reason" => "not_owned").increment(1);
+            entry.lease.lost().cancel();
+            state.schedule.remove(&(old_due, id));
+            state.entries.remove(&id);
+            return;
+        }
+        Err(error) => {
+            // The store is unreachable or slow: try again soon, the deadline still protects us.
+            tracing::debug!(%error, "renewal failed, retrying");
+            metrics::counter!("dlock_renewal_errors_total").increment(1);
+            let retry = (Instant::now() + entry.policy.ttl / 10).min(entry.deadline);
+            entry.due = retry;
+        }
+    }
+    let due = entry.due;
+    state.schedule.remove(&(old_due, id));
+    state.schedule.insert((due, id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::FencingToken;
+    use async_trait::async_trait;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use tokio_util::sync::CancellationToken;
+
+    /// A scripted lease: counts renewals and refuses them once `owned` is false.
+    #[derive(Debug, Default)]
+    struct ScriptedLease {
+        lost: CancellationToken,
+        renewals: AtomicU32,
+        disowned: AtomicBool,
+        unreachable: AtomicBool,
+    }
+
+    #[async_trait]
+    impl Lease for ScriptedLease {
+        fn fence(&self) -> FencingToken {
+            FencingToken::new(1)
+        }
+        fn lost(&self) -> &CancellationToken {
+            &self.lost
+        }
+        fn lease_start(&self) -> Instant {
+            Instant::now()
+        }
+        async fn extend(&self, _ttl: Duration) -> crate::Result<()> {
+            if self.unreachable.load(Ordering::SeqCst) {
+                return Err(Error::Unavailable {
+                    backend: "scripted",
+                    source: "down".into(),
+                });
+            }
+            if self.disowned.load(Ordering::SeqCst) {
+                return Err(Error::not_owned("x"));
+            }
+            self.renewals.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn release(&self) -> crate::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn watchdog(ttl_ms: u64) -> KeepPolicy {
+        KeepPolicy {
+            ttl: Duration::from_millis(ttl_ms),
+            renew: true,
+            renew_until: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watchdog_renews_through_many_ttls() {
+        let keeper = Keeper::default();
+        let lease = Arc::new(ScriptedLease::default());
+        let reg = keeper.register(lease.clone(), watchdog(300), Instant::now());
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        assert!(!lease.lost.is_cancelled());
+        let n = lease.renewals.load(Ordering::SeqCst);
+        assert!((25..=31).contains(&n), "{n} renewals in 10 TTLs");
+        drop(reg);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(
+            lease.renewals.load(Ordering::SeqCst),
+            n,
+            "renewal continued after release"
+        );
+        assert_eq!(keeper.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_renewal_fires_lost_at_once() {
+        let keeper = Keeper::default();
+        let lease = Arc::new(ScriptedLease::default());
+        let _reg = keeper.register(lease.clone(), watchdog(300), Instant::now());
+        lease.disowned.store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        lease.lost.cancelled().await;
+        assert!(start.elapsed() <= Duration::from_millis(101));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unreachable_store_fires_lost_at_the_deadline() {
+        let keeper = Keeper::default();
+        let lease = Arc::new(ScriptedLease::default());
+        let start = Instant::now();
+        let _reg = keeper.register(lease.clone(), watchdog(300), start);
+        lease.unreachable.store(true, Ordering::SeqCst);
+        lease.lost.cancelled().await;
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fixed_ttl_is_not_renewed_and_fires_lost_at_expiry() {
+        let keeper = Keeper::default();
+        let lease = Arc::new(ScriptedLease::default());
+        let start = Instant::now();
+        let policy = KeepPolicy {
+            ttl: Duration::from_millis(500),
+            renew: false,
+            renew_until: None,
+        };
+        let reg = keeper.register(lease.clone(), policy, start);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        reg.extended(Instant::now(), Duration::from_millis(500));
+        lease.lost.cancelled().await;
+        assert_eq!(start.elapsed(), Duration::from_millis(900));
+        assert_eq!(lease.renewals.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_hold_stops_renewal() {
+        let keeper = Keeper::default();
+        let lease = Arc::new(ScriptedLease::default());
+        let start = Instant::now();
+        let policy = KeepPolicy {
+            renew_until: Some(start + Duration::from_millis(1000)),
+            ..watchdog(300)
+        };
+        let _reg = keeper.register(lease.clone(), policy, start);
+        lease.lost.cancelled().await;
+        let held = start.elapsed();
+        assert!(
+            held >= Duration::from_millis(1000) && held <= Duration::from_millis(1300),
+            "{held:?}"
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! Distributed locks for Rust, with a fencing token on every hold and a signal when a hold is
+//! lost.
+//!
+//! # Highlights
+//!
+//! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`,
+//!   `"memory://"`, and (with their issues) Redis, Redlock, ZooKeeper, etcd, PostgreSQL, MySQL.
+//! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
+//!   protected resource can reject a holder that was paused past its lease.
+//! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
+//! - Leases are either a fixed TTL or renewed by a watchdog while the guard lives; one keeper
+//!   task per client renews them all.
+//! - Waiting uses the store's own wake-up; polling with jittered backoff only where there is none.
+//! - A blocking facade with the same names: [`blocking`].
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> dlock::Result<()> {
+//! let locks = dlock::connect("memory://").await?;
+//! let guard = locks
+//!     .mutex("orders/42")
+//!     .ttl(Duration::from_secs(10))  // without it, a watchdog renews the lease while held
+//!     .wait(Duration::from_secs(5))  // or .no_wait(); default: wait until acquired
+//!     .acquire()
+//!     .await?;
+//! let token = guard.fence();         // send it with every write to the resource
+//! tokio::select! {
+//!     () = guard.lost() => { /* lease lost: stop touching the resource */ }
+//!     () = async { let _ = token; /* the work */ } => {}
+//! }
+//! guard.release().await?;            // dropping the guard releases too
+//! # Ok(()) }
+//! ```
+//!
+//! # Backends
+//!
+//! * [`memory`]: tasks of one process; the reference backend.
+#![cfg_attr(
+    feature = "sqlite",
+    doc = "* [`sqlite`]: the embedded default, one file shared by the processes of a machine."
+)]
+//!
+//! # Guarantees
+//!
+//! A lock is a **lease**: mutual exclusion holds while the lease is valid in the store. A
+//! holder that stalls (GC pause, SIGSTOP, swap) can outlive its lease without knowing; that is
+//! why every hold has a **fence** — pass it to the resource and let the resource reject lower
+//! ones — and a **lost signal**, which fires within one TTL of the loss. Releasing or extending
+//! a lock that is no longer owned is [`Error::NotOwned`], never a silent success. Dropping an
+//! acquire future or a guard never leaves a lock held beyond its TTL.
+//!
+//! # Feature flags
+//!
+//! * `sqlite` (default): the SQLite backend (bundled SQLite, no system library).
+//! * `blocking` (default): [`blocking`], the synchronous facade.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod backend;
+mod error;
+mod fence;
+mod lease;
+mod locks;
+mod mutex;
+mod name;
+mod registry;
+mod ttl;
+
+pub mod memory;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+pub mod wait;
+
+#[cfg(feature = "blocking")]
+pub mod blocking;
+
+pub use backend::{
+    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Lease, ListPage, LockInfo,
+    LockKind, MonitorStore, Wait,
+};
+pub use error::{BoxError, Error, Result};
+pub use fence::FencingToken;
+pub use lease::Lost;
+pub use locks::Locks;
+pub use mutex::{MutexBuilder, MutexGuard};
+pub use name::{LockName, MAX_LABEL_LEN, MAX_NAME_LEN, Owner};
+pub use registry::enabled_schemes;
+pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
+
+/// Connects to the lock store named by `url` and returns a cheap-to-clone client.
+///
+/// | URL | backend |
+/// |---|---|
+/// | `memory://` or `memory://NAME` | [`memory`]: one process |
+/// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | `sqlite`: processes of one machine |
+///
+/// # Errors
+///
+/// [`Error::InvalidUrl`] for an unknown scheme, a scheme whose cargo feature is off, or bad
+/// options; the backend's own errors for a store that cannot be opened (see each backend).
+///
+/// # Cancel safety
+///
+/// Cancel safe.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://").await?;
+/// assert!(matches!(
+///     dlock::connect("carrier-pigeon://coop").await,
+///     Err(dlock::Error::InvalidUrl { .. })
+/// ));
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<Locks> {
+    registry::connect(url).await
+}

@@ -1,0 +1,324 @@
+//! [`Locks`]: the client handle users hold, one per store connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+
+use crate::backend::{Backend, BackendInfo, DynBackend, LockInfo, MonitorStore};
+use crate::error::{Error, Result};
+use crate::lease::keeper::Keeper;
+use crate::mutex::MutexBuilder;
+use crate::name::{LockName, MAX_NAME_LEN, Owner};
+use crate::ttl::{DEFAULT_WATCHDOG_LEASE, validate_ttl};
+
+/// How many locks [`Locks::list`] asks the store for per step.
+const LIST_PAGE: usize = 256;
+
+/// A client for one lock store: cheap to clone (an `Arc` inside), `Send + Sync`, and the entry
+/// point to every primitive.
+///
+/// All clones share one connection (or pool), one lease keeper task that renews every held
+/// watchdog lease, and one reentrancy identity.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// use std::time::Duration;
+///
+/// let locks = dlock::connect("memory://locks-doc").await?;
+/// let guard = locks.mutex("orders/42").ttl(Duration::from_secs(10)).acquire().await?;
+/// assert!(locks.mutex("orders/42").try_acquire().await?.is_none());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Locks {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: DynBackend,
+    keeper: Keeper,
+    owner: Owner,
+    reentrancy_id: String,
+    watchdog_lease: Duration,
+}
+
+impl Locks {
+    /// Connects to the store named by `url`; see [`connect`](crate::connect).
+    ///
+    /// # Errors
+    ///
+    /// See [`connect`](crate::connect).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made connection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::Locks::connect("memory://").await?;
+    /// assert_eq!(locks.info().name, "memory");
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Locks> {
+        crate::registry::connect(url).await
+    }
+
+    /// Wraps a backend built by hand (for example with a builder's options).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locks = dlock::Locks::new(dlock::memory::MemoryBackend::new());
+    /// assert_eq!(locks.info().name, "memory");
+    /// ```
+    pub fn new(backend: impl Backend) -> Locks {
+        Locks::from_backend(Arc::new(backend))
+    }
+
+    /// Wraps a shared backend.
+    pub fn from_backend(backend: DynBackend) -> Locks {
+        Locks {
+            inner: Arc::new(Inner {
+                backend,
+                keeper: Keeper::default(),
+                owner: Owner::current(),
+                reentrancy_id: uuid::Uuid::new_v4().simple().to_string(),
+                watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            }),
+        }
+    }
+
+    fn with_inner(&self, change: impl FnOnce(&mut Inner)) -> Locks {
+        let mut inner = Inner {
+            backend: self.inner.backend.clone(),
+            keeper: self.inner.keeper.clone(),
+            owner: self.inner.owner.clone(),
+            reentrancy_id: self.inner.reentrancy_id.clone(),
+            watchdog_lease: self.inner.watchdog_lease,
+        };
+        change(&mut inner);
+        Locks {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The same client with an owner label stored with every lock it takes (shown by `dlock ls`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a label over 256 bytes or with a NUL byte.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://label-doc").await?.with_label("billing")?;
+    /// let _guard = locks.mutex("invoices").acquire().await?;
+    /// let info = locks.inspect("invoices").await?.unwrap();
+    /// assert_eq!(info.owner.label.as_deref(), Some("billing"));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_label(&self, label: impl Into<String>) -> Result<Locks> {
+        let owner = self.inner.owner.clone().with_label(label)?;
+        Ok(self.with_inner(|inner| inner.owner = owner))
+    }
+
+    /// The same client with another watchdog lease (default 30 s): the TTL set in the store for
+    /// locks taken without [`ttl`](MutexBuilder::ttl), renewed every third of it while held.
+    /// A shorter lease detects a dead holder sooner and costs more renewals.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let locks = dlock::connect("memory://").await?.with_watchdog_lease(Duration::from_secs(5))?;
+    /// assert_eq!(locks.watchdog_lease(), Duration::from_secs(5));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_watchdog_lease(&self, lease: Duration) -> Result<Locks> {
+        let lease = validate_ttl("watchdog lease", lease)?;
+        Ok(self.with_inner(|inner| inner.watchdog_lease = lease))
+    }
+
+    /// The watchdog lease of this client.
+    pub fn watchdog_lease(&self) -> Duration {
+        self.inner.watchdog_lease
+    }
+
+    /// Which backend this is and what it supports.
+    pub fn info(&self) -> &BackendInfo {
+        self.inner.backend.info()
+    }
+
+    /// The owner stored with every lock this client takes.
+    pub fn owner(&self) -> &Owner {
+        &self.inner.owner
+    }
+
+    /// A builder for an exclusive lock named `name`; nothing is contacted until
+    /// [`acquire`](MutexBuilder::acquire) or [`try_acquire`](MutexBuilder::try_acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://mutex-doc").await?;
+    /// let guard = locks.mutex("reports").no_wait().acquire().await?;
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
+    pub fn mutex(&self, name: impl Into<String>) -> MutexBuilder {
+        MutexBuilder::new(self.clone(), name.into())
+    }
+
+    pub(crate) fn backend(&self) -> &DynBackend {
+        &self.inner.backend
+    }
+
+    pub(crate) fn keeper(&self) -> &Keeper {
+        &self.inner.keeper
+    }
+
+    pub(crate) fn reentrancy_id(&self) -> &str {
+        &self.inner.reentrancy_id
+    }
+
+    fn monitor(&self) -> Result<&dyn MonitorStore> {
+        self.inner.backend.monitor().ok_or(Error::Unsupported {
+            operation: "inspection (inspect, list, force_release)",
+            backend: self.info().name,
+        })
+    }
+
+    /// Who holds `name`, or `None` when it is free.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`]; [`Error::Unsupported`] on a store without inspection; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://inspect-doc").await?;
+    /// assert!(locks.inspect("jobs/nightly").await?.is_none());
+    /// let guard = locks.mutex("jobs/nightly").acquire().await?;
+    /// let info = locks.inspect("jobs/nightly").await?.unwrap();
+    /// assert_eq!(info.fence, guard.fence());
+    /// assert_eq!(info.owner.pid, std::process::id());
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        let name = LockName::new(name)?;
+        self.monitor()?.inspect(&name).await
+    }
+
+    /// Every held lock whose name starts with `prefix` (`""` for all), as a stream read from the
+    /// store page by page (SCAN-style: never one huge reply), in no guaranteed order.
+    ///
+    /// Errors (bad prefix, unsupported store, store failures) arrive as stream items.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use futures::TryStreamExt;
+    /// let locks = dlock::connect("memory://list-doc").await?;
+    /// let _a = locks.mutex("orders/1").acquire().await?;
+    /// let _b = locks.mutex("orders/2").acquire().await?;
+    /// let _c = locks.mutex("users/1").acquire().await?;
+    /// let held: Vec<_> = locks.list("orders/").try_collect().await?;
+    /// assert_eq!(held.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn list(&self, prefix: &str) -> BoxStream<'static, Result<LockInfo>> {
+        if prefix.len() > MAX_NAME_LEN || prefix.contains('\0') {
+            let error = Error::InvalidName {
+                name: prefix.chars().take(80).collect(),
+                reason: "prefix is longer than 512 bytes or contains a NUL byte",
+            };
+            return stream::once(async move { Err(error) }).boxed();
+        }
+        struct Cursor {
+            locks: Locks,
+            prefix: String,
+            cursor: Option<String>,
+            done: bool,
+        }
+        let start = Cursor {
+            locks: self.clone(),
+            prefix: prefix.to_owned(),
+            cursor: None,
+            done: false,
+        };
+        stream::try_unfold(start, |mut state| async move {
+            if state.done {
+                return Ok::<_, Error>(None);
+            }
+            let page = state
+                .locks
+                .monitor()?
+                .list_page(&state.prefix, state.cursor.as_deref(), LIST_PAGE)
+                .await?;
+            state.done = page.cursor.is_none();
+            state.cursor = page.cursor;
+            Ok(Some((
+                stream::iter(page.locks.into_iter().map(Ok::<LockInfo, Error>)),
+                state,
+            )))
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    /// Breaks the lock `name` whoever holds it. The holder's next renewal or release fails with
+    /// [`Error::NotOwned`] and its lost signal fires; the next holder's fence is still greater.
+    /// Returns whether the lock was held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`]; [`Error::Unsupported`] on a store without inspection; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: if the future is dropped mid-call the lock may or may not be broken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://break-doc").await?;
+    /// let stuck = locks.mutex("import").acquire().await?;
+    /// assert!(locks.force_release("import").await?);
+    /// assert!(matches!(stuck.release().await, Err(dlock::Error::NotOwned { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self, name: &str) -> Result<bool> {
+        let name = LockName::new(name)?;
+        self.monitor()?.force_release(&name).await
+    }
+}

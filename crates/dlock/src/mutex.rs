@@ -1,0 +1,361 @@
+//! The exclusive lock: [`MutexBuilder`] and its [`MutexGuard`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::AcquireRequest;
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::lease::keeper::KeepPolicy;
+use crate::lease::{HeldLease, Lost};
+use crate::locks::Locks;
+use crate::name::{LockName, Owner};
+use crate::ttl::{WaitSpec, validate_ttl};
+
+/// Options for one exclusive lock; made by [`Locks::mutex`].
+///
+/// Defaults: no TTL (a watchdog lease of [`Locks::watchdog_lease`], renewed while the guard
+/// lives), wait forever for [`acquire`](Self::acquire) and not at all for
+/// [`try_acquire`](Self::try_acquire), not reentrant, not fair.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// use std::time::Duration;
+/// let locks = dlock::connect("memory://builder-doc").await?;
+/// let guard = locks
+///     .mutex("orders/42")
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is awaited"]
+pub struct MutexBuilder {
+    locks: Locks,
+    name: String,
+    ttl: Option<Duration>,
+    wait: Option<WaitSpec>,
+    reentrant: bool,
+    fair: bool,
+    max_hold: Option<Duration>,
+}
+
+impl MutexBuilder {
+    pub(crate) fn new(locks: Locks, name: String) -> MutexBuilder {
+        MutexBuilder {
+            locks,
+            name,
+            ttl: None,
+            wait: None,
+            reentrant: false,
+            fair: false,
+            max_hold: None,
+        }
+    }
+
+    /// A fixed lease: the lock expires `ttl` after it is taken unless
+    /// [`MutexGuard::extend`] is called; the watchdog does not renew it. Between
+    /// [`MIN_TTL`](crate::MIN_TTL) and [`MAX_TTL`](crate::MAX_TTL).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Waits at most `wait` for the lock.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(WaitSpec::For(wait));
+        self
+    }
+
+    /// Tries once and does not wait.
+    pub fn no_wait(mut self) -> Self {
+        self.wait = Some(WaitSpec::No);
+        self
+    }
+
+    /// Waits as long as it takes (the default for `acquire`).
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = Some(WaitSpec::Forever);
+        self
+    }
+
+    /// Reentrant: another acquisition by the same client (any clone of the same [`Locks`])
+    /// while it holds the lock succeeds at once with the same fence and adds one to a hold
+    /// count kept in the store; the lock is free when every guard has been released. A
+    /// crashed holder's count expires with its lease.
+    pub fn reentrant(mut self) -> Self {
+        self.reentrant = true;
+        self
+    }
+
+    /// Fair: waiters get the lock in arrival order. Backends without a queue return
+    /// [`Error::Unsupported`].
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
+    /// With the watchdog: stop renewing after `max`, so a holder that forgot its guard loses the
+    /// lock at most one watchdog lease later. Ignored with a fixed [`ttl`](Self::ttl).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// Validates everything before any store is contacted, so bad input leaves no state behind.
+    fn request(&self, default_wait: WaitSpec) -> Result<(AcquireRequest, KeepPolicy, WaitSpec)> {
+        let name = LockName::new(self.name.clone())?;
+        let caps = self.locks.info().capabilities;
+        let backend = self.locks.info().name;
+        if self.fair && !caps.fair {
+            return Err(Error::Unsupported {
+                operation: "fair locks",
+                backend,
+            });
+        }
+        if self.reentrant && !caps.reentrant {
+            return Err(Error::Unsupported {
+                operation: "reentrant locks",
+                backend,
+            });
+        }
+        let (ttl, renew) = match self.ttl {
+            Some(ttl) => (validate_ttl("ttl", ttl)?, false),
+            None => (self.locks.watchdog_lease(), true),
+        };
+        let renew_until = match self.max_hold {
+            None => None,
+            Some(max) if max.is_zero() => {
+                return Err(Error::invalid_argument(
+                    "max_hold",
+                    "must be greater than zero",
+                ));
+            }
+            Some(max) => Some(
+                Instant::now()
+                    .checked_add(max)
+                    .ok_or_else(|| Error::invalid_argument("max_hold", "overflows the clock"))?,
+            ),
+        };
+        let wait_spec = self.wait.unwrap_or(default_wait);
+        let wait = wait_spec.to_wait()?;
+        let token = if self.reentrant {
+            self.locks.reentrancy_id().to_owned()
+        } else {
+            uuid::Uuid::new_v4().simple().to_string()
+        };
+        let owner: Owner = self.locks.owner().clone();
+        let mut request = AcquireRequest::new(name, token, owner, ttl, wait);
+        request.reentrant = self.reentrant;
+        request.fair = self.fair;
+        let policy = KeepPolicy {
+            ttl,
+            renew,
+            renew_until,
+        };
+        Ok((request, policy, wait_spec))
+    }
+
+    async fn run(self, default_wait: WaitSpec) -> Result<Result<MutexGuard, Duration>> {
+        let (request, policy, wait) = self.request(default_wait)?;
+        let started = std::time::Instant::now();
+        let lease = self.locks.backend().acquire(&request).await?;
+        metrics::histogram!("dlock_acquire_seconds", "backend" => self.locks.info().name)
+            .record(started.elapsed().as_secs_f64());
+        let Some(lease) = lease else {
+            return Ok(Err(wait.duration()));
+        };
+        // No await from here on: a dropped future cannot strand the lease between the store
+        // and the guard.
+        let registration = self
+            .locks
+            .keeper()
+            .register(lease.clone(), policy, lease.lease_start());
+        tracing::debug!(name = %request.name, fence = %lease.fence(), "acquired");
+        Ok(Ok(MutexGuard {
+            held: HeldLease::new(request.name, lease, registration),
+        }))
+    }
+
+    /// Acquires the lock, waiting as configured (forever by default).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Timeout`] when the wait runs out (at once with [`no_wait`](Self::no_wait));
+    /// - [`Error::InvalidName`] / [`Error::InvalidArgument`] for bad input, before any store call;
+    /// - [`Error::Unsupported`] for `fair` or `reentrant` on a store without them;
+    /// - store errors ([`Error::Unavailable`], …).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future while it waits leaves no lock held; if it is dropped
+    /// while the store is granting the lock, the lock is released at once where the backend
+    /// can tell, and in any case expires within its TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let locks = dlock::connect("memory://acquire-doc").await?;
+    /// let held = locks.mutex("a").acquire().await?;
+    /// let err = locks.mutex("a").wait(Duration::from_millis(20)).acquire().await.unwrap_err();
+    /// assert!(matches!(err, dlock::Error::Timeout { .. }));
+    /// # drop(held);
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(self) -> Result<MutexGuard> {
+        let name = self.name.clone();
+        match self.run(WaitSpec::Forever).await? {
+            Ok(guard) => Ok(guard),
+            Err(waited) => Err(Error::Timeout { name, waited }),
+        }
+    }
+
+    /// Acquires the lock if it is free (or frees up within the configured wait, which defaults
+    /// to none); `Ok(None)` when it is held elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), except that a busy lock is `Ok(None)`, not a timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://try-doc").await?;
+    /// let first = locks.mutex("b").try_acquire().await?;
+    /// assert!(first.is_some());
+    /// assert!(locks.mutex("b").try_acquire().await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(self) -> Result<Option<MutexGuard>> {
+        Ok(self.run(WaitSpec::No).await?.ok())
+    }
+}
+
+/// A held exclusive lock.
+///
+/// It carries the hold's [fencing token](Self::fence) and [lost signal](Self::lost). Release it
+/// with [`release`](Self::release) to see errors; dropping it releases in the background on the
+/// runtime it was acquired on (best effort: if that runtime is gone, the lease's TTL frees the
+/// lock). Owned, `Send` and `'static`: move it into tasks freely.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://guard-doc").await?;
+/// let guard = locks.mutex("orders/7").acquire().await?;
+/// tokio::select! {
+///     () = guard.lost() => { /* the lease is gone: stop touching the resource */ }
+///     () = async { /* work, passing guard.fence() to every write */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[clippy::has_significant_drop]
+#[must_use = "if unused the lock will immediately be released"]
+pub struct MutexGuard {
+    held: HeldLease,
+}
+
+impl MutexGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        self.held.name()
+    }
+
+    /// This hold's fencing token: strictly greater than every earlier holder's.
+    pub fn fence(&self) -> FencingToken {
+        self.held.fence()
+    }
+
+    /// Completes when the lock is lost (lease expired, renewal refused, lock broken, store
+    /// session gone), or at once if it already was. It also completes after release.
+    pub fn lost(&self) -> Lost<'_> {
+        self.held.lost()
+    }
+
+    /// An owned token cancelled when the lock is lost, for tasks that outlive a borrow of the
+    /// guard. Cancelling it yourself does not affect the lock.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.held.lost_token()
+    }
+
+    /// Whether the lock is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.held.is_lost()
+    }
+
+    /// Makes the lease last at least `ttl` from now, if the lock is still ours (it never
+    /// shortens a lease).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwned`] when the lock was lost (the lost signal then fires);
+    /// [`Error::InvalidArgument`] for a TTL out of range; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if dropped, the lease is either extended or not, and the keeper's deadline
+    /// stays the conservative one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let locks = dlock::connect("memory://extend-doc").await?;
+    /// let guard = locks.mutex("c").ttl(Duration::from_secs(1)).acquire().await?;
+    /// guard.extend(Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.held.extend(ttl).await
+    }
+
+    /// Releases the lock (one hold count for a reentrant lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwned`] when the lock had already been lost (expired, broken, taken over):
+    /// whatever was done under it since may have overlapped another holder. Store errors
+    /// otherwise; the lease then expires within its TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a dropped release may or may not have reached the
+    /// store; the lock is then freed by its TTL at the latest.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://release-doc").await?;
+    /// locks.mutex("d").acquire().await?.release().await?;
+    /// assert!(locks.inspect("d").await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await
+    }
+}

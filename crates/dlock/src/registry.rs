@@ -1,0 +1,58 @@
+//! URL scheme → backend: the one place `connect` learns which stores this build has.
+
+use crate::error::{Error, Result, redact_url};
+use crate::locks::Locks;
+
+/// Every scheme dlock knows, with the cargo feature that enables it.
+const KNOWN: &[(&str, &str)] = &[
+    ("memory", "(always on)"),
+    ("sqlite", "sqlite"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redlock", "redlock"),
+    ("zk", "zookeeper"),
+    ("etcd", "etcd"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
+];
+
+/// The schemes this build can connect to.
+pub fn enabled_schemes() -> Vec<&'static str> {
+    #[allow(unused_mut)] // extended by each enabled feature
+    let mut schemes = crate::memory::MEMORY_SCHEMES.to_vec();
+    #[cfg(feature = "sqlite")]
+    schemes.extend_from_slice(crate::sqlite::SQLITE_SCHEMES);
+    schemes
+}
+
+pub(crate) async fn connect(url: &str) -> Result<Locks> {
+    let invalid = |reason: String| Error::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let Some((scheme, _rest)) = url.split_once("://") else {
+        return Err(invalid(
+            "expected SCHEME://…, e.g. sqlite:///var/lib/app/locks.db or memory://".into(),
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    match scheme.as_str() {
+        "memory" => Ok(Locks::new(crate::memory::MemoryBackend::from_url(url))),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Locks::new(
+            crate::sqlite::SqliteBackend::connect_url(url).await?,
+        )),
+        other => match KNOWN.iter().find(|(known, _)| *known == other) {
+            Some((_, feature)) => Err(invalid(format!(
+                "the {other} backend is not part of this build (cargo feature `{feature}`); enabled: {}",
+                enabled_schemes().join(", ")
+            ))),
+            None => Err(invalid(format!(
+                "unknown scheme {other:?}; enabled: {}",
+                enabled_schemes().join(", ")
+            ))),
+        },
+    }
+}

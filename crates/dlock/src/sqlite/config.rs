@@ -1,0 +1,169 @@
+//! Options of the SQLite backend and how they are read from a URL.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result, redact_url};
+
+/// Options of the SQLite backend; every field has a default.
+///
+/// # Examples
+///
+/// ```
+/// use dlock::sqlite::SqliteConfig;
+/// let config = SqliteConfig::from_url("sqlite:///var/lib/app/locks.db?busy_timeout=2s").unwrap();
+/// assert_eq!(config.path, std::path::PathBuf::from("/var/lib/app/locks.db"));
+/// assert_eq!(config.busy_timeout, std::time::Duration::from_secs(2));
+/// ```
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+#[serde(default)]
+pub struct SqliteConfig {
+    /// The database file, shared by every process that locks through it. Default: `dlock.db`.
+    pub path: PathBuf,
+    /// How long a statement waits for another process's write transaction before failing with
+    /// [`Error::Unavailable`] (URL `busy_timeout`). Default: 5 s.
+    pub busy_timeout: Duration,
+    /// First delay when polling for a lock held by another process (URL `poll_min`).
+    /// Waiters in the same process are woken at once instead. Default: 2 ms.
+    pub poll_min: Duration,
+    /// Largest polling delay (URL `poll_max`); delays double from `poll_min` with jitter.
+    /// Default: 100 ms.
+    pub poll_max: Duration,
+    /// Create missing parent directories of `path` (URL `create_dirs=true`). Default: false.
+    pub create_dirs: bool,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        SqliteConfig {
+            path: PathBuf::from("dlock.db"),
+            busy_timeout: Duration::from_secs(5),
+            poll_min: Duration::from_millis(2),
+            poll_max: Duration::from_millis(100),
+            create_dirs: false,
+        }
+    }
+}
+
+impl fmt::Debug for SqliteConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteConfig")
+            .field("path", &self.path)
+            .field("busy_timeout", &self.busy_timeout)
+            .field("poll_min", &self.poll_min)
+            .field("poll_max", &self.poll_max)
+            .field("create_dirs", &self.create_dirs)
+            .finish()
+    }
+}
+
+impl SqliteConfig {
+    /// Reads `sqlite://PATH[?option=value&…]`: `sqlite:///abs/locks.db` (three slashes for an
+    /// absolute path) or `sqlite://relative/locks.db`. Options: `busy_timeout`, `poll_min`,
+    /// `poll_max` (durations such as `250ms`, `5s`) and `create_dirs` (`true`/`false`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] for another scheme, an empty path, an unknown option or a bad value.
+    pub fn from_url(url: &str) -> Result<SqliteConfig> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: redact_url(url),
+            reason,
+        };
+        let rest = url
+            .strip_prefix("sqlite://")
+            .ok_or_else(|| invalid("expected sqlite://PATH".into()))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
+            return Err(invalid(
+                "missing database path: use sqlite:///absolute/path.db or sqlite://relative.db"
+                    .into(),
+            ));
+        }
+        if path.contains('\0') {
+            return Err(invalid("path contains a NUL byte".into()));
+        }
+        let mut config = SqliteConfig {
+            path: PathBuf::from(path),
+            ..SqliteConfig::default()
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let duration = || {
+                humantime::parse_duration(value)
+                    .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 250ms or 5s)")))
+            };
+            match key {
+                "busy_timeout" => config.busy_timeout = duration()?,
+                "poll_min" => config.poll_min = duration()?,
+                "poll_max" => config.poll_max = duration()?,
+                "create_dirs" => {
+                    config.create_dirs = match value {
+                        "true" | "1" | "" => true,
+                        "false" | "0" => false,
+                        _ => {
+                            return Err(invalid(format!(
+                                "option create_dirs={value:?}: expected true or false"
+                            )));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "unknown option {key:?} (known: busy_timeout, poll_min, poll_max, create_dirs)"
+                    )));
+                }
+            }
+        }
+        config.validate().map_err(|e| invalid(e.to_string()))?;
+        Ok(config)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return Err(Error::invalid_argument(
+                "poll_min/poll_max",
+                "need 0 < poll_min <= poll_max",
+            ));
+        }
+        if self.busy_timeout > Duration::from_secs(3600) {
+            return Err(Error::invalid_argument("busy_timeout", "above one hour"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_paths_and_options() {
+        let c = SqliteConfig::from_url("sqlite://rel/x.db?poll_min=1ms&poll_max=20ms&create_dirs")
+            .unwrap();
+        assert_eq!(c.path, PathBuf::from("rel/x.db"));
+        assert_eq!(c.poll_min, Duration::from_millis(1));
+        assert_eq!(c.poll_max, Duration::from_millis(20));
+        assert!(c.create_dirs);
+    }
+
+    #[test]
+    fn rejects_bad_urls() {
+        for url in [
+            "sqlite://",
+            "sqlite://?busy_timeout=1s",
+            "sqlite:///x.db?bogus=1",
+            "sqlite:///x.db?busy_timeout=soon",
+            "sqlite:///x.db?poll_min=1s&poll_max=1ms",
+            "sqlite:///x.db?create_dirs=maybe",
+            "mysql://x",
+        ] {
+            assert!(
+                matches!(SqliteConfig::from_url(url), Err(Error::InvalidUrl { .. })),
+                "{url}"
+            );
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The lock table, created on first use, and the checks that a file is dlock's.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use super::error::Error;
+
+/// Bumped when the table layout changes; a file with another version is refused.
+pub(crate) const SCHEMA_VERSION: &str = "1";
+
+const CREATE: &str = "
+CREATE TABLE dlock_meta (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE dlock_locks (
+    name        TEXT PRIMARY KEY NOT NULL,  -- case-sensitive (BINARY collation)
+    fence       INTEGER NOT NULL,           -- only ever incremented: rows are never deleted
+    token       TEXT,                       -- holder's token; NULL when free
+    holds       INTEGER NOT NULL DEFAULT 0, -- reentrant hold count
+    expires_at  INTEGER NOT NULL DEFAULT 0, -- unix ms
+    acquired_at INTEGER NOT NULL DEFAULT 0, -- unix ms
+    owner_label TEXT,
+    host        TEXT,
+    pid         INTEGER
+) WITHOUT ROWID;
+";
+
+/// Every column the backend reads or writes, probed on open so a foreign table of the same
+/// name is reported instead of failing later.
+const PROBE: &str = "SELECT name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid FROM dlock_locks LIMIT 0";
+
+/// Creates the tables in an empty database, or checks that an existing one is dlock's.
+pub(crate) fn ensure(conn: &mut Connection, path: &Path) -> Result<(), Error> {
+    let sqlite = Error::sqlite;
+    let not_dlock = |detail: String| Error::NotDlock {
+        path: path.to_owned(),
+        detail,
+    };
+    // IMMEDIATE: processes opening a new file at once create the tables exactly once.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite(path))?;
+    let tables: Vec<String> = {
+        let mut stmt = tx
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .map_err(sqlite(path))?;
+        let rows = stmt.query_map([], |row| row.get(0)).map_err(sqlite(path))?;
+        rows.collect::<Result<_, _>>().map_err(sqlite(path))?
+    };
+    if tables.iter().any(|t| t == "dlock_meta") {
+        let version: Option<String> = tx
+            .query_row(
+                "SELECT value FROM dlock_meta WHERE key = 'schema'",
+                [],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|_| not_dlock("dlock_meta table has an unexpected shape".into()))?;
+        match version.as_deref() {
+            Some(SCHEMA_VERSION) => {}
+            Some(other) => {
+                return Err(not_dlock(format!(
+                    "schema version {other}, this dlock reads {SCHEMA_VERSION}"
+                )));
+            }
+            None => return Err(not_dlock("dlock_meta has no schema version".into())),
+        }
+        tx.execute_batch(PROBE)
+            .map_err(|e| not_dlock(format!("dlock_locks table has the wrong shape: {e}")))?;
+    } else if !tables.is_empty() {
+        return Err(not_dlock(format!(
+            "the database belongs to another application (tables: {})",
+            tables.join(", ")
+        )));
+    } else {
+        tx.execute_batch(CREATE).map_err(sqlite(path))?;
+        tx.execute(
+            "INSERT INTO dlock_meta (key, value) VALUES ('schema', ?1)",
+            [SCHEMA_VERSION],
+        )
+        .map_err(sqlite(path))?;
+    }
+    tx.commit().map_err(sqlite(path))
+}

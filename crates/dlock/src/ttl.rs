@@ -1,0 +1,96 @@
+//! Limits on lease lengths and waits, checked before anything reaches a store.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Wait;
+use crate::error::{Error, Result};
+
+/// The shortest lease accepted: below this no store round trip can renew it in time.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+/// The longest lease accepted (30 days). Longer holds use the watchdog, which renews a short
+/// lease for as long as the guard lives.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The lease the watchdog keeps renewing when no TTL is given (Redisson's default too).
+pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+
+/// Checks a lease length against [`MIN_TTL`] and [`MAX_TTL`].
+pub(crate) fn validate_ttl(what: &'static str, ttl: Duration) -> Result<Duration> {
+    if ttl.is_zero() {
+        return Err(Error::invalid_argument(what, "must be greater than zero"));
+    }
+    if ttl < MIN_TTL {
+        return Err(Error::invalid_argument(
+            what,
+            format!("{ttl:?} is below the minimum of {MIN_TTL:?}"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid_argument(
+            what,
+            format!("{ttl:?} is above the maximum of 30 days; use the watchdog for long holds"),
+        ));
+    }
+    Ok(ttl)
+}
+
+/// How long a caller is willing to wait, before it is turned into a deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitSpec {
+    No,
+    For(Duration),
+    Forever,
+}
+
+impl WaitSpec {
+    /// Turns the wait into a deadline on tokio's clock.
+    pub(crate) fn to_wait(self) -> Result<Wait> {
+        match self {
+            WaitSpec::No => Ok(Wait::No),
+            WaitSpec::Forever => Ok(Wait::Forever),
+            WaitSpec::For(d) if d.is_zero() => Ok(Wait::No),
+            WaitSpec::For(d) => Instant::now()
+                .checked_add(d)
+                .map(Wait::Until)
+                .ok_or_else(|| {
+                    Error::invalid_argument(
+                        "wait",
+                        format!(
+                            "{d:?} overflows the clock; use the default (wait forever) instead"
+                        ),
+                    )
+                }),
+        }
+    }
+
+    pub(crate) fn duration(self) -> Duration {
+        match self {
+            WaitSpec::No => Duration::ZERO,
+            WaitSpec::For(d) => d,
+            WaitSpec::Forever => Duration::MAX,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(validate_ttl("ttl", Duration::ZERO).is_err());
+        assert!(validate_ttl("ttl", Duration::from_millis(9)).is_err());
+        assert!(validate_ttl("ttl", MIN_TTL).is_ok());
+        assert!(validate_ttl("ttl", MAX_TTL).is_ok());
+        assert!(validate_ttl("ttl", MAX_TTL + Duration::from_secs(1)).is_err());
+    }
+
+    #[tokio::test]
+    async fn overflowing_wait_is_an_error() {
+        assert!(WaitSpec::For(Duration::MAX).to_wait().is_err());
+        assert_eq!(WaitSpec::For(Duration::ZERO).to_wait().unwrap(), Wait::No);
+    }
+}

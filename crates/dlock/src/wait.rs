@@ -1,0 +1,167 @@
+//! Waiting for a held lock: the store's native wake-up first, jittered polling as the fallback.
+//!
+//! Backends call [`acquire_loop`] with two closures: one non-blocking attempt, and one that
+//! subscribes to the store's "something changed" signal. The subscription is taken *before*
+//! each attempt, so a release that lands between a failed attempt and the wait is never missed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use rand::Rng;
+
+use crate::backend::{Lease, Wait};
+use crate::error::Result;
+
+/// The result of one non-blocking acquisition attempt.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Attempt {
+    /// The lock is ours.
+    Acquired(Arc<dyn Lease>),
+    /// Held elsewhere; `free_in` is the holder's remaining lease when the store knows it, so a
+    /// waiter also wakes when the holder's TTL runs out.
+    Busy {
+        /// Time until the current lease expires, if known.
+        free_in: Option<Duration>,
+    },
+}
+
+/// Polling schedule for stores whose wake-up does not cover every case (for SQLite: other
+/// processes). Delays double from `min` to `max`, each with ±50 % jitter so waiters spread out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Backoff {
+    /// First delay.
+    pub min: Duration,
+    /// Largest delay.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// A schedule from `min` to `max`.
+    pub const fn new(min: Duration, max: Duration) -> Backoff {
+        Backoff { min, max }
+    }
+
+    fn jittered(delay: Duration) -> Duration {
+        let factor = rand::rng().random_range(0.5..1.5);
+        delay.mul_f64(factor)
+    }
+}
+
+/// Upper bound on one sleep when a store gives no other hint; long waits are cut into these
+/// slices so a clock or lease change is noticed.
+const IDLE_SLICE: Duration = Duration::from_secs(1);
+
+/// Runs `attempt` until it acquires or the wait runs out. `subscribe` returns a future that
+/// completes when the lock may have become free (a release by a waiter's neighbour, a pub/sub
+/// message, a watch); `poll` is `Some` when that signal can miss releases and polling must
+/// back it up.
+///
+/// Returns `Ok(None)` when the wait ran out.
+///
+/// # Cancel safety
+///
+/// Cancel safe if `attempt` is: dropping the loop between attempts holds nothing.
+pub async fn acquire_loop<A, AF, S, SF>(
+    wait: Wait,
+    poll: Option<Backoff>,
+    mut attempt: A,
+    mut subscribe: S,
+) -> Result<Option<Arc<dyn Lease>>>
+where
+    A: FnMut() -> AF,
+    AF: Future<Output = Result<Attempt>>,
+    S: FnMut() -> SF,
+    SF: Future<Output = ()>,
+{
+    let deadline = wait.deadline();
+    let mut delay = poll.map(|p| p.min);
+    loop {
+        let woken = subscribe();
+        let free_in = match attempt().await? {
+            Attempt::Acquired(lease) => return Ok(Some(lease)),
+            Attempt::Busy { free_in } => free_in,
+        };
+        let now = Instant::now();
+        let remaining = match deadline {
+            Some(at) if at <= now => return Ok(None),
+            Some(at) => Some(at - now),
+            None => None,
+        };
+        // Sleep no longer than: the poll delay, the holder's lease (+1 ms so it has expired),
+        // the caller's deadline, and an idle slice.
+        let mut sleep = IDLE_SLICE;
+        if let Some(d) = delay {
+            sleep = sleep.min(Backoff::jittered(d));
+        }
+        if let Some(f) = free_in {
+            sleep = sleep.min(f + Duration::from_millis(1));
+        }
+        if let Some(r) = remaining {
+            sleep = sleep.min(r);
+        }
+        tokio::select! {
+            () = woken => {
+                delay = poll.map(|p| p.min);
+            }
+            () = tokio::time::sleep(sleep) => {
+                if let (Some(d), Some(p)) = (delay, poll) {
+                    delay = Some((d * 2).min(p.max));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test(start_paused = true)]
+    async fn no_wait_tries_once() {
+        let calls = AtomicU32::new(0);
+        let got = acquire_loop(
+            Wait::No,
+            None,
+            || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(Attempt::Busy { free_in: None })
+            },
+            || std::future::pending::<()>(),
+        )
+        .await
+        .unwrap();
+        assert!(got.is_none());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn polls_with_backoff_until_deadline() {
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let got = acquire_loop(
+            Wait::Until(Instant::now() + Duration::from_secs(2)),
+            Some(Backoff::new(
+                Duration::from_millis(10),
+                Duration::from_millis(200),
+            )),
+            || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(Attempt::Busy { free_in: None })
+            },
+            || std::future::pending::<()>(),
+        )
+        .await
+        .unwrap();
+        assert!(got.is_none());
+        let n = calls.load(Ordering::SeqCst);
+        // Doubling from 10 ms to 200 ms over 2 s: far fewer attempts than fixed 10 ms polling.
+        assert!(n > 5 && n < 60, "{n} attempts");
+        assert!(start.elapsed() >= Duration::from_secs(2));
+    }
+}
