@@ -1,1 +1,14 @@
-//! test kit
+//! Test kit for dlock: the real-server harness, the fixtures, the conformance suite every
+//! backend must pass, and helpers to drive the `dlock` CLI as a cross-process lock taker.
+//!
+//! NB: this crate is for dlock's own tests and for third-party backends that want to prove
+//! themselves against the same suite. It is not a stable part of dlock's API: breaking changes
+//! may come in any release.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod cli;
+pub mod conformance;
+pub mod fixture;
+pub mod server;
+
+pub use fixture::{Fixture, MemoryFixture, SqliteFixture};

@@ -188,7 +188,9 @@ impl Locks {
         MutexBuilder::new(self.clone(), name.into())
     }
 
-    pub(crate) fn backend(&self) -> &DynBackend {
+    /// The backend behind this client: the implementor side, for layers and for tests of the
+    /// [`Backend`] contract. Locks taken through it bypass validation and the lease keeper.
+    pub fn backend(&self) -> &DynBackend {
         &self.inner.backend
     }
 

@@ -392,7 +392,7 @@ impl Backend for SqliteBackend {
                     let path = shared.path().to_owned();
                     let tried = shared
                         .worker
-                        .call(
+                        .call_undoable(
                             move |conn| try_once(conn, &job_request),
                             // The caller gave up while we were acquiring: let go at once.
                             move |conn, tried| {
@@ -487,22 +487,19 @@ impl MonitorStore for SqliteBackend {
         let row = self
             .shared
             .worker
-            .call(
-                move |conn| {
-                    let now = now_ms();
-                    conn.query_row(
-                        &format!(
-                            "SELECT {INFO_COLUMNS} FROM dlock_locks
+            .call(move |conn| {
+                let now = now_ms();
+                conn.query_row(
+                    &format!(
+                        "SELECT {INFO_COLUMNS} FROM dlock_locks
                              WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2"
-                        ),
-                        params![name, now],
-                        info_row,
-                    )
-                    .optional()
-                    .map(|row| row.map(|row| to_info(row, now)))
-                },
-                |_, _| {},
-            )
+                    ),
+                    params![name, now],
+                    info_row,
+                )
+                .optional()
+                .map(|row| row.map(|row| to_info(row, now)))
+            })
             .await?
             .map_err(Error::sqlite(&path))?;
         Ok(row)
@@ -521,21 +518,18 @@ impl MonitorStore for SqliteBackend {
         let locks = self
             .shared
             .worker
-            .call(
-                move |conn| -> rusqlite::Result<Vec<LockInfo>> {
-                    let now = now_ms();
-                    // The primary key orders by name, so each page is a range scan from the cursor.
-                    let mut stmt = conn.prepare_cached(&format!(
-                        "SELECT {INFO_COLUMNS} FROM dlock_locks
+            .call(move |conn| -> rusqlite::Result<Vec<LockInfo>> {
+                let now = now_ms();
+                // The primary key orders by name, so each page is a range scan from the cursor.
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT {INFO_COLUMNS} FROM dlock_locks
                          WHERE name >= ?1 AND name > ?2 AND substr(name, 1, length(?1)) = ?1
                            AND token IS NOT NULL AND expires_at > ?3
                          ORDER BY name LIMIT ?4"
-                    ))?;
-                    let rows = stmt.query_map(params![prefix, cursor, now, limit], info_row)?;
-                    rows.map(|row| row.map(|row| to_info(row, now))).collect()
-                },
-                |_, _| {},
-            )
+                ))?;
+                let rows = stmt.query_map(params![prefix, cursor, now, limit], info_row)?;
+                rows.map(|row| row.map(|row| to_info(row, now))).collect()
+            })
             .await?
             .map_err(Error::sqlite(&path))?;
         let full = i64::try_from(locks.len()).unwrap_or(i64::MAX) >= limit;
@@ -553,16 +547,13 @@ impl MonitorStore for SqliteBackend {
         let changed = self
             .shared
             .worker
-            .call(
-                move |conn| {
-                    conn.execute(
-                        "UPDATE dlock_locks SET token = NULL, holds = 0, expires_at = 0
+            .call(move |conn| {
+                conn.execute(
+                    "UPDATE dlock_locks SET token = NULL, holds = 0, expires_at = 0
                          WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2",
-                        params![job_name, now_ms()],
-                    )
-                },
-                |_, _| {},
-            )
+                    params![job_name, now_ms()],
+                )
+            })
             .await?
             .map_err(Error::sqlite(&path))?;
         if changed > 0 {
@@ -603,17 +594,14 @@ impl Lease for SqliteLease {
         let changed = self
             .shared
             .worker
-            .call(
-                move |conn| {
-                    let now = now_ms();
-                    conn.execute(
-                        "UPDATE dlock_locks SET expires_at = MAX(expires_at, ?4 + ?5)
+            .call(move |conn| {
+                let now = now_ms();
+                conn.execute(
+                    "UPDATE dlock_locks SET expires_at = MAX(expires_at, ?4 + ?5)
                          WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_at > ?4",
-                        params![name, token, fence, now, ttl_ms],
-                    )
-                },
-                |_, _| {},
-            )
+                    params![name, token, fence, now, ttl_ms],
+                )
+            })
             .await?
             .map_err(Error::sqlite(self.shared.path()))?;
         if changed == 0 {
@@ -627,7 +615,7 @@ impl Lease for SqliteLease {
         let left = self
             .shared
             .worker
-            .call(move |conn| release(conn, &name, &token, fence), |_, _| {})
+            .call(move |conn| release(conn, &name, &token, fence))
             .await?
             .map_err(Error::sqlite(self.shared.path()))?;
         match left {

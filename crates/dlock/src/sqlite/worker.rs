@@ -10,10 +10,36 @@ use tokio::sync::oneshot;
 use super::error::Error;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+type UndoFn<T> = Box<dyn FnOnce(&mut Connection, T) + Send>;
 
 #[derive(Debug)]
 pub(crate) struct Worker {
     jobs: mpsc::Sender<Job>,
+}
+
+/// A result that undoes itself on the worker if nobody takes it: the caller's future was
+/// dropped before or after the reply was sent, and the acquisition it carries would otherwise
+/// stay held until its TTL.
+struct Undoable<T: Send + 'static> {
+    value: Option<T>,
+    undo: Option<UndoFn<T>>,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl<T: Send + 'static> Undoable<T> {
+    fn take(mut self) -> Option<T> {
+        self.undo = None;
+        self.value.take()
+    }
+}
+
+impl<T: Send + 'static> Drop for Undoable<T> {
+    fn drop(&mut self) {
+        if let (Some(value), Some(undo)) = (self.value.take(), self.undo.take()) {
+            // If the worker is gone the connection is closed and nothing is left to undo.
+            let _ = self.jobs.send(Box::new(move |conn| undo(conn, value)));
+        }
+    }
 }
 
 impl Worker {
@@ -34,23 +60,46 @@ impl Worker {
         Ok(Worker { jobs })
     }
 
-    /// Runs `job` on the connection. If the caller is gone by the time the job finishes,
-    /// `abandoned` gets the result (to undo an acquisition nobody will release).
-    pub(crate) async fn call<T, F, A>(&self, job: F, abandoned: A) -> Result<T, Error>
+    /// Runs `job` on the connection.
+    pub(crate) async fn call<T, F>(&self, job: F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> T + Send + 'static,
-        A: FnOnce(&mut Connection, T) + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Box::new(move |conn| {
-                let result = job(conn);
-                if let Err(result) = reply.send(result) {
-                    abandoned(conn, result);
-                }
+                let _ = reply.send(job(conn));
             }))
             .map_err(|_| Error::WorkerGone)?;
         answer.await.map_err(|_| Error::WorkerGone)
+    }
+
+    /// Runs `job`; if the caller is gone by the time the result would reach it, `undo` runs on
+    /// the connection with that result.
+    pub(crate) async fn call_undoable<T, F, U>(&self, job: F, undo: U) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> T + Send + 'static,
+        U: FnOnce(&mut Connection, T) + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let jobs = self.jobs.clone();
+        self.jobs
+            .send(Box::new(move |conn| {
+                let result = Undoable {
+                    value: Some(job(conn)),
+                    undo: Some(Box::new(undo)),
+                    jobs,
+                };
+                // On failure the result comes back and is dropped here, which queues the undo.
+                let _ = reply.send(result);
+            }))
+            .map_err(|_| Error::WorkerGone)?;
+        answer
+            .await
+            .map_err(|_| Error::WorkerGone)?
+            .take()
+            .ok_or(Error::WorkerGone)
     }
 }

@@ -1,1 +1,16 @@
-fn main() {}
+//! The conformance suite on every backend this build enables.
+//!
+//! `cargo test -p dlock --test conformance -- sqlite::` runs one backend;
+//! `-- --ignored` lists nothing useful: ignored trials are the unsupported ones.
+
+use std::sync::Arc;
+
+use dlock_testkit::conformance;
+use dlock_testkit::fixture::{Fixture, MemoryFixture};
+
+fn main() {
+    let mut fixtures: Vec<Arc<dyn Fixture>> = vec![MemoryFixture::new()];
+    #[cfg(feature = "sqlite")]
+    fixtures.push(dlock_testkit::fixture::SqliteFixture::new().expect("temp dir for SQLite"));
+    conformance::main(fixtures)
+}

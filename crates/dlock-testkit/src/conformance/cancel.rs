@@ -1,0 +1,63 @@
+//! Cancellation: a dropped acquire future never strands a lock.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use rand::Rng;
+
+use super::{Ctx, Needs, cases};
+
+cases!["cancel",
+    Needs::Any =>
+        dropping_a_waiting_acquire_leaves_nothing_held,
+        dropping_an_acquire_at_any_point_leaves_nothing_held
+];
+
+async fn dropping_a_waiting_acquire_leaves_nothing_held(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b, c) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
+    let name = cx.name("waited");
+    let holder = a.mutex(&name).acquire().await?;
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move { b.mutex(&name).ttl(Duration::from_secs(600)).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiter.abort();
+    ensure!(
+        waiter.await.is_err_and(|e| e.is_cancelled()),
+        "waiter finished instead of being cancelled"
+    );
+    holder.release().await?;
+    // If the cancelled waiter had taken the lock, it would hold it for 600 s.
+    let next = c
+        .mutex(&name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    next.release().await?;
+    Ok(())
+}
+
+async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("raced");
+    let mut dropped = 0;
+    for _ in 0..40 {
+        let after = Duration::from_micros(rand::rng().random_range(0..3000));
+        let attempt = a.mutex(&name).ttl(Duration::from_secs(600)).acquire();
+        match tokio::time::timeout(after, attempt).await {
+            Ok(guard) => guard?.release().await?,
+            Err(_) => dropped += 1,
+        }
+        // Whatever point the drop hit, the lock must be free again well inside its 600 s TTL.
+        let check = b
+            .mutex(&name)
+            .ttl(Duration::from_secs(600))
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await?;
+        check.release().await?;
+    }
+    tracing::debug!(dropped, "acquire futures dropped mid-flight");
+    Ok(())
+}

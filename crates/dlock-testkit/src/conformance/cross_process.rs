@@ -1,0 +1,157 @@
+//! Cross-process cases, driven through the real `dlock` CLI as lock taker.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+
+use crate::cli::{Holder, dlock_binary};
+
+use super::{Ctx, Needs, cases};
+
+cases!["process",
+    Needs::CrossProcess =>
+        mutual_exclusion_across_processes,
+        lock_held_by_another_process_is_busy,
+        killed_holder_process_is_recovered_within_its_lease,
+        holder_process_releases_on_exit
+];
+
+async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 10;
+    let url = cx.url()?;
+    let name = cx.name("counter");
+    let dir = tempfile::tempdir()?;
+    let counter = dir.path().join("counter");
+    std::fs::write(&counter, "0")?;
+    let dlock = dlock_binary()?;
+    // Read, pause, write back: any overlap of two holders loses an update.
+    let increment = format!(
+        "n=$(cat '{c}'); sleep 0.01; echo $((n + 1)) > '{c}'",
+        c = counter.display()
+    );
+    let script = format!(
+        "for i in $(seq {ROUNDS}); do '{bin}' --url \"$URL\" run --wait 60s \"$NAME\" -- sh -c \"$STEP\" || exit 1; done",
+        bin = dlock.display()
+    );
+    let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let children: Vec<_> = (0..PROCESSES)
+            .map(|_| {
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(&script)
+                    .env("URL", &url)
+                    .env("NAME", &name)
+                    .env("STEP", &increment)
+                    .spawn()
+            })
+            .collect::<Result<_, _>>()?;
+        for mut child in children {
+            let status = child.wait()?;
+            ensure!(status.success(), "a dlock run loop failed: {status}");
+        }
+        Ok(())
+    })
+    .await?;
+    outcome?;
+    let total: usize = std::fs::read_to_string(&counter)?.trim().parse()?;
+    ensure!(
+        total == PROCESSES * ROUNDS,
+        "lost updates: counter is {total}, expected {}",
+        PROCESSES * ROUNDS
+    );
+    Ok(())
+}
+
+async fn lock_held_by_another_process_is_busy(cx: Ctx) -> anyhow::Result<()> {
+    let url = cx.url()?;
+    let name = cx.name("held");
+    let holder = tokio::task::spawn_blocking({
+        let (url, name) = (url.clone(), name.clone());
+        move || Holder::start(&url, &name, &[])
+    })
+    .await??;
+    let locks = cx.locks().await?;
+    ensure!(
+        locks.mutex(&name).try_acquire().await?.is_none(),
+        "got a lock held by another process"
+    );
+    if locks.info().capabilities.monitor {
+        let info = locks
+            .inspect(&name)
+            .await?
+            .context("held lock not inspected")?;
+        ensure!(
+            info.owner.pid == holder.child.id(),
+            "owner pid {} vs {}",
+            info.owner.pid,
+            holder.child.id()
+        );
+        ensure!(info.fence.get() == holder.fence);
+    }
+    let busy = tokio::task::spawn_blocking({
+        let (url, name) = (url.clone(), name.clone());
+        move || {
+            crate::cli::dlock_command(&url)?
+                .args(["run", "--no-wait", &name, "--", "true"])
+                .status()
+                .context("dlock run")
+        }
+    })
+    .await??;
+    ensure!(
+        busy.code() == Some(75),
+        "dlock run --no-wait on a held lock exited {busy}"
+    );
+    let code = tokio::task::spawn_blocking(move || holder.finish()).await??;
+    ensure!(code == 0, "dlock hold exited {code}");
+    Ok(())
+}
+
+async fn killed_holder_process_is_recovered_within_its_lease(cx: Ctx) -> anyhow::Result<()> {
+    let url = cx.url()?;
+    let name = cx.name("abandoned");
+    let mut holder = tokio::task::spawn_blocking({
+        let name = name.clone();
+        move || Holder::start(&url, &name, &["--ttl", "1s"])
+    })
+    .await??;
+    holder.kill()?;
+    let locks = cx.locks().await?;
+    let start = std::time::Instant::now();
+    let next = locks
+        .mutex(&name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    ensure!(
+        start.elapsed() < Duration::from_secs(5),
+        "recovery took {:?}",
+        start.elapsed()
+    );
+    ensure!(
+        next.fence().get() > holder.fence,
+        "fence did not increase after the takeover"
+    );
+    next.release().await?;
+    Ok(())
+}
+
+async fn holder_process_releases_on_exit(cx: Ctx) -> anyhow::Result<()> {
+    let url = cx.url()?;
+    let name = cx.name("released");
+    let holder = tokio::task::spawn_blocking({
+        let name = name.clone();
+        move || Holder::start(&url, &name, &["--ttl", "600s"])
+    })
+    .await??;
+    let code = tokio::task::spawn_blocking(move || holder.finish()).await??;
+    ensure!(code == 0, "dlock hold exited {code}");
+    let locks = cx.locks().await?;
+    ensure!(
+        locks.mutex(&name).try_acquire().await?.is_some(),
+        "lock still held after the holder exited"
+    );
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! Fencing tokens: strictly increasing per name across holders, clients and takeovers.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use dlock::FencingToken;
+
+use super::{Ctx, Needs, cases};
+
+cases!["fence",
+    Needs::Any =>
+        fence_increases_across_holders,
+        fence_increases_across_takeovers,
+        fences_of_different_names_are_independent;
+    Needs::Monitor =>
+        fence_increases_after_force_release
+];
+
+async fn fence_increases_across_holders(cx: Ctx) -> anyhow::Result<()> {
+    let clients = [cx.locks().await?, cx.locks().await?, cx.locks().await?];
+    let name = cx.name("fenced");
+    let mut fences: Vec<FencingToken> = Vec::new();
+    for round in 0..9 {
+        let guard = clients[round % 3].mutex(&name).acquire().await?;
+        fences.push(guard.fence());
+        guard.release().await?;
+    }
+    ensure!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    Ok(())
+}
+
+async fn fence_increases_across_takeovers(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("taken");
+    let mut last = a.mutex(&name).acquire().await?;
+    last.release().await.map_err(|e| anyhow::anyhow!(e))?;
+    let mut previous = FencingToken::new(0);
+    for round in 0..3 {
+        let client = if round % 2 == 0 { &a } else { &b };
+        last = client
+            .mutex(&name)
+            .ttl(Duration::from_millis(150))
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await?;
+        ensure!(
+            last.fence() > previous,
+            "{:?} after {:?}",
+            last.fence(),
+            previous
+        );
+        previous = last.fence();
+        // Not released: the next round takes the lock over when this lease expires.
+        std::mem::forget(last);
+    }
+    Ok(())
+}
+
+async fn fences_of_different_names_are_independent(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?;
+    let a = locks.mutex(cx.name("a")).acquire().await?;
+    let b = locks.mutex(cx.name("b")).acquire().await?;
+    // Each name starts its own sequence at the same point.
+    ensure!(a.fence() == b.fence(), "{:?} vs {:?}", a.fence(), b.fence());
+    Ok(())
+}
+
+async fn fence_increases_after_force_release(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("broken");
+    let broken = a.mutex(&name).acquire().await?;
+    ensure!(b.force_release(&name).await?, "force_release found nothing");
+    let next = b.mutex(&name).no_wait().acquire().await?;
+    ensure!(next.fence() > broken.fence());
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! The lost signal: fired when a hold is gone, whatever the cause.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use dlock::Error;
+
+use super::{Ctx, Needs, cases, expect_err};
+
+cases!["lost",
+    Needs::Any =>
+        lost_fires_when_the_lease_expires,
+        lost_does_not_fire_while_the_lease_is_valid;
+    Needs::Monitor =>
+        lost_fires_when_the_lock_is_broken
+];
+
+async fn lost_fires_when_the_lease_expires(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?;
+    let guard = locks
+        .mutex(cx.name("x"))
+        .ttl(Duration::from_millis(200))
+        .acquire()
+        .await?;
+    let token = guard.lost_token();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .context("lost signal did not fire")?;
+    ensure!(guard.is_lost() && token.is_cancelled());
+    expect_err!(guard.release().await, Error::NotOwned { .. });
+    Ok(())
+}
+
+async fn lost_does_not_fire_while_the_lease_is_valid(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?;
+    let guard = locks
+        .mutex(cx.name("x"))
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await?;
+    ensure!(
+        tokio::time::timeout(Duration::from_millis(500), guard.lost())
+            .await
+            .is_err(),
+        "lost fired on a valid lease"
+    );
+    guard.release().await?;
+    Ok(())
+}
+
+async fn lost_fires_when_the_lock_is_broken(cx: Ctx) -> anyhow::Result<()> {
+    let a = cx
+        .locks()
+        .await?
+        .with_watchdog_lease(Duration::from_millis(600))?;
+    let b = cx.locks().await?;
+    let name = cx.name("broken");
+    let guard = a.mutex(&name).acquire().await?;
+    ensure!(b.force_release(&name).await?);
+    // Within one lease: the next renewal is refused (or the store says so at once).
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .context("lost signal did not fire after the lock was broken")?;
+    expect_err!(
+        guard.extend(Duration::from_secs(1)).await,
+        Error::NotOwned { .. }
+    );
+    expect_err!(guard.release().await, Error::NotOwned { .. });
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! The conformance suite: one set of cases, written once as plain async functions over a
+//! [`Fixture`], run against every backend and registered by capability.
+//!
+//! Trials are named `<backend>::<area>::<case>`, so
+//! `cargo test -p dlock --test conformance -- sqlite::mutex::` runs one area of one backend.
+//! A case a backend cannot support is registered as ignored with kind `unsupported` (and
+//! fails if forced to run), and the reason is printed in a table before the run; a separate
+//! case then checks that the API answers [`dlock::Error::Unsupported`].
+
+mod cancel;
+mod cross_process;
+mod fence;
+mod lost;
+mod monitor;
+mod mutex;
+mod names;
+mod reentrant;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock::{Capabilities, Locks};
+use futures::future::BoxFuture;
+use libtest_mimic::{Arguments, Failed, Trial};
+
+use crate::fixture::Fixture;
+
+/// A case fails if it runs longer than this (a hang is a failure, not a stuck CI).
+const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What one case gets: the fixture and a unique name prefix, so all cases can share one store.
+#[derive(Clone)]
+pub struct Ctx {
+    fx: Arc<dyn Fixture>,
+    prefix: String,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("backend", &self.fx.backend())
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl Ctx {
+    /// A new client of the store under test.
+    pub async fn locks(&self) -> anyhow::Result<Locks> {
+        self.fx.connect().await
+    }
+
+    /// A lock name unique to this run of this case.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}/{suffix}", self.prefix)
+    }
+
+    /// This case's name prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The store's URL for other processes.
+    pub fn url(&self) -> anyhow::Result<String> {
+        self.fx
+            .url()
+            .ok_or_else(|| anyhow::anyhow!("{} has no cross-process URL", self.fx.backend()))
+    }
+}
+
+/// What a case needs from a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Every backend.
+    Any,
+    /// Reentrant locks.
+    Reentrant,
+    /// A backend *without* reentrant locks (to check the unsupported error).
+    NotReentrant,
+    /// A backend *without* fair locks (to check the unsupported error).
+    NotFair,
+    /// Inspection: inspect, list, force_release.
+    Monitor,
+    /// A backend *without* inspection (to check the unsupported error).
+    NotMonitor,
+    /// Locks visible to other processes, and a URL for them.
+    CrossProcess,
+}
+
+impl Needs {
+    fn unmet(self, caps: &Capabilities, fx: &dyn Fixture) -> Option<&'static str> {
+        match self {
+            Needs::Any => None,
+            Needs::Reentrant => (!caps.reentrant).then_some("no reentrant locks"),
+            Needs::NotReentrant => caps.reentrant.then_some("reentrant locks are supported"),
+            Needs::NotFair => caps.fair.then_some("fair locks are supported"),
+            Needs::Monitor => (!caps.monitor).then_some("no inspection"),
+            Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
+            Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())
+                .then_some("locks are local to one process"),
+        }
+    }
+}
+
+type CaseFn = fn(Ctx) -> BoxFuture<'static, anyhow::Result<()>>;
+
+/// One registered case.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// Area: `mutex`, `fence`, `lost`, …
+    pub area: &'static str,
+    /// Behaviour sentence in snake_case.
+    pub name: &'static str,
+    /// What the backend must support.
+    pub needs: Needs,
+    /// The case.
+    pub run: CaseFn,
+}
+
+/// Builds a [`Case`] list: `cases![area, needs => fn_a, fn_b; needs => fn_c]`.
+macro_rules! cases {
+    ($area:literal, $($needs:expr => $($case:ident),+);+ $(;)?) => {
+        pub(crate) fn cases() -> Vec<$crate::conformance::Case> {
+            vec![$($($crate::conformance::Case {
+                area: $area,
+                name: stringify!($case),
+                needs: $needs,
+                run: |cx| Box::pin($case(cx)),
+            },)+)+]
+        }
+    };
+}
+pub(crate) use cases;
+
+/// Asserts that a result is the given error variant: `expect_err!(result, Error::NotOwned { .. })`.
+macro_rules! expect_err {
+    ($result:expr, $pattern:pat) => {
+        match $result {
+            Err($pattern) => {}
+            Err(other) => anyhow::bail!(
+                "expected {} but got error {other:?} (line {})",
+                stringify!($pattern),
+                line!()
+            ),
+            Ok(_) => anyhow::bail!(
+                "expected {} but got Ok (line {})",
+                stringify!($pattern),
+                line!()
+            ),
+        }
+    };
+}
+pub(crate) use expect_err;
+
+/// Every case of the suite.
+pub fn all_cases() -> Vec<Case> {
+    [
+        mutex::cases(),
+        fence::cases(),
+        lost::cases(),
+        cancel::cases(),
+        reentrant::cases(),
+        monitor::cases(),
+        names::cases(),
+        cross_process::cases(),
+    ]
+    .concat()
+}
+
+/// A case skipped for a backend, with the reason.
+#[derive(Clone, Debug)]
+pub struct Skipped {
+    /// The trial name.
+    pub trial: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The trials of every case for one backend, plus the ones it cannot run and why.
+pub fn trials(fx: Arc<dyn Fixture>) -> (Vec<Trial>, Vec<Skipped>) {
+    let backend = fx.backend();
+    let caps = match probe_capabilities(&fx) {
+        Ok(caps) => caps,
+        Err(error) => {
+            let message = format!("{error:#}");
+            let trial = Trial::test(format!("{backend}::connect"), move || Err(message.into()));
+            return (vec![trial], Vec::new());
+        }
+    };
+    let mut trials = Vec::new();
+    let mut skipped = Vec::new();
+    for case in all_cases() {
+        let trial_name = format!("{backend}::{}::{}", case.area, case.name);
+        if let Some(reason) = case.needs.unmet(&caps, fx.as_ref()) {
+            let reason = format!("{backend}: {reason}");
+            skipped.push(Skipped {
+                trial: trial_name.clone(),
+                reason: reason.clone(),
+            });
+            trials.push(
+                Trial::test(trial_name, move || {
+                    Err(format!("unsupported: {reason}").into())
+                })
+                .with_ignored_flag(true)
+                .with_kind("unsupported"),
+            );
+            continue;
+        }
+        let fx = fx.clone();
+        trials.push(Trial::test(trial_name, move || run_case(fx, case)));
+    }
+    (trials, skipped)
+}
+
+fn probe_capabilities(fx: &Arc<dyn Fixture>) -> anyhow::Result<Capabilities> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async { Ok(fx.connect().await?.info().capabilities) })
+}
+
+fn run_case(fx: Arc<dyn Fixture>, case: Case) -> Result<(), Failed> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failed::from(e.to_string()))?;
+    let cx = Ctx {
+        prefix: format!(
+            "conformance/{}/{}/{}",
+            case.area,
+            case.name,
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ),
+        fx,
+    };
+    let outcome = rt.block_on(async { tokio::time::timeout(CASE_TIMEOUT, (case.run)(cx)).await });
+    rt.shutdown_timeout(Duration::from_secs(5));
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(format!("{error:#}").into()),
+        Err(_) => Err(format!("timed out after {CASE_TIMEOUT:?}").into()),
+    }
+}
+
+/// Runs the suite on `fixtures` as a test binary's `main` (`harness = false`): prints the table
+/// of unsupported cases to stderr, runs everything else, exits with libtest's status.
+pub fn main(fixtures: Vec<Arc<dyn Fixture>>) -> ! {
+    let args = Arguments::from_args();
+    let mut all = Vec::new();
+    let mut skipped = Vec::new();
+    for fx in fixtures {
+        let (trials, skips) = trials(fx);
+        all.extend(trials);
+        skipped.extend(skips);
+    }
+    if !skipped.is_empty() && !args.list {
+        eprintln!("unsupported (registered as ignored, not counted as passed):");
+        for skip in &skipped {
+            eprintln!("  skipped: {} — {}", skip.trial, skip.reason);
+        }
+    }
+    libtest_mimic::run(&args, all).exit()
+}

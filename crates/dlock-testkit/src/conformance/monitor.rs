@@ -1,0 +1,171 @@
+//! Inspection: inspect, list by prefix (paged), force-release.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use anyhow::ensure;
+use dlock::{Error, Owner};
+use futures::TryStreamExt;
+
+use super::{Ctx, Needs, cases, expect_err};
+
+cases!["monitor",
+    Needs::Monitor =>
+        inspect_shows_the_holder,
+        list_finds_held_locks_by_prefix,
+        list_pages_through_many_locks,
+        force_release_frees_the_lock;
+    Needs::NotMonitor =>
+        inspection_is_unsupported_error
+];
+
+async fn inspect_shows_the_holder(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?.with_label("conformance-holder")?;
+    let name = cx.name("inspected");
+    ensure!(
+        locks.inspect(&name).await?.is_none(),
+        "free lock inspected as held"
+    );
+    let before = SystemTime::now() - Duration::from_secs(2);
+    let guard = locks
+        .mutex(&name)
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await?;
+    let info = cx
+        .locks()
+        .await?
+        .inspect(&name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("held lock not found"))?;
+    let me = Owner::current();
+    ensure!(info.name == name);
+    ensure!(info.fence == guard.fence());
+    ensure!(
+        info.owner.label.as_deref() == Some("conformance-holder"),
+        "{:?}",
+        info.owner
+    );
+    ensure!(
+        info.owner.host == me.host && info.owner.pid == me.pid,
+        "{:?}",
+        info.owner
+    );
+    ensure!(info.holds == 1);
+    ensure!(
+        info.acquired_at >= before
+            && info.acquired_at <= SystemTime::now() + Duration::from_secs(2)
+    );
+    let left = info
+        .ttl_left
+        .ok_or_else(|| anyhow::anyhow!("no TTL reported"))?;
+    ensure!(
+        left <= Duration::from_secs(20) && left > Duration::from_secs(10),
+        "ttl_left {left:?}"
+    );
+    guard.release().await?;
+    ensure!(
+        locks.inspect(&name).await?.is_none(),
+        "released lock still inspected as held"
+    );
+    Ok(())
+}
+
+async fn list_finds_held_locks_by_prefix(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?;
+    let a1 = locks.mutex(cx.name("orders/1")).acquire().await?;
+    let _a2 = locks.mutex(cx.name("orders/2")).acquire().await?;
+    let _b = locks.mutex(cx.name("users/1")).acquire().await?;
+    let released = locks.mutex(cx.name("orders/3")).acquire().await?;
+    released.release().await?;
+    let expired = locks
+        .mutex(cx.name("orders/4"))
+        .ttl(Duration::from_millis(50))
+        .acquire()
+        .await?;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let orders: HashSet<String> = cx
+        .locks()
+        .await?
+        .list(&cx.name("orders/"))
+        .map_ok(|info| info.name)
+        .try_collect()
+        .await?;
+    let expected: HashSet<String> = [cx.name("orders/1"), cx.name("orders/2")].into();
+    ensure!(orders == expected, "{orders:?}");
+    let all: Vec<_> = locks.list(cx.prefix()).try_collect().await?;
+    ensure!(all.len() == 3, "{all:?}");
+    a1.release().await?;
+    let orders: Vec<_> = locks.list(&cx.name("orders/")).try_collect().await?;
+    ensure!(orders.len() == 1);
+    drop(expired);
+    Ok(())
+}
+
+async fn list_pages_through_many_locks(cx: Ctx) -> anyhow::Result<()> {
+    const HELD: usize = 600;
+    let locks = cx.locks().await?;
+    let mut guards = Vec::with_capacity(HELD);
+    for i in 0..HELD {
+        guards.push(
+            locks
+                .mutex(cx.name(&format!("bulk/{i:04}")))
+                .ttl(Duration::from_secs(60))
+                .acquire()
+                .await?,
+        );
+    }
+    let names: Vec<String> = locks
+        .list(&cx.name("bulk/"))
+        .map_ok(|i| i.name)
+        .try_collect()
+        .await?;
+    let unique: HashSet<&String> = names.iter().collect();
+    ensure!(
+        names.len() == HELD && unique.len() == HELD,
+        "{} listed, {} unique",
+        names.len(),
+        unique.len()
+    );
+    Ok(())
+}
+
+async fn force_release_frees_the_lock(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("stuck");
+    ensure!(
+        !b.force_release(&name).await?,
+        "force_release of a free lock reported true"
+    );
+    let stuck = a
+        .mutex(&name)
+        .ttl(Duration::from_secs(600))
+        .acquire()
+        .await?;
+    ensure!(b.force_release(&name).await?);
+    ensure!(b.inspect(&name).await?.is_none());
+    let next = b.mutex(&name).no_wait().acquire().await?;
+    ensure!(next.fence() > stuck.fence());
+    expect_err!(stuck.release().await, Error::NotOwned { .. });
+    ensure!(
+        a.mutex(&name).try_acquire().await?.is_none(),
+        "stale release freed the new holder"
+    );
+    next.release().await?;
+    Ok(())
+}
+
+async fn inspection_is_unsupported_error(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?;
+    expect_err!(
+        locks.inspect(&cx.name("x")).await,
+        Error::Unsupported { .. }
+    );
+    expect_err!(
+        locks.force_release(&cx.name("x")).await,
+        Error::Unsupported { .. }
+    );
+    let listed: Result<Vec<_>, _> = locks.list("").try_collect().await;
+    expect_err!(listed, Error::Unsupported { .. });
+    Ok(())
+}

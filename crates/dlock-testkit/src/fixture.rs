@@ -1,0 +1,79 @@
+//! Fixtures: how the conformance suite gets clients of one backend.
+
+use std::sync::Arc;
+
+use dlock::Locks;
+use futures::future::BoxFuture;
+
+/// One backend under test. Each call to [`connect`](Fixture::connect) must return a new,
+/// independent client (its own connection, keeper and reentrancy identity) of the same store.
+pub trait Fixture: Send + Sync + 'static {
+    /// The backend's name, used as the first part of trial names (`sqlite::mutex::…`).
+    fn backend(&self) -> &'static str;
+
+    /// A new client of the shared store.
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>>;
+
+    /// A URL other processes can use to reach the same store, for the cross-process cases;
+    /// `None` when the store is process-local.
+    fn url(&self) -> Option<String>;
+}
+
+/// The in-memory backend: every client shares one process-wide named store.
+#[derive(Debug)]
+pub struct MemoryFixture {
+    url: String,
+}
+
+impl MemoryFixture {
+    /// A fixture on a fresh named store.
+    pub fn new() -> Arc<MemoryFixture> {
+        Arc::new(MemoryFixture {
+            url: format!("memory://conformance-{}", uuid::Uuid::new_v4().simple()),
+        })
+    }
+}
+
+impl Fixture for MemoryFixture {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The SQLite backend on a file in a temp dir, shared by every client and by CLI processes.
+#[derive(Debug)]
+pub struct SqliteFixture {
+    _dir: tempfile::TempDir,
+    url: String,
+}
+
+impl SqliteFixture {
+    /// A fixture on a new database file.
+    pub fn new() -> anyhow::Result<Arc<SqliteFixture>> {
+        let dir = tempfile::Builder::new().prefix("dlock-sqlite-").tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+        Ok(Arc::new(SqliteFixture { _dir: dir, url }))
+    }
+}
+
+impl Fixture for SqliteFixture {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
