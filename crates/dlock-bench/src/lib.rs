@@ -1,0 +1,386 @@
+//! The benchmarks behind `dlock bench`: a program, not timed tests.
+//!
+//! Scenarios:
+//! - `uncontended`: one task, one name, acquire + release in a loop: pairs/s and latency.
+//! - `handoff`: P worker processes (`dlock bench --worker`) contend for one name for a fixed
+//!   time, each holding it for H: acquisitions/s, the hand-off gap (one holder's release to the
+//!   next holder's acquire, on this machine's clock), real hand-offs (to another worker) per
+//!   second, fairness (Jain's index over per-worker counts) and the worst wait.
+//!
+//! Every scenario is repeated (`--repeat`, default 3) and reported as min / median / max.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Options of `dlock bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which scenario to run.
+    #[arg(long, value_enum, default_value_t = Scenario::All)]
+    pub scenario: Scenario,
+    /// Acquire+release pairs per uncontended run.
+    #[arg(long, default_value_t = 2000)]
+    pub pairs: u32,
+    /// Worker processes in the hand-off scenario.
+    #[arg(long, default_value_t = 4)]
+    pub processes: u32,
+    /// How long each hand-off run lasts.
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    pub duration: Duration,
+    /// How long each worker holds the lock.
+    #[arg(long, value_parser = parse_duration, default_value = "1ms")]
+    pub hold: Duration,
+    /// Runs per scenario; the report gives min / median / max.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Internal: run as a hand-off worker on this lock name and print one line per hold.
+    #[arg(long, hide = true)]
+    pub worker: Option<String>,
+}
+
+/// A benchmark scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Both scenarios.
+    All,
+    /// One task acquiring and releasing one name.
+    Uncontended,
+    /// Worker processes contending for one name.
+    Handoff,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// One number measured several times.
+#[derive(Clone, Debug, Serialize)]
+pub struct Spread {
+    /// Smallest run.
+    pub min: f64,
+    /// Median run.
+    pub median: f64,
+    /// Largest run.
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(mut values: Vec<f64>) -> Spread {
+        values.sort_by(f64::total_cmp);
+        let pick = |i: usize| values.get(i).copied().unwrap_or(f64::NAN);
+        Spread {
+            min: pick(0),
+            median: pick(values.len() / 2),
+            max: pick(values.len().saturating_sub(1)),
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:>10.1} (min {:.1}, max {:.1})",
+            self.median, self.min, self.max
+        )
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Results of the uncontended scenario.
+#[derive(Debug, Serialize)]
+pub struct Uncontended {
+    /// Acquire+release pairs per second.
+    pub pairs_per_sec: Spread,
+    /// Median pair latency, µs.
+    pub p50_us: Spread,
+    /// 99th percentile pair latency, µs.
+    pub p99_us: Spread,
+}
+
+/// Results of the hand-off scenario.
+#[derive(Debug, Serialize)]
+pub struct Handoff {
+    /// Worker processes.
+    pub processes: u32,
+    /// Hold time per acquisition, ms.
+    pub hold_ms: f64,
+    /// Acquisitions per second, all workers together.
+    pub acquisitions_per_sec: Spread,
+    /// Hand-offs to a different worker per second.
+    pub handoffs_per_sec: Spread,
+    /// Median gap from a release to the next acquisition, µs.
+    pub gap_p50_us: Spread,
+    /// 99th percentile gap, µs.
+    pub gap_p99_us: Spread,
+    /// Jain's fairness index over per-worker acquisition counts (1 = perfectly even).
+    pub fairness: Spread,
+    /// Longest single wait for the lock, ms.
+    pub worst_wait_ms: Spread,
+}
+
+/// Everything one `dlock bench` run measured.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The backend's name.
+    pub backend: String,
+    /// Uncontended results, if run.
+    pub uncontended: Option<Uncontended>,
+    /// Hand-off results, if run.
+    pub handoff: Option<Handoff>,
+}
+
+/// Runs `dlock bench` (or one hand-off worker, with `--worker`).
+///
+/// # Errors
+///
+/// Connection failures, lock errors, or a worker process that failed.
+pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(name) = &args.worker {
+        return worker(url, name, args.duration, args.hold).await;
+    }
+    let locks = dlock::connect(url).await?;
+    let mut report = Report {
+        backend: locks.info().name.to_owned(),
+        uncontended: None,
+        handoff: None,
+    };
+    println!(
+        "dlock bench on {} ({} runs per scenario, median (min, max))",
+        report.backend, args.repeat
+    );
+    if matches!(args.scenario, Scenario::All | Scenario::Uncontended) {
+        let result = uncontended(&locks, &args).await?;
+        println!(
+            "uncontended acquire+release, 1 task, {} pairs per run",
+            args.pairs
+        );
+        println!("  pairs/s      {}", result.pairs_per_sec);
+        println!("  p50 µs       {}", result.p50_us);
+        println!("  p99 µs       {}", result.p99_us);
+        report.uncontended = Some(result);
+    }
+    if matches!(args.scenario, Scenario::All | Scenario::Handoff) {
+        if !locks.info().capabilities.cross_process {
+            println!(
+                "handoff: skipped, {} locks are local to one process",
+                report.backend
+            );
+        } else {
+            let result = handoff(url, &args).await?;
+            println!(
+                "contended hand-off, {} processes, hold {:?}, {:?} per run",
+                args.processes, args.hold, args.duration
+            );
+            println!("  acquisitions/s   {}", result.acquisitions_per_sec);
+            println!("  hand-offs/s      {}", result.handoffs_per_sec);
+            println!("  gap p50 µs       {}", result.gap_p50_us);
+            println!("  gap p99 µs       {}", result.gap_p99_us);
+            println!("  fairness (Jain)  {}", result.fairness);
+            println!("  worst wait ms    {}", result.worst_wait_ms);
+            report.handoff = Some(result);
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn unique_name(what: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("dlock-bench/{what}/{}-{nanos}", std::process::id())
+}
+
+async fn uncontended(locks: &dlock::Locks, args: &BenchArgs) -> anyhow::Result<Uncontended> {
+    let (mut rates, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
+    let name = unique_name("uncontended");
+    // Warm-up: connection, prepared statements, page cache.
+    for _ in 0..50 {
+        locks
+            .mutex(&name)
+            .ttl(Duration::from_secs(30))
+            .acquire()
+            .await?
+            .release()
+            .await?;
+    }
+    for _ in 0..args.repeat.max(1) {
+        let mut latencies = Vec::with_capacity(args.pairs as usize);
+        let start = Instant::now();
+        for _ in 0..args.pairs {
+            let t = Instant::now();
+            locks
+                .mutex(&name)
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await?
+                .release()
+                .await?;
+            latencies.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        latencies.sort_by(f64::total_cmp);
+        rates.push(f64::from(args.pairs) / elapsed);
+        p50s.push(percentile(&latencies, 0.50));
+        p99s.push(percentile(&latencies, 0.99));
+    }
+    Ok(Uncontended {
+        pairs_per_sec: Spread::of(rates),
+        p50_us: Spread::of(p50s),
+        p99_us: Spread::of(p99s),
+    })
+}
+
+/// One hold as a worker reports it: `fence acquired_ns released_ns waited_ns`.
+struct Hold {
+    worker: usize,
+    fence: u64,
+    acquired: u128,
+    released: u128,
+    waited: u128,
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+async fn worker(url: &str, name: &str, duration: Duration, hold: Duration) -> anyhow::Result<()> {
+    let locks = dlock::connect(url).await?;
+    let deadline = Instant::now() + duration;
+    let mut lines = Vec::new();
+    while Instant::now() < deadline {
+        let asked = now_ns();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(guard) = locks
+            .mutex(name)
+            .ttl(Duration::from_secs(30))
+            .wait(left)
+            .try_acquire()
+            .await?
+        else {
+            break;
+        };
+        let acquired = now_ns();
+        if !hold.is_zero() {
+            // A busy hold, like real work under the lock; sleeping would add timer slack.
+            let until = Instant::now() + hold;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+        let fence = guard.fence();
+        let released = now_ns();
+        guard.release().await?;
+        lines.push(format!(
+            "{fence} {acquired} {released} {}",
+            acquired - asked
+        ));
+    }
+    println!("{}", lines.join("\n"));
+    Ok(())
+}
+
+async fn handoff(url: &str, args: &BenchArgs) -> anyhow::Result<Handoff> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let mut m: [Vec<f64>; 6] = Default::default();
+    for _ in 0..args.repeat.max(1) {
+        let name = unique_name("handoff");
+        let mut children = Vec::new();
+        for _ in 0..args.processes {
+            let child = tokio::process::Command::new(&exe)
+                .arg("--url")
+                .arg(url)
+                .args(["bench", "--worker", &name, "--duration"])
+                .arg(format!("{}ms", args.duration.as_millis()))
+                .arg("--hold")
+                .arg(format!("{}us", args.hold.as_micros()))
+                .stdout(Stdio::piped())
+                .spawn()
+                .context("spawn bench worker")?;
+            children.push(child);
+        }
+        let mut holds = Vec::new();
+        for (worker, mut child) in children.into_iter().enumerate() {
+            let stdout = child.stdout.take().context("worker stdout")?;
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(line) = lines.next_line().await? {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                if let [fence, acquired, released, waited] = fields[..] {
+                    holds.push(Hold {
+                        worker,
+                        fence: fence.parse()?,
+                        acquired: acquired.parse()?,
+                        released: released.parse()?,
+                        waited: waited.parse()?,
+                    });
+                }
+            }
+            let status = child.wait().await?;
+            if !status.success() {
+                bail!("a bench worker failed: {status}");
+            }
+        }
+        holds.sort_by_key(|h| h.fence);
+        if holds.len() < 2 {
+            bail!("only {} acquisitions in a hand-off run", holds.len());
+        }
+        let span_s = (holds[holds.len() - 1].released - holds[0].acquired) as f64 / 1e9;
+        let mut gaps: Vec<f64> = holds
+            .windows(2)
+            .map(|w| (w[1].acquired.saturating_sub(w[0].released)) as f64 / 1e3)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        let handoffs = holds
+            .windows(2)
+            .filter(|w| w[0].worker != w[1].worker)
+            .count();
+        let mut counts = vec![0f64; args.processes as usize];
+        for h in &holds {
+            counts[h.worker] += 1.0;
+        }
+        let sum: f64 = counts.iter().sum();
+        let squares: f64 = counts.iter().map(|c| c * c).sum();
+        let worst = holds.iter().map(|h| h.waited).max().unwrap_or(0) as f64 / 1e6;
+        m[0].push(holds.len() as f64 / span_s);
+        m[1].push(handoffs as f64 / span_s);
+        m[2].push(percentile(&gaps, 0.50));
+        m[3].push(percentile(&gaps, 0.99));
+        m[4].push(sum * sum / (counts.len() as f64 * squares));
+        m[5].push(worst);
+    }
+    let [rate, handoffs, p50, p99, fairness, worst] = m;
+    Ok(Handoff {
+        processes: args.processes,
+        hold_ms: args.hold.as_secs_f64() * 1e3,
+        acquisitions_per_sec: Spread::of(rate),
+        handoffs_per_sec: Spread::of(handoffs),
+        gap_p50_us: Spread::of(p50),
+        gap_p99_us: Spread::of(p99),
+        fairness: Spread::of(fairness),
+        worst_wait_ms: Spread::of(worst),
+    })
+}

@@ -1,0 +1,227 @@
+//! `dlock ls`, `dlock inspect` and `dlock break`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use futures::TryStreamExt;
+use serde_json::json;
+
+use crate::{connect, exit, fail};
+
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// Only locks whose names start with this.
+    #[arg(default_value = "")]
+    prefix: String,
+
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The lock's name.
+    name: String,
+
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    /// The lock's name.
+    name: String,
+
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    yes: bool,
+}
+
+fn held_for(info: &dlock::LockInfo) -> Duration {
+    SystemTime::now()
+        .duration_since(info.acquired_at)
+        .unwrap_or_default()
+}
+
+fn short(d: Duration) -> String {
+    // Whole milliseconds below a second, whole seconds above: a table, not a stopwatch.
+    let d = if d < Duration::from_secs(1) {
+        Duration::from_millis(d.as_millis().try_into().unwrap_or(0))
+    } else {
+        Duration::from_secs(d.as_secs())
+    };
+    humantime::format_duration(d).to_string()
+}
+
+fn to_json(info: &dlock::LockInfo) -> serde_json::Value {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    json!({
+        "name": info.name,
+        "fence": info.fence.get(),
+        "label": info.owner.label,
+        "host": info.owner.host,
+        "pid": info.owner.pid,
+        "holds": info.holds,
+        "acquired_at": humantime::format_rfc3339_millis(info.acquired_at).to_string(),
+        "acquired_at_ms": info.acquired_at.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0),
+        "held_for_ms": millis(held_for(info)),
+        "ttl_left_ms": info.ttl_left.map(millis),
+    })
+}
+
+pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
+    let locks = match connect(url, None).await {
+        Ok(locks) => locks,
+        Err(code) => return code,
+    };
+    let mut held: Vec<dlock::LockInfo> = match locks.list(&args.prefix).try_collect().await {
+        Ok(held) => held,
+        Err(e) => return fail(&e.into()),
+    };
+    held.sort_by(|a, b| a.name.cmp(&b.name));
+    if args.json {
+        println!(
+            "{}",
+            serde_json::Value::Array(held.iter().map(to_json).collect())
+        );
+        return 0;
+    }
+    if held.is_empty() {
+        if std::io::stdout().is_terminal() {
+            eprintln!(
+                "no locks held{}",
+                if args.prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!(" under {:?}", args.prefix)
+                }
+            );
+        }
+        return 0;
+    }
+    let rows: Vec<[String; 7]> = held
+        .iter()
+        .map(|info| {
+            [
+                info.name.clone(),
+                info.owner.label.clone().unwrap_or_else(|| "-".into()),
+                info.owner.host.clone(),
+                info.owner.pid.to_string(),
+                info.fence.to_string(),
+                short(held_for(info)),
+                info.ttl_left.map(short).unwrap_or_else(|| "session".into()),
+            ]
+        })
+        .collect();
+    let header = [
+        "NAME", "OWNER", "HOST", "PID", "FENCE", "HELD FOR", "TTL LEFT",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let line = |cells: Vec<&str>| -> String {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let _ = writeln!(out, "{}", line(header.to_vec()));
+    for row in &rows {
+        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
+    }
+    0
+}
+
+pub(crate) async fn inspect(url: &str, args: InspectArgs) -> i32 {
+    let locks = match connect(url, None).await {
+        Ok(locks) => locks,
+        Err(code) => return code,
+    };
+    match locks.inspect(&args.name).await {
+        Ok(Some(info)) if args.json => {
+            println!("{}", to_json(&info));
+            0
+        }
+        Ok(Some(info)) => {
+            println!("name:      {}", info.name);
+            println!("owner:     {}", info.owner.label.as_deref().unwrap_or("-"));
+            println!("host:      {}", info.owner.host);
+            println!("pid:       {}", info.owner.pid);
+            println!("fence:     {}", info.fence);
+            println!("holds:     {}", info.holds);
+            println!(
+                "acquired:  {} ({} ago)",
+                humantime::format_rfc3339_seconds(info.acquired_at),
+                short(held_for(&info))
+            );
+            println!(
+                "ttl left:  {}",
+                info.ttl_left.map(short).unwrap_or_else(|| "session".into())
+            );
+            0
+        }
+        Ok(None) if args.json => {
+            println!("null");
+            exit::NOT_HELD
+        }
+        Ok(None) => {
+            println!("{}: free", args.name);
+            exit::NOT_HELD
+        }
+        Err(e) => fail(&e.into()),
+    }
+}
+
+pub(crate) async fn break_lock(url: &str, args: BreakArgs) -> i32 {
+    let locks = match connect(url, None).await {
+        Ok(locks) => locks,
+        Err(code) => return code,
+    };
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            eprintln!(
+                "dlock: refusing to break {} without --yes when stdin is not a terminal",
+                args.name
+            );
+            return exit::FAILED;
+        }
+        let holder = match locks.inspect(&args.name).await {
+            Ok(Some(info)) => format!("held by {} (fence {})", info.owner, info.fence),
+            Ok(None) => {
+                println!("{}: free", args.name);
+                return exit::NOT_HELD;
+            }
+            Err(e) => return fail(&e.into()),
+        };
+        eprint!("break {} {holder}? [y/N] ", args.name);
+        let mut answer = String::new();
+        if std::io::stdin().lock().read_line(&mut answer).is_err()
+            || !answer.trim().eq_ignore_ascii_case("y")
+        {
+            eprintln!("not broken");
+            return exit::NOT_HELD;
+        }
+    }
+    match locks.force_release(&args.name).await {
+        Ok(true) => {
+            println!("{}: broken", args.name);
+            0
+        }
+        Ok(false) => {
+            println!("{}: free", args.name);
+            exit::NOT_HELD
+        }
+        Err(e) => fail(&e.into()),
+    }
+}

@@ -1,0 +1,120 @@
+//! `dlock`: run a command under a distributed lock, and list, inspect, break and benchmark locks.
+#![doc = include_str!("../README.md")]
+
+mod exit;
+mod hold;
+mod inspect;
+mod run;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Distributed locks from the shell.
+#[derive(Debug, Parser)]
+#[command(name = "dlock", version, about, after_help = exit::HELP)]
+struct Cli {
+    /// Lock store URL: sqlite:///path/locks.db (the default: one file shared by the processes of
+    /// this machine), memory:// (this process only), or any other URL dlock::connect accepts.
+    #[arg(long, env = "DLOCK_URL", global = true, default_value_t = default_url())]
+    url: String,
+
+    /// Label stored with the locks this invocation takes, shown by `dlock ls`.
+    #[arg(long, env = "DLOCK_LABEL", global = true)]
+    label: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Hold a lock while a command runs; the lock is renewed, the fence is passed in DLOCK_FENCE.
+    Run(run::RunArgs),
+    /// Take a lock, print `acquired <fence>`, and hold it until stdin closes or a signal.
+    Hold(hold::HoldArgs),
+    /// List held locks (name, owner, host, pid, fence, held for, TTL left).
+    #[command(alias = "list")]
+    Ls(inspect::LsArgs),
+    /// Show who holds one lock.
+    Inspect(inspect::InspectArgs),
+    /// Break a lock whoever holds it (the holder's guard reports it lost).
+    Break(inspect::BreakArgs),
+    /// Measure the store: uncontended acquire+release and cross-process hand-off.
+    Bench(dlock_bench::BenchArgs),
+}
+
+/// How long to wait, shared by `run` and `hold`.
+#[derive(Debug, Args)]
+struct WaitArgs {
+    /// Give up after this long (e.g. 30s, 5m); default: wait until acquired.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+
+    /// Do not wait: exit 75 at once if the lock is held.
+    #[arg(long)]
+    no_wait: bool,
+}
+
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 10s, 5m)"))
+}
+
+/// The embedded default: a SQLite file in the user's state directory.
+fn default_url() -> String {
+    let base = dirs::state_dir()
+        .or_else(dirs::data_local_dir)
+        .unwrap_or_else(std::env::temp_dir);
+    let path: PathBuf = base.join("dlock").join("locks.db");
+    format!("sqlite://{}?create_dirs=true", path.display())
+}
+
+/// Reports an error from dlock itself and returns the matching exit code.
+pub(crate) fn fail(error: &anyhow::Error) -> i32 {
+    eprintln!("dlock: {error:#}");
+    exit::FAILED
+}
+
+fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DLOCK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => std::process::exit(fail(&e.into())),
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(&cli.url, cli.label, args).await,
+            Command::Hold(args) => hold::hold(&cli.url, cli.label, args).await,
+            Command::Ls(args) => inspect::ls(&cli.url, args).await,
+            Command::Inspect(args) => inspect::inspect(&cli.url, args).await,
+            Command::Break(args) => inspect::break_lock(&cli.url, args).await,
+            Command::Bench(args) => match dlock_bench::run(&cli.url, args).await {
+                Ok(()) => 0,
+                Err(e) => fail(&e),
+            },
+        }
+    });
+    // Exit at once: a blocking stdin reader must not keep the process alive.
+    std::process::exit(code);
+}
+
+/// Connects and applies the label; errors are reported and turned into an exit code.
+pub(crate) async fn connect(url: &str, label: Option<String>) -> Result<dlock::Locks, i32> {
+    let locks = dlock::connect(url).await.map_err(|e| fail(&e.into()))?;
+    match label {
+        Some(label) => locks.with_label(label).map_err(|e| fail(&e.into())),
+        None => Ok(locks),
+    }
+}
