@@ -132,7 +132,7 @@ mod tests {
                 calls.fetch_add(1, Ordering::SeqCst);
                 Ok(Attempt::Busy { free_in: None })
             },
-            || std::future::pending::<()>(),
+            std::future::pending::<()>,
         )
         .await
         .unwrap();
@@ -154,7 +154,7 @@ mod tests {
                 calls.fetch_add(1, Ordering::SeqCst);
                 Ok(Attempt::Busy { free_in: None })
             },
-            || std::future::pending::<()>(),
+            std::future::pending::<()>,
         )
         .await
         .unwrap();

@@ -169,10 +169,10 @@ impl Slot {
 
     /// Clears an expired holder, firing its lost signal.
     fn expire(&mut self, now: Instant) {
-        if self.holder.as_ref().is_some_and(|h| !h.is_live(now)) {
-            if let Some(holder) = self.holder.take() {
-                holder.lost.cancel();
-            }
+        if self.holder.as_ref().is_some_and(|h| !h.is_live(now))
+            && let Some(holder) = self.holder.take()
+        {
+            holder.lost.cancel();
         }
     }
 

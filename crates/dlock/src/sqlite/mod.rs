@@ -161,13 +161,13 @@ fn open(config: &SqliteConfig) -> Result<Connection, Error> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-            if let Some(parent) = parent {
-                if !parent.is_dir() {
-                    if config.create_dirs {
-                        std::fs::create_dir_all(parent).map_err(io)?;
-                    } else {
-                        return Err(Error::MissingDirectory(parent.to_owned()));
-                    }
+            if let Some(parent) = parent
+                && !parent.is_dir()
+            {
+                if config.create_dirs {
+                    std::fs::create_dir_all(parent).map_err(io)?;
+                } else {
+                    return Err(Error::MissingDirectory(parent.to_owned()));
                 }
             }
         }

@@ -1,3 +1,5 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 //! The conformance suite on every backend this build enables.
 //!
 //! `cargo test -p dlock --test conformance -- sqlite::` runs one backend;

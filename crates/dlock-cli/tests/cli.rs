@@ -1,0 +1,487 @@
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+//! The `dlock` command end to end, as users run it: exit codes, environment, signals, lost
+//! locks, and bad input (a clear message and a non-zero exit, never a panic, no lock left).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Env {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+        Env { dir, url }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
+        cmd.env("DLOCK_URL", &self.url)
+            .env_remove("DLOCK_LABEL")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Every lock held in the store, as `dlock ls --json` reports it.
+    fn held(&self) -> Vec<serde_json::Value> {
+        let out = self.run(&["ls", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).unwrap()
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_until_held(env: &Env, name: &str) {
+    let start = Instant::now();
+    while !env.held().iter().any(|l| l["name"] == name) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{name} never became held"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn run_passes_fence_and_name_and_returns_the_command_exit_code() {
+    let env = Env::new();
+    let out = env.run(&[
+        "run",
+        "jobs/report",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_NAME $DLOCK_FENCE; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "jobs/report 1\n");
+    let out = env.run(&["run", "jobs/report", "--", "sh", "-c", "echo $DLOCK_FENCE"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2\n");
+    assert!(env.held().is_empty(), "run left its lock held");
+}
+
+#[test]
+fn run_reports_busy_timed_out_and_missing_commands_with_distinct_codes() {
+    let env = Env::new();
+    let mut holder = env
+        .cmd()
+        .args(["run", "busy", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "busy");
+    let out = env.run(&["run", "--no-wait", "busy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("busy is held by"), "{}", stderr(&out));
+    let out = env.run(&["run", "--wait", "200ms", "busy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
+    let out = env.run(&["run", "free", "--", "/no/such/program"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    let script = env.path("not-executable.sh");
+    std::fs::write(&script, "echo hi").unwrap();
+    let out = env.run(&["run", "free", "--", script.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(
+        !env.held().iter().any(|l| l["name"] == "free"),
+        "a failed run left its lock held"
+    );
+}
+
+#[test]
+fn a_lost_lock_terminates_the_command_and_says_so() {
+    let env = Env::new();
+    let mut run = env
+        .cmd()
+        .args(["run", "--ttl", "300ms", "fragile", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "fragile");
+    let out = env.run(&["break", "--yes", "fragile"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = wait_with_timeout(&mut run, Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "sleep should have died of SIGTERM"
+    );
+    let mut err = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(
+        err.contains("was lost while the command ran; sending SIGTERM"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_lost_lock_with_a_successful_command_exits_76() {
+    let env = Env::new();
+    let mut run = env
+        .cmd()
+        .args([
+            "run",
+            "--ttl",
+            "300ms",
+            "--on-lost",
+            "ignore",
+            "fragile",
+            "--",
+            "sleep",
+            "1",
+        ])
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "fragile");
+    assert!(env.run(&["break", "--yes", "fragile"]).status.success());
+    let status = wait_with_timeout(&mut run, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(76));
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_command() {
+    let env = Env::new();
+    let mut run = env
+        .cmd()
+        .args([
+            "run",
+            "polite",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = run.stdout.take().unwrap();
+    let mut buf = [0u8; 6];
+    stdout.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ready\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_timeout(&mut run, Duration::from_secs(10));
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(7), "output: {rest}");
+    assert!(rest.contains("got-term"));
+    assert!(env.held().is_empty(), "the lock outlived the command");
+}
+
+#[test]
+fn ls_inspect_and_break_show_and_free_a_held_lock() {
+    let env = Env::new();
+    let mut holder = env
+        .cmd()
+        .args(["--label", "nightly-report", "hold", "--ttl", "600ms", "reports/nightly"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 11];
+    holder.stdout.take().unwrap().read_exact(&mut line).unwrap();
+    assert_eq!(&line, b"acquired 1\n");
+
+    let held = env.held();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0]["name"], "reports/nightly");
+    assert_eq!(held[0]["label"], "nightly-report");
+    assert_eq!(held[0]["pid"], holder.id());
+    assert_eq!(held[0]["fence"], 1);
+
+    let table = env.run(&["ls", "reports/"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.starts_with("NAME")
+            && table.contains("reports/nightly")
+            && table.contains("nightly-report"),
+        "{table}"
+    );
+    assert!(String::from_utf8_lossy(&env.run(&["ls", "other/"]).stdout).is_empty());
+
+    let out = env.run(&["inspect", "reports/nightly", "--json"]);
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["holds"], 1);
+    assert_eq!(
+        env.run(&["inspect", "reports/other"]).status.code(),
+        Some(1)
+    );
+
+    let out = env.run(&["break", "reports/nightly"]);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "break without --yes and without a terminal must refuse"
+    );
+    assert!(stderr(&out).contains("--yes"));
+    assert_eq!(env.held().len(), 1);
+    assert!(
+        env.run(&["break", "--yes", "reports/nightly"])
+            .status
+            .success()
+    );
+    assert!(env.held().is_empty());
+    assert_eq!(
+        env.run(&["break", "--yes", "reports/nightly"])
+            .status
+            .code(),
+        Some(1)
+    );
+    // The holder learns of the loss within its lease.
+    let status = wait_with_timeout(&mut holder, Duration::from_secs(40));
+    assert_eq!(status.code(), Some(76));
+}
+
+#[test]
+fn the_default_url_is_a_sqlite_file_in_the_state_directory() {
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("state");
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .env_remove("DLOCK_URL")
+        .env("HOME", home.path())
+        .env("XDG_STATE_HOME", &state)
+        .args(["run", "default", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(state.join("dlock/locks.db").is_file());
+    let help = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .env("XDG_STATE_HOME", &state)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("dlock/locks.db"));
+}
+
+/// Each bad input: a non-zero exit, a message naming the problem, no panic, no lock left.
+#[test]
+fn bad_input_gets_a_clear_error_and_leaves_no_lock() {
+    let env = Env::new();
+    let text_file = env.path("notes.txt");
+    std::fs::write(&text_file, "not a database").unwrap();
+    let long_name = "n".repeat(513);
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (
+            vec!["--url".into(), "carrier-pigeon://coop".into(), "ls".into()],
+            125,
+            "unknown scheme",
+        ),
+        (
+            vec!["--url".into(), "locks.db".into(), "ls".into()],
+            125,
+            "expected SCHEME://",
+        ),
+        (
+            vec![
+                "--url".into(),
+                format!("sqlite://{}", env.dir.path().display()),
+                "ls".into(),
+            ],
+            125,
+            "is a directory",
+        ),
+        (
+            vec![
+                "--url".into(),
+                format!("sqlite://{}", text_file.display()),
+                "ls".into(),
+            ],
+            125,
+            "not a SQLite database",
+        ),
+        (
+            vec!["--url".into(), format!("{}?bogus=1", env.url), "ls".into()],
+            125,
+            "unknown option",
+        ),
+        (
+            vec!["run".into(), "".into(), "--".into(), "true".into()],
+            125,
+            "name is empty",
+        ),
+        (
+            vec!["run".into(), long_name.clone(), "--".into(), "true".into()],
+            125,
+            "longer than 512 bytes",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--ttl".into(),
+                "0s".into(),
+                "x".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            125,
+            "greater than zero",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--ttl".into(),
+                "100days".into(),
+                "x".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            125,
+            "maximum",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--ttl".into(),
+                "soon".into(),
+                "x".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            2,
+            "examples: 500ms",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--wait".into(),
+                "1s".into(),
+                "--no-wait".into(),
+                "x".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            2,
+            "cannot be used with",
+        ),
+        (vec!["run".into(), "x".into()], 2, "COMMAND"),
+        (
+            vec!["hold".into(), "--ttl".into(), "1ms".into(), "x".into()],
+            125,
+            "below the minimum",
+        ),
+        (vec!["inspect".into(), "".into()], 125, "name is empty"),
+        (
+            vec!["break".into(), "--yes".into(), "a\0b".into()],
+            125,
+            "NUL",
+        ),
+        (
+            vec![
+                "--label".into(),
+                "l".repeat(300),
+                "run".into(),
+                "x".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            125,
+            "owner label",
+        ),
+        (
+            vec!["bench".into(), "--scenario".into(), "nope".into()],
+            2,
+            "invalid value",
+        ),
+        (vec!["frobnicate".into()], 2, "unrecognized subcommand"),
+    ];
+    for (args, code, message) in cases {
+        let out = env.cmd().args(&args).output();
+        let out = match out {
+            Ok(out) => out,
+            // A NUL byte cannot even be passed as an argument: the OS refuses, which is fine.
+            Err(e) if args.iter().any(|a| a.contains('\0')) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+                continue;
+            }
+            Err(e) => panic!("{args:?}: {e}"),
+        };
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(
+            err.contains(message),
+            "{args:?}: expected {message:?} in {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    assert!(env.held().is_empty(), "bad input left a lock behind");
+    assert_eq!(
+        std::fs::read_to_string(&text_file).unwrap(),
+        "not a database"
+    );
+}
+
+/// Root ignores file permissions, so the unreadable-file case runs as `nobody` when we are root.
+#[test]
+fn an_unreadable_database_is_permission_denied() {
+    let env = Env::new();
+    assert!(env.run(&["run", "x", "--", "true"]).status.success());
+    let db = env.path("locks.db");
+    let is_root = nix::unistd::geteuid().is_root();
+    let mut cmd = if is_root {
+        if Command::new("setpriv").arg("--version").output().is_err() {
+            panic!("setpriv (util-linux) is needed to test permissions as root");
+        }
+        // nobody must be able to reach the file's directory, just not the file.
+        std::fs::set_permissions(
+            env.dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_dlock"));
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_dlock"))
+    };
+    std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    if !is_root {
+        std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    }
+    let out = cmd.args(["--url", &env.url, "ls"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o644));
+}

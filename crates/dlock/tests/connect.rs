@@ -1,0 +1,108 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+//! URLs, and the blocking facade: bad input is a typed error, never a panic.
+
+use std::time::Duration;
+
+use dlock::Error;
+
+#[tokio::test]
+async fn unknown_and_malformed_urls_are_invalid() {
+    for url in ["", "locks.db", "carrier-pigeon://coop", "://x", "sqlite:"] {
+        let err = dlock::connect(url).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_known_backend_left_out_of_the_build_names_its_feature() {
+    let err = dlock::connect("zk://127.0.0.1:2181").await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("zookeeper") && text.contains("not part of this build"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn passwords_never_appear_in_errors() {
+    let err = dlock::connect("etcd://user:hunter2@127.0.0.1:1")
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+#[tokio::test]
+async fn memory_urls_share_stores_by_name() {
+    let a = dlock::connect("memory://shared-by-name").await.unwrap();
+    let b = dlock::connect("memory://shared-by-name").await.unwrap();
+    let c = dlock::connect("memory://another-name").await.unwrap();
+    let _held = a.mutex("x").acquire().await.unwrap();
+    assert!(b.mutex("x").try_acquire().await.unwrap().is_none());
+    assert!(c.mutex("x").try_acquire().await.unwrap().is_some());
+}
+
+#[cfg(feature = "blocking")]
+mod blocking {
+    use super::*;
+
+    #[test]
+    fn the_blocking_facade_locks_and_releases() {
+        let locks = dlock::blocking::Locks::connect("memory://blocking-test").unwrap();
+        let guard = locks
+            .mutex("job")
+            .ttl(Duration::from_secs(10))
+            .acquire()
+            .unwrap();
+        assert!(locks.mutex("job").try_acquire().unwrap().is_none());
+        let info = locks.inspect("job").unwrap().unwrap();
+        assert_eq!(info.fence, guard.fence());
+        let fence = guard.fence();
+        guard.release().unwrap();
+        let again = locks.mutex("job").acquire().unwrap();
+        assert!(again.fence() > fence);
+        drop(again);
+        // Dropping a blocking guard releases before returning.
+        assert!(locks.inspect("job").unwrap().is_none());
+    }
+
+    #[test]
+    fn the_blocking_watchdog_renews_while_the_thread_sleeps() {
+        let locks = dlock::blocking::Locks::connect("memory://blocking-watchdog")
+            .unwrap()
+            .with_watchdog_lease(Duration::from_millis(200))
+            .unwrap();
+        let guard = locks.mutex("job").acquire().unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(!guard.is_lost());
+        assert!(!guard.wait_lost(Duration::from_millis(100)).unwrap());
+        guard.release().unwrap();
+    }
+
+    #[test]
+    fn the_blocking_lost_signal_fires() {
+        let locks = dlock::blocking::Locks::connect("memory://blocking-lost").unwrap();
+        let guard = locks
+            .mutex("job")
+            .ttl(Duration::from_millis(100))
+            .acquire()
+            .unwrap();
+        assert!(guard.wait_lost(Duration::from_secs(5)).unwrap());
+        assert!(matches!(guard.release(), Err(Error::NotOwned { .. })));
+    }
+
+    #[tokio::test]
+    async fn the_blocking_facade_refuses_to_run_inside_async_code() {
+        let err = dlock::blocking::Locks::connect("memory://").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidArgument {
+                    what: "context",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}

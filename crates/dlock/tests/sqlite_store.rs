@@ -1,0 +1,180 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+//! What is specific to the SQLite backend: opening files that are not (or cannot be) a dlock
+//! database. Lock behaviour itself is specified by the conformance suite.
+#![cfg(feature = "sqlite")]
+
+use std::time::Duration;
+
+use dlock::Error;
+
+fn url(path: &std::path::Path) -> String {
+    format!("sqlite://{}", path.display())
+}
+
+#[tokio::test]
+async fn a_directory_is_not_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = dlock::connect(&url(dir.path())).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { ref reason, .. } if reason.contains("is a directory")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_reported_unless_create_dirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/locks.db");
+    let err = dlock::connect(&url(&path)).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { ref reason, .. } if reason.contains("does not exist")),
+        "{err:?}"
+    );
+    assert!(
+        !path.parent().unwrap().exists(),
+        "a failed connect created directories"
+    );
+    let locks = dlock::connect(&format!("{}?create_dirs=true", url(&path)))
+        .await
+        .unwrap();
+    locks
+        .mutex("x")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(path.is_file());
+}
+
+#[tokio::test]
+async fn a_text_file_is_wrong_type_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "shopping list\n").unwrap();
+    let err = dlock::connect(&url(&path)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WrongType {
+                backend: "sqlite",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("not a SQLite database"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "shopping list\n");
+}
+
+#[tokio::test]
+async fn another_applications_database_is_wrong_type_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+            .unwrap();
+    }
+    let err = dlock::connect(&url(&path)).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert!(err.to_string().contains("another application"), "{err}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'dlock%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "dlock tables were added to a foreign database");
+}
+
+#[tokio::test]
+async fn another_schema_version_is_wrong_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    dlock::connect(&url(&path)).await.unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE dlock_meta SET value = '99' WHERE key = 'schema'",
+            [],
+        )
+        .unwrap();
+    }
+    let err = dlock::connect(&url(&path)).await.unwrap_err();
+    assert!(err.to_string().contains("schema version 99"), "{err}");
+}
+
+#[tokio::test]
+async fn a_lock_table_of_the_wrong_shape_is_wrong_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    dlock::connect(&url(&path)).await.unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE dlock_locks; CREATE TABLE dlock_locks (name TEXT)")
+            .unwrap();
+    }
+    let err = dlock::connect(&url(&path)).await.unwrap_err();
+    assert!(
+        matches!(err, Error::WrongType { .. }) && err.to_string().contains("wrong shape"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn many_clients_opening_a_new_file_at_once_create_the_schema_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url(&dir.path().join("fresh.db"));
+    let opens: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { dlock::connect(&url).await }
+            })
+        })
+        .collect();
+    for open in opens {
+        open.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn fences_survive_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url(&dir.path().join("locks.db"));
+    let first = {
+        let locks = dlock::connect(&url).await.unwrap();
+        let guard = locks.mutex("job").acquire().await.unwrap();
+        let fence = guard.fence();
+        guard.release().await.unwrap();
+        fence
+    };
+    let locks = dlock::connect(&url).await.unwrap();
+    let again = locks.mutex("job").acquire().await.unwrap();
+    assert!(again.fence() > first);
+}
+
+#[tokio::test]
+async fn a_waiter_in_the_same_process_is_woken_without_polling() {
+    // With polling slowed to a crawl, only the in-process wake-up can hand over quickly.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "{}?poll_min=5s&poll_max=5s",
+        url(&dir.path().join("locks.db"))
+    );
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let holder = a.mutex("x").acquire().await.unwrap();
+    let waiter =
+        tokio::spawn(async move { b.mutex("x").wait(Duration::from_secs(60)).acquire().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    holder.release().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(2), waiter).await;
+    assert!(woken.is_ok(), "the waiter was not woken by the release");
+}
