@@ -211,7 +211,14 @@ fn ls_inspect_and_break_show_and_free_a_held_lock() {
     let env = Env::new();
     let mut holder = env
         .cmd()
-        .args(["--label", "nightly-report", "hold", "--ttl", "600ms", "reports/nightly"])
+        .args([
+            "--label",
+            "nightly-report",
+            "hold",
+            "--ttl",
+            "600ms",
+            "reports/nightly",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

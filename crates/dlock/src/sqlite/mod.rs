@@ -3,6 +3,7 @@
 mod config;
 mod error;
 mod schema;
+mod sql;
 mod worker;
 
 pub use config::SqliteConfig;
@@ -10,11 +11,12 @@ pub use config::SqliteConfig;
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -24,10 +26,11 @@ use crate::backend::{
 };
 use crate::error::Result;
 use crate::fence::FencingToken;
-use crate::name::{LockName, Owner};
+use crate::name::LockName;
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use error::Error;
+use sql::{Request, Tried};
 use worker::Worker;
 
 /// URL schemes served by this backend.
@@ -119,12 +122,19 @@ impl SqliteBuilder {
         self.config.validate()?;
         let config = self.config;
         let open_config = config.clone();
-        let conn = tokio::task::spawn_blocking(move || open(&open_config))
-            .await
-            .map_err(|_| Error::WorkerGone)??;
+        let (conn, fast) = tokio::task::spawn_blocking(move || {
+            let conn = open(&open_config)?;
+            let fast = open_inline(&open_config)?;
+            Ok::<_, Error>((conn, fast))
+        })
+        .await
+        .map_err(|_| Error::WorkerGone)??;
         Ok(SqliteBackend {
             shared: Arc::new(Shared {
                 worker: Worker::start(conn)?,
+                inline: Mutex::new(fast),
+                inline_ops: AtomicU32::new(0),
+                checkpoint_queued: Arc::new(AtomicBool::new(false)),
                 config,
                 wakers: Mutex::default(),
             }),
@@ -190,6 +200,23 @@ fn open(config: &SqliteConfig) -> Result<Connection, Error> {
     Ok(conn)
 }
 
+/// The second connection, for statements run inline on the caller's thread: it never waits
+/// for another process's write lock (busy timeout 0: the worker retries those with the real
+/// timeout) and never checkpoints (the worker does, in the background), so an inline call is a
+/// few microseconds of page-cache work, like a syscall.
+fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
+    let path = config.path.as_path();
+    let sqlite = Error::sqlite;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sqlite(path))?;
+    conn.busy_timeout(Duration::ZERO).map_err(sqlite(path))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sqlite(path))?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(sqlite(path))?;
+    Ok(conn)
+}
+
 /// Locks in one SQLite file shared by the processes of a machine: the embedded default.
 ///
 /// # Examples
@@ -209,17 +236,97 @@ pub struct SqliteBackend {
     shared: Arc<Shared>,
 }
 
+/// Inline statements between two background checkpoints of the WAL.
+const CHECKPOINT_EVERY: u32 = 512;
+
 #[derive(Debug)]
 struct Shared {
+    /// Runs what may block: waits for other processes' write locks, checkpoints.
     worker: Worker,
+    /// Runs what cannot block, on the caller's thread; see [`open_inline`].
+    inline: Mutex<Connection>,
+    inline_ops: AtomicU32,
+    checkpoint_queued: Arc<AtomicBool>,
     config: SqliteConfig,
     /// In-process waiters per name, woken at once by releases from this process.
     wakers: Mutex<HashMap<String, watch::Sender<()>>>,
 }
 
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
 impl Shared {
     fn path(&self) -> &Path {
         &self.config.path
+    }
+
+    /// Runs `op` inline when the inline connection is free and the file is not write-locked by
+    /// another process; `None` means "use the worker".
+    fn try_inline<T>(
+        &self,
+        op: &impl Fn(&mut Connection) -> rusqlite::Result<T>,
+    ) -> Option<rusqlite::Result<T>> {
+        let mut conn = self.inline.try_lock().ok()?;
+        let result = op(&mut conn);
+        drop(conn);
+        if result.as_ref().is_err_and(is_busy) {
+            return None;
+        }
+        if self.inline_ops.fetch_add(1, Ordering::Relaxed) % CHECKPOINT_EVERY
+            == CHECKPOINT_EVERY - 1
+            && !self.checkpoint_queued.swap(true, Ordering::AcqRel)
+        {
+            let queued = self.checkpoint_queued.clone();
+            self.worker.submit(move |conn| {
+                // PASSIVE never blocks readers or writers; a failure only delays the next one.
+                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                queued.store(false, Ordering::Release);
+            });
+        }
+        Some(result)
+    }
+
+    /// Runs `op` inline if it can, else on the worker.
+    async fn exec<T, F>(&self, op: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        if let Some(result) = self.try_inline(&op) {
+            return result.map_err(Error::sqlite(self.path()));
+        }
+        self.worker
+            .call(move |conn| op(conn))
+            .await?
+            .map_err(Error::sqlite(self.path()))
+    }
+
+    /// As [`exec`](Self::exec); if the caller gives up while the worker runs `op`, `undo` runs
+    /// on its result. The inline path needs no undo: it has no await to be cancelled at.
+    async fn exec_undoable<T, F, U>(&self, op: F, undo: U) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        U: FnOnce(&mut Connection, T) + Send + 'static,
+    {
+        if let Some(result) = self.try_inline(&op) {
+            return result.map_err(Error::sqlite(self.path()));
+        }
+        self.worker
+            .call_undoable(
+                move |conn| op(conn),
+                move |conn, result| {
+                    if let Ok(value) = result {
+                        undo(conn, value);
+                    }
+                },
+            )
+            .await?
+            .map_err(Error::sqlite(self.path()))
     }
 
     fn subscribe(&self, name: &str) -> watch::Receiver<()> {
@@ -263,107 +370,6 @@ impl SqliteBackend {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn from_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-/// The outcome of one attempt, computed on the worker thread.
-enum Tried {
-    Acquired { fence: i64 },
-    Busy { free_in_ms: i64 },
-}
-
-/// One acquisition attempt: a plain read first, so polling a held lock never takes the write
-/// lock, then an IMMEDIATE transaction that re-checks and writes.
-fn try_once(conn: &mut Connection, req: &Request) -> rusqlite::Result<Tried> {
-    let held = "SELECT token, expires_at FROM dlock_locks WHERE name = ?1";
-    let blocks = |row: Option<(Option<String>, i64)>, now: i64| -> Option<i64> {
-        match row {
-            Some((Some(token), expires_at))
-                if expires_at > now && !(req.reentrant && token == req.token) =>
-            {
-                Some(expires_at - now)
-            }
-            _ => None,
-        }
-    };
-    let row = conn
-        .query_row(held, [&req.name], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    if let Some(free_in_ms) = blocks(row, now_ms()) {
-        return Ok(Tried::Busy { free_in_ms });
-    }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let now = now_ms();
-    let row: Option<(Option<String>, i64)> = tx
-        .query_row(held, [&req.name], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    if let Some(free_in_ms) = blocks(row.clone(), now) {
-        return Ok(Tried::Busy { free_in_ms });
-    }
-    let expires_at = now.saturating_add(req.ttl_ms);
-    let fence: i64 = match row {
-        Some((Some(token), live_until)) if live_until > now && token == req.token => tx.query_row(
-            "UPDATE dlock_locks SET holds = holds + 1, expires_at = MAX(expires_at, ?2)
-             WHERE name = ?1 RETURNING fence",
-            params![req.name, expires_at],
-            |r| r.get(0),
-        )?,
-        _ => tx.query_row(
-            "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
-             VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (name) DO UPDATE SET
-                 fence = fence + 1, token = excluded.token, holds = 1, expires_at = excluded.expires_at,
-                 acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
-                 host = excluded.host, pid = excluded.pid
-             RETURNING fence",
-            params![req.name, req.token, expires_at, now, req.owner.label, req.owner.host, req.owner.pid],
-            |r| r.get(0),
-        )?,
-    };
-    tx.commit()?;
-    Ok(Tried::Acquired { fence })
-}
-
-/// Decrements the hold count; frees the row at zero. `Ok(None)` = not owned.
-fn release(
-    conn: &Connection,
-    name: &str,
-    token: &str,
-    fence: i64,
-) -> rusqlite::Result<Option<i64>> {
-    conn.query_row(
-        "UPDATE dlock_locks SET holds = holds - 1,
-             token = CASE WHEN holds > 1 THEN token ELSE NULL END,
-             expires_at = CASE WHEN holds > 1 THEN expires_at ELSE 0 END
-         WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_at > ?4
-         RETURNING holds",
-        params![name, token, fence, now_ms()],
-        |r| r.get(0),
-    )
-    .optional()
-}
-
-/// What the worker needs of an [`AcquireRequest`], owned so it can cross to the thread.
-#[derive(Clone, Debug)]
-struct Request {
-    name: String,
-    token: String,
-    owner: Owner,
-    ttl_ms: i64,
-    reentrant: bool,
-}
-
 #[async_trait]
 impl Backend for SqliteBackend {
     fn info(&self) -> &BackendInfo {
@@ -376,7 +382,7 @@ impl Backend for SqliteBackend {
             name: req.name.as_str().to_owned(),
             token: req.token.clone(),
             owner: req.owner.clone(),
-            ttl_ms: ms(req.ttl),
+            ttl_ms: sql::ms(req.ttl),
             reentrant: req.reentrant,
         });
         let poll = Backoff::new(shared.config.poll_min, shared.config.poll_max);
@@ -388,21 +394,19 @@ impl Backend for SqliteBackend {
                 let shared = shared.clone();
                 async move {
                     let start = Instant::now();
-                    let job_request = request.clone();
-                    let path = shared.path().to_owned();
+                    let job = request.clone();
                     let tried = shared
-                        .worker
-                        .call_undoable(
-                            move |conn| try_once(conn, &job_request),
-                            // The caller gave up while we were acquiring: let go at once.
+                        .exec_undoable(
+                            move |conn| sql::try_acquire(conn, &job),
+                            // The caller gave up while the worker was acquiring: let go at once.
                             move |conn, tried| {
-                                if let Ok(Tried::Acquired { fence }) = tried {
-                                    let _ = release(conn, &request.name, &request.token, fence);
+                                if let Tried::Acquired { fence } = tried {
+                                    let _ =
+                                        sql::release(conn, &request.name, &request.token, fence);
                                 }
                             },
                         )
-                        .await?
-                        .map_err(Error::sqlite(&path))?;
+                        .await?;
                     Ok(match tried {
                         Tried::Busy { free_in_ms } => Attempt::Busy {
                             free_in: Some(Duration::from_millis(
@@ -435,74 +439,14 @@ impl Backend for SqliteBackend {
     }
 }
 
-type InfoRow = (
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-);
-
-const INFO_COLUMNS: &str = "name, fence, holds, expires_at, acquired_at, owner_label, host, pid";
-
-fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InfoRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-    ))
-}
-
-fn to_info(row: InfoRow, now: i64) -> LockInfo {
-    let (name, fence, holds, expires_at, acquired_at, label, host, pid) = row;
-    LockInfo::new(
-        name,
-        FencingToken::new(u64::try_from(fence).unwrap_or(0)),
-        Owner::new(
-            label,
-            host.unwrap_or_default(),
-            pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-        ),
-        from_ms(acquired_at),
-        Some(Duration::from_millis(
-            u64::try_from(expires_at - now).unwrap_or(0),
-        )),
-        u32::try_from(holds).unwrap_or(0),
-    )
-}
-
 #[async_trait]
 impl MonitorStore for SqliteBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let name = name.as_str().to_owned();
-        let path = self.path().to_owned();
-        let row = self
+        Ok(self
             .shared
-            .worker
-            .call(move |conn| {
-                let now = now_ms();
-                conn.query_row(
-                    &format!(
-                        "SELECT {INFO_COLUMNS} FROM dlock_locks
-                             WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2"
-                    ),
-                    params![name, now],
-                    info_row,
-                )
-                .optional()
-                .map(|row| row.map(|row| to_info(row, now)))
-            })
-            .await?
-            .map_err(Error::sqlite(&path))?;
-        Ok(row)
+            .exec(move |conn| sql::inspect(conn, &name))
+            .await?)
     }
 
     async fn list_page(
@@ -513,25 +457,11 @@ impl MonitorStore for SqliteBackend {
     ) -> Result<ListPage> {
         let prefix = prefix.to_owned();
         let cursor = cursor.unwrap_or_default().to_owned();
-        let path = self.path().to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let locks = self
             .shared
-            .worker
-            .call(move |conn| -> rusqlite::Result<Vec<LockInfo>> {
-                let now = now_ms();
-                // The primary key orders by name, so each page is a range scan from the cursor.
-                let mut stmt = conn.prepare_cached(&format!(
-                    "SELECT {INFO_COLUMNS} FROM dlock_locks
-                         WHERE name >= ?1 AND name > ?2 AND substr(name, 1, length(?1)) = ?1
-                           AND token IS NOT NULL AND expires_at > ?3
-                         ORDER BY name LIMIT ?4"
-                ))?;
-                let rows = stmt.query_map(params![prefix, cursor, now, limit], info_row)?;
-                rows.map(|row| row.map(|row| to_info(row, now))).collect()
-            })
-            .await?
-            .map_err(Error::sqlite(&path))?;
+            .exec(move |conn| sql::list_page(conn, &prefix, &cursor, limit))
+            .await?;
         let full = i64::try_from(locks.len()).unwrap_or(i64::MAX) >= limit;
         let next = if full {
             locks.last().map(|l| l.name.clone())
@@ -543,23 +473,14 @@ impl MonitorStore for SqliteBackend {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let job_name = name.as_str().to_owned();
-        let path = self.path().to_owned();
-        let changed = self
+        let broken = self
             .shared
-            .worker
-            .call(move |conn| {
-                conn.execute(
-                    "UPDATE dlock_locks SET token = NULL, holds = 0, expires_at = 0
-                         WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2",
-                    params![job_name, now_ms()],
-                )
-            })
-            .await?
-            .map_err(Error::sqlite(&path))?;
-        if changed > 0 {
+            .exec(move |conn| sql::force_release(conn, &job_name))
+            .await?;
+        if broken {
             self.shared.wake(name.as_str());
         }
-        Ok(changed > 0)
+        Ok(broken)
     }
 }
 
@@ -589,22 +510,17 @@ impl Lease for SqliteLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        let (name, token, fence) = (self.name.clone(), self.token.clone(), self.fence);
-        let ttl_ms = ms(ttl);
-        let changed = self
+        let (name, token, fence, ttl_ms) = (
+            self.name.clone(),
+            self.token.clone(),
+            self.fence,
+            sql::ms(ttl),
+        );
+        let owned = self
             .shared
-            .worker
-            .call(move |conn| {
-                let now = now_ms();
-                conn.execute(
-                    "UPDATE dlock_locks SET expires_at = MAX(expires_at, ?4 + ?5)
-                         WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_at > ?4",
-                    params![name, token, fence, now, ttl_ms],
-                )
-            })
-            .await?
-            .map_err(Error::sqlite(self.shared.path()))?;
-        if changed == 0 {
+            .exec(move |conn| sql::extend(conn, &name, &token, fence, ttl_ms))
+            .await?;
+        if !owned {
             return Err(crate::Error::not_owned(&self.name));
         }
         Ok(())
@@ -614,10 +530,8 @@ impl Lease for SqliteLease {
         let (name, token, fence) = (self.name.clone(), self.token.clone(), self.fence);
         let left = self
             .shared
-            .worker
-            .call(move |conn| release(conn, &name, &token, fence))
-            .await?
-            .map_err(Error::sqlite(self.shared.path()))?;
+            .exec(move |conn| sql::release(conn, &name, &token, fence))
+            .await?;
         match left {
             None => Err(crate::Error::not_owned(&self.name)),
             Some(left) => {

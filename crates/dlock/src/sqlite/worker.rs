@@ -60,6 +60,12 @@ impl Worker {
         Ok(Worker { jobs })
     }
 
+    /// Queues `job` without waiting for it.
+    pub(crate) fn submit(&self, job: impl FnOnce(&mut Connection) + Send + 'static) {
+        // If the thread is gone, so is the connection: nothing left to do.
+        let _ = self.jobs.send(Box::new(job));
+    }
+
     /// Runs `job` on the connection.
     pub(crate) async fn call<T, F>(&self, job: F) -> Result<T, Error>
     where

@@ -1,0 +1,217 @@
+//! The statements of the SQLite backend, run synchronously on a connection (inline or on the
+//! worker thread). Each takes and gives plain values, so it can run on either.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::backend::LockInfo;
+use crate::fence::FencingToken;
+use crate::name::Owner;
+
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+pub(super) fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn from_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// The outcome of one attempt, computed on the worker thread.
+pub(super) enum Tried {
+    Acquired { fence: i64 },
+    Busy { free_in_ms: i64 },
+}
+
+/// One acquisition attempt: a plain read first, so polling a held lock never takes the write
+/// lock, then an IMMEDIATE transaction that re-checks and writes.
+pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Result<Tried> {
+    let held = "SELECT token, expires_at FROM dlock_locks WHERE name = ?1";
+    let blocks = |row: Option<(Option<String>, i64)>, now: i64| -> Option<i64> {
+        match row {
+            Some((Some(token), expires_at))
+                if expires_at > now && !(req.reentrant && token == req.token) =>
+            {
+                Some(expires_at - now)
+            }
+            _ => None,
+        }
+    };
+    let row = conn
+        .prepare_cached(held)?
+        .query_row([&req.name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some(free_in_ms) = blocks(row, now_ms()) {
+        return Ok(Tried::Busy { free_in_ms });
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = now_ms();
+    let row: Option<(Option<String>, i64)> = tx
+        .prepare_cached(held)?
+        .query_row([&req.name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some(free_in_ms) = blocks(row.clone(), now) {
+        return Ok(Tried::Busy { free_in_ms });
+    }
+    let expires_at = now.saturating_add(req.ttl_ms);
+    let fence: i64 = match row {
+        Some((Some(token), live_until)) if live_until > now && token == req.token => tx.prepare_cached(
+            "UPDATE dlock_locks SET holds = holds + 1, expires_at = MAX(expires_at, ?2)
+             WHERE name = ?1 RETURNING fence",
+        )?
+        .query_row(params![req.name, expires_at], |r| r.get(0))?,
+        _ => tx.prepare_cached(
+            "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
+             VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (name) DO UPDATE SET
+                 fence = fence + 1, token = excluded.token, holds = 1, expires_at = excluded.expires_at,
+                 acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
+                 host = excluded.host, pid = excluded.pid
+             RETURNING fence",
+        )?
+        .query_row(
+            params![req.name, req.token, expires_at, now, req.owner.label, req.owner.host, req.owner.pid],
+            |r| r.get(0),
+        )?,
+    };
+    tx.commit()?;
+    Ok(Tried::Acquired { fence })
+}
+
+/// Decrements the hold count; frees the row at zero. `Ok(None)` = not owned.
+pub(super) fn release(
+    conn: &Connection,
+    name: &str,
+    token: &str,
+    fence: i64,
+) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached(
+        "UPDATE dlock_locks SET holds = holds - 1,
+             token = CASE WHEN holds > 1 THEN token ELSE NULL END,
+             expires_at = CASE WHEN holds > 1 THEN expires_at ELSE 0 END
+         WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_at > ?4
+         RETURNING holds",
+    )?
+    .query_row(params![name, token, fence, now_ms()], |r| r.get(0))
+    .optional()
+}
+
+/// What the worker needs of an [`AcquireRequest`], owned so it can cross to the thread.
+#[derive(Clone, Debug)]
+pub(super) struct Request {
+    pub(super) name: String,
+    pub(super) token: String,
+    pub(super) owner: Owner,
+    pub(super) ttl_ms: i64,
+    pub(super) reentrant: bool,
+}
+
+type InfoRow = (
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+);
+
+const INFO_COLUMNS: &str = "name, fence, holds, expires_at, acquired_at, owner_label, host, pid";
+
+fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InfoRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}
+
+fn to_info(row: InfoRow, now: i64) -> LockInfo {
+    let (name, fence, holds, expires_at, acquired_at, label, host, pid) = row;
+    LockInfo::new(
+        name,
+        FencingToken::new(u64::try_from(fence).unwrap_or(0)),
+        Owner::new(
+            label,
+            host.unwrap_or_default(),
+            pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        ),
+        from_ms(acquired_at),
+        Some(Duration::from_millis(
+            u64::try_from(expires_at - now).unwrap_or(0),
+        )),
+        u32::try_from(holds).unwrap_or(0),
+    )
+}
+
+/// Makes the lease last at least `ttl_ms` from now if still owned; `false` = not owned.
+pub(super) fn extend(
+    conn: &Connection,
+    name: &str,
+    token: &str,
+    fence: i64,
+    ttl_ms: i64,
+) -> rusqlite::Result<bool> {
+    let now = now_ms();
+    let changed = conn
+        .prepare_cached(
+            "UPDATE dlock_locks SET expires_at = MAX(expires_at, ?4 + ?5)
+             WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_at > ?4",
+        )?
+        .execute(params![name, token, fence, now, ttl_ms])?;
+    Ok(changed > 0)
+}
+
+/// Frees a held lock whoever holds it, keeping its fence; `true` when it was held.
+pub(super) fn force_release(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE dlock_locks SET token = NULL, holds = 0, expires_at = 0
+             WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2",
+        )?
+        .execute(params![name, now_ms()])?;
+    Ok(changed > 0)
+}
+
+/// The holder of `name`, if it is held.
+pub(super) fn inspect(conn: &Connection, name: &str) -> rusqlite::Result<Option<LockInfo>> {
+    let now = now_ms();
+    conn.prepare_cached(&format!(
+        "SELECT {INFO_COLUMNS} FROM dlock_locks
+         WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2"
+    ))?
+    .query_row(params![name, now], info_row)
+    .optional()
+    .map(|row| row.map(|row| to_info(row, now)))
+}
+
+/// Held locks under `prefix` after `cursor`, in name order: the primary key makes each page a
+/// range scan from the cursor.
+pub(super) fn list_page(
+    conn: &Connection,
+    prefix: &str,
+    cursor: &str,
+    limit: i64,
+) -> rusqlite::Result<Vec<LockInfo>> {
+    let now = now_ms();
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {INFO_COLUMNS} FROM dlock_locks
+         WHERE name >= ?1 AND name > ?2 AND substr(name, 1, length(?1)) = ?1
+           AND token IS NOT NULL AND expires_at > ?3
+         ORDER BY name LIMIT ?4"
+    ))?;
+    let rows = stmt.query_map(params![prefix, cursor, now, limit], info_row)?;
+    rows.map(|row| row.map(|row| to_info(row, now))).collect()
+}
