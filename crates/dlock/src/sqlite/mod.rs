@@ -4,11 +4,11 @@ mod config;
 mod error;
 mod schema;
 mod sql;
+mod wake;
 mod worker;
 
 pub use config::SqliteConfig;
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -31,6 +31,7 @@ use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use error::Error;
 use sql::{Request, Tried};
+use wake::{WakeFile, Wakers};
 use worker::Worker;
 
 /// URL schemes served by this backend.
@@ -40,7 +41,7 @@ const INFO: BackendInfo = BackendInfo::new(
     "sqlite",
     Capabilities {
         reentrant: true,
-        fair: false,
+        fair: true,
         native_wait: true,
         native_loss_signal: false,
         cross_process: true,
@@ -135,8 +136,13 @@ impl SqliteBuilder {
                 inline: Mutex::new(fast),
                 inline_ops: AtomicU32::new(0),
                 checkpoint_queued: Arc::new(AtomicBool::new(false)),
+                wake_file: WakeFile::open(&config.path)
+                    .map(Arc::new)
+                    .inspect_err(|e| tracing::debug!(%e, "no wake file: waiters in other processes will poll"))
+                    .ok(),
+                watcher: Mutex::new(None),
                 config,
-                wakers: Mutex::default(),
+                wakers: Wakers::default(),
             }),
         })
     }
@@ -248,8 +254,13 @@ struct Shared {
     inline_ops: AtomicU32,
     checkpoint_queued: Arc<AtomicBool>,
     config: SqliteConfig,
-    /// In-process waiters per name, woken at once by releases from this process.
-    wakers: Mutex<HashMap<String, watch::Sender<()>>>,
+    /// Waiters of this process per name: woken at once by releases in this process, and by the
+    /// wake file's watcher for releases in others.
+    wakers: Wakers,
+    /// Rung on every release; `None` if it could not be created (waiters then poll).
+    wake_file: Option<Arc<WakeFile>>,
+    /// Started with the first waiter; `Some(Err)` if notifications are unavailable here.
+    watcher: Mutex<Option<Result<notify::RecommendedWatcher, ()>>>,
 }
 
 fn is_busy(error: &rusqlite::Error) -> bool {
@@ -330,6 +341,7 @@ impl Shared {
     }
 
     fn subscribe(&self, name: &str) -> watch::Receiver<()> {
+        self.watch_other_processes();
         let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
         wakers
             .entry(name.to_owned())
@@ -337,13 +349,33 @@ impl Shared {
             .subscribe()
     }
 
+    /// Starts the wake-file watcher once, when this process first waits.
+    fn watch_other_processes(&self) {
+        let Some(wake_file) = &self.wake_file else {
+            return;
+        };
+        let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        if watcher.is_none() {
+            let started = wake_file.watch(self.wakers.clone()).map_err(|e| {
+                tracing::debug!(%e, "cannot watch the wake file: waiters will poll");
+            });
+            *watcher = Some(started);
+        }
+    }
+
+    /// A lock was freed: wake its waiters here, and ring the other processes.
     fn wake(&self, name: &str) {
-        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = wakers.get(name) {
-            sender.send_replace(());
-            if sender.receiver_count() == 0 {
-                wakers.remove(name);
+        {
+            let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(sender) = wakers.get(name) {
+                sender.send_replace(());
+                if sender.receiver_count() == 0 {
+                    wakers.remove(name);
+                }
             }
+        }
+        if let Some(wake_file) = &self.wake_file {
+            wake_file.ring();
         }
     }
 }
@@ -384,9 +416,16 @@ impl Backend for SqliteBackend {
             owner: req.owner.clone(),
             ttl_ms: sql::ms(req.ttl),
             reentrant: req.reentrant,
+            fair: req.fair,
+            waits: req.wait != crate::Wait::No,
         });
+        // Whatever ends this call (timeout, error, the future dropped), leave the queue.
+        let mut queued = LeaveQueue {
+            shared,
+            request: request.clone(),
+        };
         let poll = Backoff::new(shared.config.poll_min, shared.config.poll_max);
-        acquire_loop(
+        let acquired = acquire_loop(
             req.wait,
             Some(poll),
             || {
@@ -409,9 +448,8 @@ impl Backend for SqliteBackend {
                         .await?;
                     Ok(match tried {
                         Tried::Busy { free_in_ms } => Attempt::Busy {
-                            free_in: Some(Duration::from_millis(
-                                u64::try_from(free_in_ms).unwrap_or(0),
-                            )),
+                            free_in: free_in_ms
+                                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
                         },
                         Tried::Acquired { fence } => Attempt::Acquired(Arc::new(SqliteLease {
                             shared: shared.clone(),
@@ -431,7 +469,13 @@ impl Backend for SqliteBackend {
                 }
             },
         )
-        .await
+        .await;
+        if matches!(acquired, Ok(Some(_))) {
+            // The granting transaction already took it out of the queue.
+            queued.request = Arc::new(Request { waits: false, ..(*request).clone() });
+        }
+        drop(queued);
+        acquired
     }
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
@@ -481,6 +525,32 @@ impl MonitorStore for SqliteBackend {
             self.shared.wake(name.as_str());
         }
         Ok(broken)
+    }
+}
+
+/// Takes a waiter out of the queue when its acquire call ends without the lock.
+struct LeaveQueue<'a> {
+    shared: &'a Shared,
+    request: Arc<Request>,
+}
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        if self.request.waits {
+            let request = self.request.clone();
+            let wakers = self.shared.wakers.clone();
+            let wake_file = self.shared.wake_file.clone();
+            // Queued, not awaited: Drop cannot wait. If it never runs, the entry goes stale.
+            self.shared.worker.submit(move |conn| {
+                if sql::leave_queue(conn, &request.name, &request.token).is_ok() {
+                    // Whoever queued behind this waiter may be next now.
+                    wake::wake_all(&wakers);
+                    if let Some(wake_file) = wake_file {
+                        wake_file.ring();
+                    }
+                }
+            });
+        }
     }
 }
 

@@ -25,6 +25,14 @@ CREATE TABLE dlock_locks (
     host        TEXT,
     pid         INTEGER
 ) WITHOUT ROWID;
+CREATE TABLE dlock_waiters (
+    name     TEXT NOT NULL,
+    token    TEXT NOT NULL,
+    since_ms INTEGER NOT NULL,  -- when it started waiting: the queue order
+    seen_ms  INTEGER NOT NULL,  -- refreshed while it waits; stale ones are skipped and swept
+    PRIMARY KEY (name, token)
+) WITHOUT ROWID;
+CREATE INDEX dlock_waiters_order ON dlock_waiters (name, since_ms, token);
 ";
 
 /// Every column the backend reads or writes, probed on open so a foreign table of the same

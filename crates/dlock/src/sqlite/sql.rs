@@ -23,65 +23,133 @@ fn from_ms(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-/// The outcome of one attempt, computed on the worker thread.
+/// A waiter that has not refreshed its place in the queue for this long is gone (crashed,
+/// paused, cancelled without cleanup) and no longer holds anyone back.
+pub(super) const WAITER_STALE_MS: i64 = 1000;
+
+/// In the default (unfair) mode a newcomer may take a free lock ahead of queued waiters only
+/// while the oldest of them has waited less than this: Go's `sync.Mutex` starvation mode, so a
+/// process that releases and re-acquires in a loop cannot starve the others.
+pub(super) const STARVATION_MS: i64 = 5;
+
+/// The outcome of one attempt.
 pub(super) enum Tried {
     Acquired { fence: i64 },
-    Busy { free_in_ms: i64 },
+    /// `free_in_ms` is the holder's remaining lease, or `None` when the lock is free but a
+    /// queued waiter comes first.
+    Busy { free_in_ms: Option<i64> },
 }
 
-/// One acquisition attempt: a plain read first, so polling a held lock never takes the write
-/// lock, then an IMMEDIATE transaction that re-checks and writes.
-pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Result<Tried> {
-    let held = "SELECT token, expires_at FROM dlock_locks WHERE name = ?1";
-    let blocks = |row: Option<(Option<String>, i64)>, now: i64| -> Option<i64> {
-        match row {
-            Some((Some(token), expires_at))
-                if expires_at > now && !(req.reentrant && token == req.token) =>
-            {
-                Some(expires_at - now)
-            }
-            _ => None,
-        }
-    };
-    let row = conn
-        .prepare_cached(held)?
+type LockRow = Option<(Option<String>, i64)>;
+
+enum Check {
+    Grant(LockRow),
+    Busy(Option<i64>),
+}
+
+/// Whether `req` may take the lock now: it is free (or re-entered), and no queued waiter
+/// comes first.
+fn check(conn: &Connection, req: &Request, now: i64) -> rusqlite::Result<Check> {
+    let row: LockRow = conn
+        .prepare_cached("SELECT token, expires_at FROM dlock_locks WHERE name = ?1")?
         .query_row([&req.name], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    if let Some(free_in_ms) = blocks(row, now_ms()) {
-        return Ok(Tried::Busy { free_in_ms });
+    if let Some((Some(token), expires_at)) = &row
+        && *expires_at > now
+    {
+        if req.reentrant && *token == req.token {
+            return Ok(Check::Grant(row));
+        }
+        return Ok(Check::Busy(Some(expires_at - now)));
+    }
+    let head: Option<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT token, since_ms FROM dlock_waiters WHERE name = ?1 AND seen_ms > ?2
+             ORDER BY since_ms, token LIMIT 1",
+        )?
+        .query_row(params![req.name, now - WAITER_STALE_MS], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((token, since)) = head
+        && token != req.token
+        && (req.fair || now - since >= STARVATION_MS)
+    {
+        return Ok(Check::Busy(None));
+    }
+    Ok(Check::Grant(row))
+}
+
+/// Takes (or refreshes) this request's place in the queue, then reports busy.
+fn queue(conn: &Connection, req: &Request, now: i64, free_in_ms: Option<i64>) -> rusqlite::Result<Tried> {
+    if req.waits {
+        let seen: Option<i64> = conn
+            .prepare_cached("SELECT seen_ms FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
+            .query_row(params![req.name, req.token], |r| r.get(0))
+            .optional()?;
+        // Refresh only now and then: a poll should stay a read.
+        if seen.is_none_or(|seen| now - seen > WAITER_STALE_MS / 4) {
+            conn.prepare_cached(
+                "INSERT INTO dlock_waiters (name, token, since_ms, seen_ms) VALUES (?1, ?2, ?3, ?3)
+                 ON CONFLICT (name, token) DO UPDATE SET seen_ms = excluded.seen_ms",
+            )?
+            .execute(params![req.name, req.token, now])?;
+        }
+    }
+    Ok(Tried::Busy { free_in_ms })
+}
+
+/// One acquisition attempt: plain reads first, so polling a held lock never takes the write
+/// lock, then an IMMEDIATE transaction that re-checks and writes.
+pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Result<Tried> {
+    let now = now_ms();
+    if let Check::Busy(free_in_ms) = check(conn, req, now)? {
+        return queue(conn, req, now, free_in_ms);
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
-    let row: Option<(Option<String>, i64)> = tx
-        .prepare_cached(held)?
-        .query_row([&req.name], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    if let Some(free_in_ms) = blocks(row.clone(), now) {
-        return Ok(Tried::Busy { free_in_ms });
-    }
+    let row = match check(&tx, req, now)? {
+        Check::Grant(row) => row,
+        Check::Busy(free_in_ms) => {
+            drop(tx);
+            return queue(conn, req, now, free_in_ms);
+        }
+    };
     let expires_at = now.saturating_add(req.ttl_ms);
     let fence: i64 = match row {
-        Some((Some(token), live_until)) if live_until > now && token == req.token => tx.prepare_cached(
-            "UPDATE dlock_locks SET holds = holds + 1, expires_at = MAX(expires_at, ?2)
-             WHERE name = ?1 RETURNING fence",
-        )?
-        .query_row(params![req.name, expires_at], |r| r.get(0))?,
-        _ => tx.prepare_cached(
-            "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
-             VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (name) DO UPDATE SET
-                 fence = fence + 1, token = excluded.token, holds = 1, expires_at = excluded.expires_at,
-                 acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
-                 host = excluded.host, pid = excluded.pid
-             RETURNING fence",
-        )?
-        .query_row(
-            params![req.name, req.token, expires_at, now, req.owner.label, req.owner.host, req.owner.pid],
-            |r| r.get(0),
-        )?,
+        Some((Some(token), live_until)) if live_until > now && token == req.token => tx
+            .prepare_cached(
+                "UPDATE dlock_locks SET holds = holds + 1, expires_at = MAX(expires_at, ?2)
+                 WHERE name = ?1 RETURNING fence",
+            )?
+            .query_row(params![req.name, expires_at], |r| r.get(0))?,
+        _ => tx
+            .prepare_cached(
+                "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
+                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (name) DO UPDATE SET
+                     fence = fence + 1, token = excluded.token, holds = 1, expires_at = excluded.expires_at,
+                     acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
+                     host = excluded.host, pid = excluded.pid
+                 RETURNING fence",
+            )?
+            .query_row(
+                params![req.name, req.token, expires_at, now, req.owner.label, req.owner.host, req.owner.pid],
+                |r| r.get(0),
+            )?,
     };
+    if req.waits {
+        // Leave the queue, and sweep out waiters that are gone.
+        tx.prepare_cached("DELETE FROM dlock_waiters WHERE name = ?1 AND (token = ?2 OR seen_ms <= ?3)")?
+            .execute(params![req.name, req.token, now - WAITER_STALE_MS])?;
+    }
     tx.commit()?;
     Ok(Tried::Acquired { fence })
+}
+
+/// Removes a waiter that gave up (timed out, cancelled, failed).
+pub(super) fn leave_queue(conn: &Connection, name: &str, token: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
+        .execute(params![name, token])?;
+    Ok(())
 }
 
 /// Decrements the hold count; frees the row at zero. `Ok(None)` = not owned.
@@ -110,6 +178,10 @@ pub(super) struct Request {
     pub(super) owner: Owner,
     pub(super) ttl_ms: i64,
     pub(super) reentrant: bool,
+    /// Strict FIFO among waiters.
+    pub(super) fair: bool,
+    /// Willing to wait, so it queues when busy (`no_wait` attempts never queue).
+    pub(super) waits: bool,
 }
 
 type InfoRow = (

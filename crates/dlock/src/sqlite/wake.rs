@@ -1,0 +1,78 @@
+//! Cross-process wake-ups. A release writes a few bytes to `<db>-wake`; every process with a
+//! waiter watches that file (inotify on Linux, kqueue / FSEvents elsewhere, through `notify`)
+//! and retries at once. Polling stays as the fallback for file systems without notifications.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::watch;
+
+/// Waiters of this process, by lock name.
+pub(super) type Wakers = Arc<Mutex<HashMap<String, watch::Sender<()>>>>;
+
+/// The wake file of one database, kept open for cheap writes.
+#[derive(Debug)]
+pub(super) struct WakeFile {
+    path: PathBuf,
+    file: File,
+    rings: AtomicU64,
+}
+
+impl WakeFile {
+    /// Opens (or creates) `<db>-wake` beside the database.
+    pub(super) fn open(db: &Path) -> std::io::Result<WakeFile> {
+        let mut name = db.as_os_str().to_owned();
+        name.push("-wake");
+        let path = PathBuf::from(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        Ok(WakeFile {
+            path,
+            file,
+            rings: AtomicU64::new(0),
+        })
+    }
+
+    /// Tells every watching process that a lock was freed.
+    pub(super) fn ring(&self) {
+        let n = self.rings.fetch_add(1, Ordering::Relaxed);
+        // A failed write only costs the watchers their early wake-up: polling still runs.
+        let _ = self.file.write_at(&n.to_le_bytes(), 0);
+    }
+
+    /// Starts watching: every change to the file wakes every waiter in `wakers`.
+    pub(super) fn watch(&self, wakers: Wakers) -> notify::Result<notify::RecommendedWatcher> {
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let relevant = event.is_ok_and(|e| {
+                    matches!(
+                        e.kind,
+                        EventKind::Modify(_) | EventKind::Create(_) | EventKind::Any
+                    )
+                });
+                if relevant {
+                    wake_all(&wakers);
+                }
+            })?;
+        watcher.watch(&self.path, RecursiveMode::NonRecursive)?;
+        Ok(watcher)
+    }
+}
+
+/// Wakes every waiter of this process (each retries its own lock: one cheap read).
+pub(super) fn wake_all(wakers: &Wakers) {
+    let mut wakers = wakers.lock().unwrap_or_else(PoisonError::into_inner);
+    wakers.retain(|_, sender| {
+        sender.send_replace(());
+        sender.receiver_count() > 0
+    });
+}
