@@ -21,6 +21,10 @@ pub(crate) struct HoldArgs {
 
     #[command(flatten)]
     wait: WaitArgs,
+
+    /// Queue fairly: waiters get the lock in arrival order, across processes.
+    #[arg(long)]
+    fair: bool,
 }
 
 pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i32 {
@@ -36,6 +40,9 @@ pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i3
         };
     }
     let mut builder = locks.mutex(&args.name);
+    if args.fair {
+        builder = builder.fair();
+    }
     if args.wait.no_wait {
         builder = builder.no_wait();
     } else if let Some(wait) = args.wait.wait {

@@ -25,6 +25,10 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     wait: WaitArgs,
 
+    /// Queue fairly: waiters get the lock in arrival order, across processes.
+    #[arg(long)]
+    fair: bool,
+
     /// Stop renewing after this long: past it the lock expires and the command is signalled
     /// as if the lock were lost.
     #[arg(long, value_parser = parse_duration)]
@@ -113,6 +117,9 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
         };
     }
     let mut builder = locks.mutex(&args.name);
+    if args.fair {
+        builder = builder.fair();
+    }
     if args.wait.no_wait {
         builder = builder.no_wait();
     } else if let Some(wait) = args.wait.wait {

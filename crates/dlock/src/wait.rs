@@ -52,6 +52,12 @@ impl Backoff {
     }
 }
 
+/// In the default (unfair) mode a newcomer may take a free lock ahead of queued waiters only
+/// while the oldest of them has waited less than this: Go's `sync.Mutex` starvation mode, so a
+/// holder that releases and re-acquires in a loop cannot starve the others. Fair locks never
+/// let a newcomer pass a queued waiter. Backends with a waiter queue apply it.
+pub const STARVATION_THRESHOLD: Duration = Duration::from_millis(5);
+
 /// Upper bound on one sleep when a store gives no other hint; long waits are cut into these
 /// slices so a clock or lease change is noticed.
 const IDLE_SLICE: Duration = Duration::from_secs(1);

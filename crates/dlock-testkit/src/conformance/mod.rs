@@ -9,6 +9,7 @@
 
 mod cancel;
 mod cross_process;
+mod fair;
 mod fence;
 mod lost;
 mod monitor;
@@ -77,8 +78,12 @@ pub enum Needs {
     Reentrant,
     /// A backend *without* reentrant locks (to check the unsupported error).
     NotReentrant,
+    /// Fair (FIFO) locks.
+    Fair,
     /// A backend *without* fair locks (to check the unsupported error).
     NotFair,
+    /// Fair locks shared with other processes.
+    FairCrossProcess,
     /// Inspection: inspect, list, force_release.
     Monitor,
     /// A backend *without* inspection (to check the unsupported error).
@@ -93,7 +98,15 @@ impl Needs {
             Needs::Any => None,
             Needs::Reentrant => (!caps.reentrant).then_some("no reentrant locks"),
             Needs::NotReentrant => caps.reentrant.then_some("reentrant locks are supported"),
+            Needs::Fair => (!caps.fair).then_some("no fair locks"),
             Needs::NotFair => caps.fair.then_some("fair locks are supported"),
+            Needs::FairCrossProcess => {
+                if !caps.fair {
+                    Some("no fair locks")
+                } else {
+                    Needs::CrossProcess.unmet(caps, fx)
+                }
+            }
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),
             Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
             Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())
@@ -160,6 +173,7 @@ pub fn all_cases() -> Vec<Case> {
         lost::cases(),
         cancel::cases(),
         reentrant::cases(),
+        fair::cases(),
         monitor::cases(),
         names::cases(),
         cross_process::cases(),

@@ -1,6 +1,6 @@
 #![doc = include_str!("docs.md")]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -15,7 +15,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::wait::{Attempt, acquire_loop};
+use crate::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 
 /// URL schemes served by this backend: `memory://` (the process-wide store) and
 /// `memory://NAME` (a separate process-wide store per name).
@@ -25,7 +25,7 @@ const INFO: BackendInfo = BackendInfo::new(
     "memory",
     Capabilities {
         reentrant: true,
-        fair: false,
+        fair: true,
         native_wait: true,
         native_loss_signal: true,
         cross_process: false,
@@ -137,6 +137,8 @@ struct Store {
 struct Slot {
     fence: u64,
     holder: Option<Holder>,
+    /// Waiters by arrival: fair locks serve them in order, unfair ones once the head starves.
+    queue: VecDeque<(String, Instant)>,
     changed: watch::Sender<()>,
 }
 
@@ -163,6 +165,7 @@ impl Slot {
         Slot {
             fence: 0,
             holder: None,
+            queue: VecDeque::new(),
             changed: watch::Sender::new(()),
         }
     }
@@ -173,6 +176,28 @@ impl Slot {
             && let Some(holder) = self.holder.take()
         {
             holder.lost.cancel();
+        }
+    }
+
+    /// Whether a queued waiter other than `token` comes first.
+    fn waiter_first(&self, token: &str, fair: bool, now: Instant) -> bool {
+        self.queue.front().is_some_and(|(head, since)| {
+            head != token && (fair || now - *since >= STARVATION_THRESHOLD)
+        })
+    }
+
+    fn enqueue(&mut self, token: &str, now: Instant) {
+        if !self.queue.iter().any(|(t, _)| t == token) {
+            self.queue.push_back((token.to_owned(), now));
+        }
+    }
+
+    fn leave_queue(&mut self, token: &str) {
+        let before = self.queue.len();
+        self.queue.retain(|(t, _)| t != token);
+        if self.queue.len() != before {
+            // Whoever queued behind may be next now.
+            self.changed.send_replace(());
         }
     }
 
@@ -205,8 +230,16 @@ impl Store {
         let now = Instant::now();
         slot.expire(now);
         let expires_at = now + req.ttl;
+        let waits = req.wait != crate::Wait::No;
+        if slot.holder.is_none() && slot.waiter_first(&req.token, req.fair, now) {
+            if waits {
+                slot.enqueue(&req.token, now);
+            }
+            return Attempt::Busy { free_in: None };
+        }
         let lost_parent = match &mut slot.holder {
             None => {
+                slot.queue.retain(|(t, _)| *t != req.token);
                 slot.fence += 1;
                 let lost = CancellationToken::new();
                 slot.holder = Some(Holder {
@@ -226,9 +259,11 @@ impl Store {
                 holder.lost.clone()
             }
             Some(holder) => {
-                return Attempt::Busy {
-                    free_in: Some(holder.expires_at - now),
-                };
+                let free_in = Some(holder.expires_at - now);
+                if waits {
+                    slot.enqueue(&req.token, now);
+                }
+                return Attempt::Busy { free_in };
             }
         };
         Attempt::Acquired(Arc::new(MemoryLease {
@@ -250,6 +285,8 @@ impl Backend for MemoryBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let store = &self.store;
+        // However this call ends (timeout, or the future dropped), leave the queue.
+        let _leave = LeaveQueue { store, req };
         acquire_loop(
             req.wait,
             None,
@@ -268,6 +305,19 @@ impl Backend for MemoryBackend {
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         Some(self)
+    }
+}
+
+struct LeaveQueue<'a> {
+    store: &'a Arc<Store>,
+    req: &'a AcquireRequest,
+}
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.store.slots().get_mut(self.req.name.as_str()) {
+            slot.leave_queue(&self.req.token);
+        }
     }
 }
 

@@ -215,11 +215,14 @@ fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
     let sqlite = Error::sqlite;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(sqlite(path))?;
-    conn.busy_timeout(Duration::ZERO).map_err(sqlite(path))?;
+    // Setting up may meet another process creating the file: wait for it like the worker does.
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(sqlite(path))?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(sqlite(path))?;
     conn.pragma_update(None, "wal_autocheckpoint", 0)
         .map_err(sqlite(path))?;
+    conn.busy_timeout(Duration::ZERO).map_err(sqlite(path))?;
     Ok(conn)
 }
 
@@ -472,7 +475,10 @@ impl Backend for SqliteBackend {
         .await;
         if matches!(acquired, Ok(Some(_))) {
             // The granting transaction already took it out of the queue.
-            queued.request = Arc::new(Request { waits: false, ..(*request).clone() });
+            queued.request = Arc::new(Request {
+                waits: false,
+                ..(*request).clone()
+            });
         }
         drop(queued);
         acquired

@@ -27,17 +27,19 @@ fn from_ms(ms: i64) -> SystemTime {
 /// paused, cancelled without cleanup) and no longer holds anyone back.
 pub(super) const WAITER_STALE_MS: i64 = 1000;
 
-/// In the default (unfair) mode a newcomer may take a free lock ahead of queued waiters only
-/// while the oldest of them has waited less than this: Go's `sync.Mutex` starvation mode, so a
-/// process that releases and re-acquires in a loop cannot starve the others.
-pub(super) const STARVATION_MS: i64 = 5;
+/// [`STARVATION_THRESHOLD`](crate::wait::STARVATION_THRESHOLD) in the table's unit.
+const STARVATION_MS: i64 = crate::wait::STARVATION_THRESHOLD.as_millis() as i64;
 
 /// The outcome of one attempt.
 pub(super) enum Tried {
-    Acquired { fence: i64 },
+    Acquired {
+        fence: i64,
+    },
     /// `free_in_ms` is the holder's remaining lease, or `None` when the lock is free but a
     /// queued waiter comes first.
-    Busy { free_in_ms: Option<i64> },
+    Busy {
+        free_in_ms: Option<i64>,
+    },
 }
 
 type LockRow = Option<(Option<String>, i64)>;
@@ -67,7 +69,9 @@ fn check(conn: &Connection, req: &Request, now: i64) -> rusqlite::Result<Check> 
             "SELECT token, since_ms FROM dlock_waiters WHERE name = ?1 AND seen_ms > ?2
              ORDER BY since_ms, token LIMIT 1",
         )?
-        .query_row(params![req.name, now - WAITER_STALE_MS], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![req.name, now - WAITER_STALE_MS], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()?;
     if let Some((token, since)) = head
         && token != req.token
@@ -79,7 +83,12 @@ fn check(conn: &Connection, req: &Request, now: i64) -> rusqlite::Result<Check> 
 }
 
 /// Takes (or refreshes) this request's place in the queue, then reports busy.
-fn queue(conn: &Connection, req: &Request, now: i64, free_in_ms: Option<i64>) -> rusqlite::Result<Tried> {
+fn queue(
+    conn: &Connection,
+    req: &Request,
+    now: i64,
+    free_in_ms: Option<i64>,
+) -> rusqlite::Result<Tried> {
     if req.waits {
         let seen: Option<i64> = conn
             .prepare_cached("SELECT seen_ms FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
@@ -138,8 +147,10 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
     };
     if req.waits {
         // Leave the queue, and sweep out waiters that are gone.
-        tx.prepare_cached("DELETE FROM dlock_waiters WHERE name = ?1 AND (token = ?2 OR seen_ms <= ?3)")?
-            .execute(params![req.name, req.token, now - WAITER_STALE_MS])?;
+        tx.prepare_cached(
+            "DELETE FROM dlock_waiters WHERE name = ?1 AND (token = ?2 OR seen_ms <= ?3)",
+        )?
+        .execute(params![req.name, req.token, now - WAITER_STALE_MS])?;
     }
     tx.commit()?;
     Ok(Tried::Acquired { fence })
