@@ -6,12 +6,14 @@ use anyhow::ensure;
 use dlock::FencingToken;
 
 use super::{Ctx, Needs, cases};
+use crate::checker::FencedResource;
 
 cases!["fence",
     Needs::Any =>
         fence_increases_across_holders,
         fence_increases_across_takeovers,
-        fences_of_different_names_are_independent;
+        fences_of_different_names_are_independent,
+        stale_holder_writes_are_rejected_by_the_fence;
     Needs::Monitor =>
         fence_increases_after_force_release
 ];
@@ -72,5 +74,38 @@ async fn fence_increases_after_force_release(cx: Ctx) -> anyhow::Result<()> {
     ensure!(b.force_release(&name).await?, "force_release found nothing");
     let next = b.mutex(&name).no_wait().acquire().await?;
     ensure!(next.fence() > broken.fence());
+    Ok(())
+}
+
+async fn stale_holder_writes_are_rejected_by_the_fence(cx: Ctx) -> anyhow::Result<()> {
+    // The Kleppmann scenario: a holder pauses past its lease, another takes over and writes,
+    // then the first wakes up and writes. The fence is what stops that write.
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("paused");
+    let resource = FencedResource::new();
+    let paused = a
+        .mutex(&name)
+        .ttl(Duration::from_millis(200))
+        .acquire()
+        .await?;
+    resource
+        .write(paused.fence())
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let next = b
+        .mutex(&name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    resource
+        .write(next.fence())
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    ensure!(
+        paused.is_lost(),
+        "the paused holder was not told it lost the lock"
+    );
+    let stale = resource.write(paused.fence());
+    ensure!(stale.is_err(), "a stale holder's write was accepted");
+    ensure!(resource.report().rejected.len() == 1);
+    next.release().await?;
     Ok(())
 }

@@ -1,14 +1,13 @@
 //! Exclusive locks: exclusion, waiting, TTL expiry, extend and release.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use dlock::{AcquireRequest, Error, LockName, Owner, Wait};
-use tokio::sync::Mutex;
 
 use super::{Ctx, Needs, cases, expect_err};
+use crate::checker::FencedResource;
 
 cases!["mutex",
     Needs::Any =>
@@ -35,9 +34,7 @@ async fn mutual_exclusion_with_many_tasks(cx: Ctx) -> anyhow::Result<()> {
     const ROUNDS: u64 = 15;
     let name = cx.name("counter");
     let shared = cx.locks().await?;
-    let in_use = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
-    let fences = Arc::new(Mutex::new(Vec::new()));
+    let resource = Arc::new(FencedResource::new());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..TASKS {
         // Half the tasks share a client, half have their own connection.
@@ -46,8 +43,7 @@ async fn mutual_exclusion_with_many_tasks(cx: Ctx) -> anyhow::Result<()> {
         } else {
             cx.locks().await?
         };
-        let (name, in_use, count, fences) =
-            (name.clone(), in_use.clone(), count.clone(), fences.clone());
+        let (name, resource) = (name.clone(), resource.clone());
         tasks.spawn(async move {
             for _ in 0..ROUNDS {
                 let guard = locks
@@ -55,11 +51,12 @@ async fn mutual_exclusion_with_many_tasks(cx: Ctx) -> anyhow::Result<()> {
                     .ttl(Duration::from_secs(30))
                     .acquire()
                     .await?;
-                ensure!(!in_use.swap(true, Ordering::SeqCst), "two holders at once");
-                fences.lock().await.push(guard.fence());
+                resource.begin_hold(guard.fence());
+                resource
+                    .write(guard.fence())
+                    .map_err(|stale| anyhow::anyhow!("{stale:?}"))?;
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                count.fetch_add(1, Ordering::SeqCst);
-                in_use.store(false, Ordering::SeqCst);
+                resource.end_hold(guard.fence());
                 guard.release().await?;
             }
             anyhow::Ok(())
@@ -68,11 +65,17 @@ async fn mutual_exclusion_with_many_tasks(cx: Ctx) -> anyhow::Result<()> {
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    ensure!(count.load(Ordering::SeqCst) == TASKS * ROUNDS);
-    let fences = fences.lock().await;
+    let report = resource.report();
+    ensure!(report.holds == (TASKS * ROUNDS) as usize, "{report:?}");
     ensure!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "fences not strictly increasing in hold order: {fences:?}"
+        report.overlaps.is_empty(),
+        "overlapping holds: {:?}",
+        report.overlaps
+    );
+    ensure!(
+        report.rejected.is_empty(),
+        "fences went backwards: {:?}",
+        report.rejected
     );
     Ok(())
 }
