@@ -1,68 +1,26 @@
 //! `dlock hold NAME`: the cross-process lock taker used by tests and scripts.
 
 use std::io::Write;
-use std::time::Duration;
 
 use clap::Args;
 use tokio::io::AsyncReadExt;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{WaitArgs, connect, exit, fail, parse_duration};
+use crate::take::{LockArgs, take};
+use crate::{exit, fail};
 
 #[derive(Debug, Args)]
 pub(crate) struct HoldArgs {
-    /// The lock's name.
-    name: String,
-
-    /// Lease length, renewed by the watchdog while held (default 30s); a killed holder's lock
-    /// frees up within this.
-    #[arg(long, value_parser = parse_duration)]
-    ttl: Option<Duration>,
-
     #[command(flatten)]
-    wait: WaitArgs,
-
-    /// Queue fairly: waiters get the lock in arrival order, across processes.
-    #[arg(long)]
-    fair: bool,
+    lock: LockArgs,
 }
 
 pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i32 {
     let label = label.or_else(|| Some("dlock hold".into()));
-    let mut locks = match connect(url, label).await {
-        Ok(locks) => locks,
-        Err(code) => return code,
-    };
-    if let Some(ttl) = args.ttl {
-        locks = match locks.with_watchdog_lease(ttl) {
-            Ok(locks) => locks,
-            Err(e) => return fail(&e.into()),
-        };
-    }
-    let mut builder = locks.mutex(&args.name);
-    if args.fair {
-        builder = builder.fair();
-    }
-    if args.wait.no_wait {
-        builder = builder.no_wait();
-    } else if let Some(wait) = args.wait.wait {
-        builder = builder.wait(wait);
-    }
-    let guard = match builder.acquire().await {
+    let args = args.lock;
+    let guard = match take(url, label, &args).await {
         Ok(guard) => guard,
-        Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
-            eprintln!("dlock: {} is held elsewhere", args.name);
-            return exit::BUSY;
-        }
-        Err(dlock::Error::Timeout { waited, .. }) => {
-            eprintln!(
-                "dlock: timed out after {} waiting for {}",
-                humantime::format_duration(waited),
-                args.name
-            );
-            return exit::TIMED_OUT;
-        }
-        Err(e) => return fail(&e.into()),
+        Err(code) => return code,
     };
     let mut out = std::io::stdout();
     if writeln!(out, "acquired {}", guard.fence())

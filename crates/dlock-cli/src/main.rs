@@ -5,11 +5,12 @@ mod exit;
 mod hold;
 mod inspect;
 mod run;
+mod take;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 /// Distributed locks from the shell.
 #[derive(Debug, Parser)]
@@ -43,18 +44,6 @@ enum Command {
     Break(inspect::BreakArgs),
     /// Measure the store: uncontended acquire+release and cross-process hand-off.
     Bench(dlock_bench::BenchArgs),
-}
-
-/// How long to wait, shared by `run` and `hold`.
-#[derive(Debug, Args)]
-struct WaitArgs {
-    /// Give up after this long (e.g. 30s, 5m); default: wait until acquired.
-    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
-    wait: Option<Duration>,
-
-    /// Do not wait: exit 75 at once if the lock is held.
-    #[arg(long)]
-    no_wait: bool,
 }
 
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {

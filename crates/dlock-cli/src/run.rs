@@ -1,46 +1,24 @@
 //! `dlock run NAME -- CMD ARGS...`: hold a lock while a command runs.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
-use std::time::{Duration, SystemTime};
 
 use clap::{Args, ValueEnum};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{WaitArgs, connect, exit, fail, parse_duration};
+use crate::take::{LockArgs, take};
+use crate::{exit, fail};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The lock's name.
-    name: String,
-
-    /// Lease length, renewed by the watchdog while the command runs (default 30s). If dlock is
-    /// killed, the lock frees up within this.
-    #[arg(long, value_parser = parse_duration)]
-    ttl: Option<Duration>,
-
     #[command(flatten)]
-    wait: WaitArgs,
-
-    /// Queue fairly: waiters get the lock in arrival order, across processes.
-    #[arg(long)]
-    fair: bool,
-
-    /// Stop renewing after this long: past it the lock expires and the command is signalled
-    /// as if the lock were lost.
-    #[arg(long, value_parser = parse_duration)]
-    max_hold: Option<Duration>,
+    lock: LockArgs,
 
     /// What to do to the command if the lock is lost while it runs.
     #[arg(long, value_enum, default_value_t = OnLost::Term)]
     on_lost: OnLost,
-
-    /// Do not show who holds the lock while waiting, even on a terminal.
-    #[arg(long, short)]
-    quiet: bool,
 
     /// The command to run (after `--`); it gets DLOCK_FENCE and DLOCK_NAME in its environment.
     #[arg(required = true, last = true, value_name = "COMMAND")]
@@ -77,84 +55,13 @@ fn label_for(command: &[OsString]) -> Option<String> {
     Some(format!("dlock run {base}"))
 }
 
-/// Shows who holds the lock, refreshed every second, until aborted.
-async fn show_holder(locks: dlock::Locks, name: String) {
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    loop {
-        if let Ok(Some(info)) = locks.inspect(&name).await {
-            let held = SystemTime::now()
-                .duration_since(info.acquired_at)
-                .unwrap_or_default();
-            let held = humantime::format_duration(Duration::from_secs(held.as_secs()));
-            let ttl = info
-                .ttl_left
-                .map(|t| {
-                    format!(
-                        ", lease {} left",
-                        humantime::format_duration(Duration::from_secs(t.as_secs()))
-                    )
-                })
-                .unwrap_or_default();
-            eprint!(
-                "\r\x1b[2Kdlock: waiting for {name}: held by {} for {held}{ttl}",
-                info.owner
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
 pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 {
     let label = label.or_else(|| label_for(&args.command));
-    let mut locks = match connect(url, label).await {
-        Ok(locks) => locks,
+    let guard = match take(url, label, &args.lock).await {
+        Ok(guard) => guard,
         Err(code) => return code,
     };
-    if let Some(ttl) = args.ttl {
-        locks = match locks.with_watchdog_lease(ttl) {
-            Ok(locks) => locks,
-            Err(e) => return fail(&e.into()),
-        };
-    }
-    let mut builder = locks.mutex(&args.name);
-    if args.fair {
-        builder = builder.fair();
-    }
-    if args.wait.no_wait {
-        builder = builder.no_wait();
-    } else if let Some(wait) = args.wait.wait {
-        builder = builder.wait(wait);
-    }
-    if let Some(max) = args.max_hold {
-        builder = builder.max_hold(max);
-    }
-    let status = (!args.quiet && !args.wait.no_wait && std::io::stderr().is_terminal())
-        .then(|| tokio::spawn(show_holder(locks.clone(), args.name.clone())));
-    let acquired = builder.acquire().await;
-    if let Some(status) = status {
-        status.abort();
-        eprint!("\r\x1b[2K");
-    }
-    let guard = match acquired {
-        Ok(guard) => guard,
-        Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
-            let holder = match locks.inspect(&args.name).await {
-                Ok(Some(info)) => format!(" by {}", info.owner),
-                _ => String::new(),
-            };
-            eprintln!("dlock: {} is held{holder}", args.name);
-            return exit::BUSY;
-        }
-        Err(dlock::Error::Timeout { waited, .. }) => {
-            eprintln!(
-                "dlock: timed out after {} waiting for {}",
-                humantime::format_duration(waited),
-                args.name
-            );
-            return exit::TIMED_OUT;
-        }
-        Err(e) => return fail(&e.into()),
-    };
+    let name = args.lock.name.as_str();
     let fence = guard.fence();
     let (program, rest) = match args.command.split_first() {
         Some(split) => split,
@@ -163,7 +70,7 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
     let spawned = tokio::process::Command::new(program)
         .args(rest)
         .env("DLOCK_FENCE", fence.to_string())
-        .env("DLOCK_NAME", &args.name)
+        .env("DLOCK_NAME", name)
         .spawn();
     let mut child = match spawned {
         Ok(child) => child,
@@ -202,10 +109,10 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
                 lost = true;
                 match args.on_lost.signal() {
                     Some(sig) => {
-                        eprintln!("dlock: lock {} (fence {fence}) was lost while the command ran; sending {sig}", args.name);
+                        eprintln!("dlock: lock {} (fence {fence}) was lost while the command ran; sending {sig}", name);
                         forward(sig);
                     }
-                    None => eprintln!("dlock: lock {} (fence {fence}) was lost while the command ran", args.name),
+                    None => eprintln!("dlock: lock {} (fence {fence}) was lost while the command ran", name),
                 }
             }
             _ = term.recv() => forward(Signal::SIGTERM),
@@ -227,10 +134,7 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
         match guard.release().await {
             Ok(()) => {}
             Err(dlock::Error::NotOwned { .. }) => {
-                eprintln!(
-                    "dlock: lock {} was lost before the command finished",
-                    args.name
-                );
+                eprintln!("dlock: lock {} was lost before the command finished", name);
                 lost = true;
             }
             Err(e) => eprintln!("dlock: release failed ({e}); the lock expires with its lease"),

@@ -49,6 +49,16 @@ pub trait Backend: Debug + Send + Sync + 'static {
 
     /// Acquires `req.name`, waiting as `req.wait` says. `Ok(None)` means the lock was held
     /// elsewhere until the wait ran out (or at once for [`Wait::No`]).
+    ///
+    /// # Errors
+    ///
+    /// Store failures, mapped to [`Error`](crate::Error) variants; [`Error::Unsupported`](crate::Error::Unsupported)
+    /// for a request the store cannot serve (e.g. `fair` without a queue).
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel safe: a dropped call leaves no queue entry behind and no lock held past
+    /// its TTL (see the contract above).
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>>;
 
     /// Inspection and force-release, when the store supports listing its locks.
@@ -75,9 +85,26 @@ pub trait Lease: Debug + Send + Sync {
 
     /// Makes the lease last at least `ttl` from now (compare-and-extend: only if still owned).
     /// It never shortens a lease, so reentrant holds with different TTLs stay safe.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwned`](crate::Error::NotOwned) when the hold is gone; store failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the lease is either extended or not.
     async fn extend(&self, ttl: Duration) -> Result<()>;
 
     /// Releases this hold (one hold count for reentrant locks).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwned`](crate::Error::NotOwned) when the hold is gone or was already
+    /// released; store failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call may or may not have released; the TTL frees the lock in any case.
     async fn release(&self) -> Result<()>;
 }
 
@@ -272,15 +299,39 @@ impl ListPage {
 #[async_trait]
 pub trait MonitorStore: Send + Sync {
     /// The lock's holder, or `None` when it is free.
+    ///
+    /// # Errors
+    ///
+    /// Store failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>>;
 
     /// Held locks whose names start with `prefix`, at most about `limit` of them, after the
     /// position `cursor` (from the previous page). Iterates in steps (SCAN-style), never all at once.
+    ///
+    /// # Errors
+    ///
+    /// Store failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     async fn list_page(&self, prefix: &str, cursor: Option<&str>, limit: usize)
     -> Result<ListPage>;
 
     /// Frees the lock whoever holds it; the fence counter is kept, so the next holder still
     /// gets a greater token. Returns whether it was held.
+    ///
+    /// # Errors
+    ///
+    /// Store failures.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call may or may not have broken the lock.
     async fn force_release(&self, name: &LockName) -> Result<bool>;
 }
 

@@ -1,0 +1,120 @@
+//! Taking the lock, as `run` and `hold` both do: options, waiting display, exit codes.
+
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime};
+
+use clap::Args;
+
+use crate::{connect, exit, fail, parse_duration};
+
+/// The options of every command that takes a lock.
+#[derive(Debug, Args)]
+pub(crate) struct LockArgs {
+    /// The lock's name.
+    pub(crate) name: String,
+
+    /// Lease length, renewed by the watchdog while the lock is held (default 30s). If dlock is
+    /// killed, the lock frees up within this.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) ttl: Option<Duration>,
+
+    /// Give up after this long (e.g. 30s, 5m); default: wait until acquired.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+
+    /// Do not wait: exit 75 at once if the lock is held.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+
+    /// Queue fairly: waiters get the lock in arrival order, across processes.
+    #[arg(long)]
+    pub(crate) fair: bool,
+
+    /// Stop renewing after this long: the lock then expires and counts as lost.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) max_hold: Option<Duration>,
+
+    /// Do not show who holds the lock while waiting, even on a terminal.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+}
+
+/// Takes the lock; on failure, reports it and returns the exit code.
+pub(crate) async fn take(
+    url: &str,
+    label: Option<String>,
+    args: &LockArgs,
+) -> Result<dlock::MutexGuard, i32> {
+    let mut locks = connect(url, label).await?;
+    if let Some(ttl) = args.ttl {
+        locks = locks
+            .with_watchdog_lease(ttl)
+            .map_err(|e| fail(&e.into()))?;
+    }
+    let mut builder = locks.mutex(&args.name);
+    if args.fair {
+        builder = builder.fair();
+    }
+    if let Some(max) = args.max_hold {
+        builder = builder.max_hold(max);
+    }
+    if args.no_wait {
+        builder = builder.no_wait();
+    } else if let Some(wait) = args.wait {
+        builder = builder.wait(wait);
+    }
+    let status = (!args.quiet && !args.no_wait && std::io::stderr().is_terminal())
+        .then(|| tokio::spawn(show_holder(locks.clone(), args.name.clone())));
+    let acquired = builder.acquire().await;
+    if let Some(status) = status {
+        status.abort();
+        eprint!("\r\x1b[2K");
+    }
+    match acquired {
+        Ok(guard) => Ok(guard),
+        Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
+            let holder = match locks.inspect(&args.name).await {
+                Ok(Some(info)) => format!(" by {}", info.owner),
+                _ => String::new(),
+            };
+            eprintln!("dlock: {} is held{holder}", args.name);
+            Err(exit::BUSY)
+        }
+        Err(dlock::Error::Timeout { waited, .. }) => {
+            eprintln!(
+                "dlock: timed out after {} waiting for {}",
+                humantime::format_duration(waited),
+                args.name
+            );
+            Err(exit::TIMED_OUT)
+        }
+        Err(e) => Err(fail(&e.into())),
+    }
+}
+
+/// Shows who holds the lock, refreshed every second, until aborted.
+async fn show_holder(locks: dlock::Locks, name: String) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    loop {
+        if let Ok(Some(info)) = locks.inspect(&name).await {
+            let held = SystemTime::now()
+                .duration_since(info.acquired_at)
+                .unwrap_or_default();
+            let held = humantime::format_duration(Duration::from_secs(held.as_secs()));
+            let ttl = info
+                .ttl_left
+                .map(|t| {
+                    format!(
+                        ", lease {} left",
+                        humantime::format_duration(Duration::from_secs(t.as_secs()))
+                    )
+                })
+                .unwrap_or_default();
+            eprint!(
+                "\r\x1b[2Kdlock: waiting for {name}: held by {} for {held}{ttl}",
+                info.owner
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
