@@ -56,6 +56,9 @@ pub enum Scenario {
     Uncontended,
     /// Worker processes contending for one name.
     Handoff,
+    /// The physical limit: the same kind of SQLite write transactions with no lock logic
+    /// (SQLite URLs only), so the uncontended result reads as a ratio to it.
+    Floor,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -144,6 +147,18 @@ pub struct Report {
     pub uncontended: Option<Uncontended>,
     /// Hand-off results, if run.
     pub handoff: Option<Handoff>,
+    /// The floor, if run.
+    pub floor: Option<Floor>,
+}
+
+/// Results of the floor scenario: plain write-transaction pairs on a scratch database beside
+/// the lock file, through the same SQLite library and settings (WAL, synchronous=NORMAL).
+#[derive(Debug, Serialize)]
+pub struct Floor {
+    /// Transaction pairs per second.
+    pub pairs_per_sec: Spread,
+    /// Median pair latency, µs.
+    pub p50_us: Spread,
 }
 
 /// Runs `dlock bench` (or one hand-off worker, with `--worker`).
@@ -160,11 +175,22 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         backend: locks.info().name.to_owned(),
         uncontended: None,
         handoff: None,
+        floor: None,
     };
     println!(
         "dlock bench on {} ({} runs per scenario, median (min, max))",
         report.backend, args.repeat
     );
+    if matches!(args.scenario, Scenario::All | Scenario::Floor) && report.backend == "sqlite" {
+        let result = floor(url, &args)?;
+        println!(
+            "floor: SQLite write-transaction pairs with no lock logic, {} pairs per run",
+            args.pairs
+        );
+        println!("  pairs/s      {}", result.pairs_per_sec);
+        println!("  p50 µs       {}", result.p50_us);
+        report.floor = Some(result);
+    }
     if matches!(args.scenario, Scenario::All | Scenario::Uncontended) {
         let result = uncontended(&locks, &args).await?;
         println!(
@@ -383,4 +409,47 @@ async fn handoff(url: &str, args: &BenchArgs) -> anyhow::Result<Handoff> {
         fairness: Spread::of(fairness),
         worst_wait_ms: Spread::of(worst),
     })
+}
+
+fn floor(url: &str, args: &BenchArgs) -> anyhow::Result<Floor> {
+    let config = dlock::sqlite::SqliteConfig::from_url(url)?;
+    let mut scratch = config.path.clone().into_os_string();
+    scratch.push(format!(".floor-{}", std::process::id()));
+    let scratch = std::path::PathBuf::from(scratch);
+    let result = (|| -> anyhow::Result<Floor> {
+        let conn = rusqlite::Connection::open(&scratch)?;
+        let _: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS t (name TEXT PRIMARY KEY, fence INTEGER NOT NULL, token TEXT) WITHOUT ROWID",
+        )?;
+        let (mut rates, mut p50s) = (Vec::new(), Vec::new());
+        for _ in 0..args.repeat.max(1) {
+            let mut latencies = Vec::with_capacity(args.pairs as usize);
+            let start = Instant::now();
+            for _ in 0..args.pairs {
+                let t = Instant::now();
+                conn.prepare_cached(
+                    "INSERT INTO t VALUES ('x', 1, 'a') ON CONFLICT (name) DO UPDATE SET fence = fence + 1, token = 'a'",
+                )?
+                .execute([])?;
+                conn.prepare_cached("UPDATE t SET token = NULL WHERE name = 'x'")?
+                    .execute([])?;
+                latencies.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            rates.push(f64::from(args.pairs) / start.elapsed().as_secs_f64());
+            latencies.sort_by(f64::total_cmp);
+            p50s.push(percentile(&latencies, 0.5));
+        }
+        Ok(Floor {
+            pairs_per_sec: Spread::of(rates),
+            p50_us: Spread::of(p50s),
+        })
+    })();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = scratch.clone().into_os_string();
+        path.push(suffix);
+        let _ = std::fs::remove_file(path);
+    }
+    result
 }

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use clap::Args;
 use tokio::io::AsyncReadExt;
-use tokio::signal::unix::{SignalKind, signal};
 
+use crate::signals::{self, Signals};
 use crate::take::{LockArgs, take};
 use crate::{exit, fail};
 
@@ -16,11 +16,18 @@ pub(crate) struct HoldArgs {
 }
 
 pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i32 {
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(e) => return fail(&e.into()),
+    };
     let label = label.or_else(|| Some("dlock hold".into()));
     let args = args.lock;
-    let guard = match take(url, label, &args).await {
-        Ok(guard) => guard,
-        Err(code) => return code,
+    let guard = tokio::select! {
+        taken = take(url, label, &args) => match taken {
+            Ok(guard) => guard,
+            Err(code) => return code,
+        },
+        sig = signals.recv() => return signals::exit_code(sig),
     };
     let mut out = std::io::stdout();
     if writeln!(out, "acquired {}", guard.fence())
@@ -31,13 +38,6 @@ pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i3
         let _ = guard.release().await;
         return exit::FAILED;
     }
-    let (mut term, mut int) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(term), Ok(int)) => (term, int),
-        (Err(e), _) | (_, Err(e)) => return fail(&e.into()),
-    };
     let stdin_closed = async {
         let mut sink = [0u8; 256];
         let mut stdin = tokio::io::stdin();
@@ -49,8 +49,7 @@ pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i3
             return exit::LOST;
         }
         () = stdin_closed => {}
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = signals.recv() => {}
     }
     match guard.release().await {
         Ok(()) => 0,

@@ -5,6 +5,7 @@ mod exit;
 mod hold;
 mod inspect;
 mod run;
+mod signals;
 mod take;
 
 use std::path::PathBuf;

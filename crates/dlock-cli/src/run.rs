@@ -6,8 +6,8 @@ use std::os::unix::process::ExitStatusExt;
 use clap::{Args, ValueEnum};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tokio::signal::unix::{SignalKind, signal};
 
+use crate::signals::{self, Signals};
 use crate::take::{LockArgs, take};
 use crate::{exit, fail};
 
@@ -56,22 +56,37 @@ fn label_for(command: &[OsString]) -> Option<String> {
 }
 
 pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 {
-    let label = label.or_else(|| label_for(&args.command));
-    let guard = match take(url, label, &args.lock).await {
-        Ok(guard) => guard,
-        Err(code) => return code,
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(e) => return fail(&e.into()),
     };
+    let label = label.or_else(|| label_for(&args.command));
     let name = args.lock.name.as_str();
+    let guard = tokio::select! {
+        taken = take(url, label, &args.lock) => match taken {
+            Ok(guard) => guard,
+            Err(code) => return code,
+        },
+        sig = signals.recv() => {
+            eprintln!("dlock: {sig} while waiting for {name}; the command was not run");
+            return signals::exit_code(sig);
+        }
+    };
     let fence = guard.fence();
     let (program, rest) = match args.command.split_first() {
         Some(split) => split,
         None => return fail(&anyhow::anyhow!("no command given")),
     };
-    let spawned = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(rest)
         .env("DLOCK_FENCE", fence.to_string())
-        .env("DLOCK_NAME", name)
-        .spawn();
+        .env("DLOCK_NAME", name);
+    if let Some(sig) = args.on_lost.signal() {
+        // If dlock itself dies (SIGKILL, OOM), its lock expires: treat that as a loss too.
+        die_with_parent(&mut command, sig);
+    }
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
@@ -92,15 +107,6 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
             let _ = kill(pid, sig);
         }
     };
-    let signals = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    );
-    let (mut term, mut int, mut hup) = match signals {
-        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return fail(&e.into()),
-    };
     let mut lost = false;
     let status = loop {
         tokio::select! {
@@ -115,9 +121,7 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
                     None => eprintln!("dlock: lock {} (fence {fence}) was lost while the command ran", name),
                 }
             }
-            _ = term.recv() => forward(Signal::SIGTERM),
-            _ = int.recv() => forward(Signal::SIGINT),
-            _ = hup.recv() => forward(Signal::SIGHUP),
+            sig = signals.recv() => forward(sig),
         }
     };
     let code = match status {
@@ -142,3 +146,19 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
     }
     if lost && code == 0 { exit::LOST } else { code }
 }
+
+/// Has the kernel send `signal` to the command when dlock exits, whatever the cause.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut tokio::process::Command, signal: Signal) {
+    // SAFETY: the closure runs in the child between fork and exec; it only calls prctl(2),
+    // which is async-signal-safe, and allocates nothing. The parent is the main thread, which
+    // lives as long as dlock (PR_SET_PDEATHSIG follows the spawning thread).
+    unsafe {
+        command
+            .pre_exec(move || nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from));
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn die_with_parent(_command: &mut tokio::process::Command, _signal: Signal) {}

@@ -206,6 +206,65 @@ fn sigterm_is_forwarded_to_the_command() {
     assert!(env.held().is_empty(), "the lock outlived the command");
 }
 
+fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_without_running_the_command() {
+    let env = Env::new();
+    let mut holder = env
+        .cmd()
+        .args(["run", "busy", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "busy");
+    let marker = env.path("ran");
+    let mut waiter = env
+        .cmd()
+        .args(["run", "busy", "--", "touch", marker.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    signal(waiter.id(), nix::sys::signal::Signal::SIGTERM);
+    let status = wait_with_timeout(&mut waiter, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + 15));
+    assert!(!marker.exists(), "the command ran without the lock");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
+fn a_killed_dlock_takes_its_command_down() {
+    let env = Env::new();
+    let mut run = env
+        .cmd()
+        .args(["run", "orphan", "--", "sh", "-c", "echo $$; exec sleep 30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(run.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let child: u32 = line.trim().parse().unwrap();
+    run.kill().unwrap();
+    run.wait().unwrap();
+    // Without the lock the command must not run on: it gets SIGTERM when dlock dies.
+    let start = Instant::now();
+    while std::path::Path::new(&format!("/proc/{child}")).exists()
+        && std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the command outlived dlock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn ls_inspect_and_break_show_and_free_a_held_lock() {
     let env = Env::new();

@@ -421,11 +421,14 @@ impl Backend for SqliteBackend {
             reentrant: req.reentrant,
             fair: req.fair,
             waits: req.wait != crate::Wait::No,
+            attempts: AtomicU32::new(0),
+            queued: AtomicBool::new(false),
         });
         // Whatever ends this call (timeout, error, the future dropped), leave the queue.
         let mut queued = LeaveQueue {
             shared,
             request: request.clone(),
+            armed: true,
         };
         let poll = Backoff::new(shared.config.poll_min, shared.config.poll_max);
         let acquired = acquire_loop(
@@ -473,13 +476,8 @@ impl Backend for SqliteBackend {
             },
         )
         .await;
-        if matches!(acquired, Ok(Some(_))) {
-            // The granting transaction already took it out of the queue.
-            queued.request = Arc::new(Request {
-                waits: false,
-                ..(*request).clone()
-            });
-        }
+        // The granting transaction already took it out of the queue.
+        queued.armed = !matches!(acquired, Ok(Some(_)));
         drop(queued);
         acquired
     }
@@ -538,11 +536,12 @@ impl MonitorStore for SqliteBackend {
 struct LeaveQueue<'a> {
     shared: &'a Shared,
     request: Arc<Request>,
+    armed: bool,
 }
 
 impl Drop for LeaveQueue<'_> {
     fn drop(&mut self) {
-        if self.request.waits {
+        if self.armed && self.request.queued.load(Ordering::Relaxed) {
             let request = self.request.clone();
             let wakers = self.shared.wakers.clone();
             let wake_file = self.shared.wake_file.clone();

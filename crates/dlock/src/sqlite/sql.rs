@@ -1,6 +1,7 @@
 //! The statements of the SQLite backend, run synchronously on a connection (inline or on the
 //! worker thread). Each takes and gives plain values, so it can run on either.
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -90,6 +91,7 @@ fn queue(
     free_in_ms: Option<i64>,
 ) -> rusqlite::Result<Tried> {
     if req.waits {
+        req.queued.store(true, Ordering::Relaxed);
         let seen: Option<i64> = conn
             .prepare_cached("SELECT seen_ms FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
             .query_row(params![req.name, req.token], |r| r.get(0))
@@ -106,12 +108,16 @@ fn queue(
     Ok(Tried::Busy { free_in_ms })
 }
 
-/// One acquisition attempt: plain reads first, so polling a held lock never takes the write
-/// lock, then an IMMEDIATE transaction that re-checks and writes.
+/// One acquisition attempt: an IMMEDIATE transaction that checks and writes (after a plain
+/// read on retries).
 pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Result<Tried> {
-    let now = now_ms();
-    if let Check::Busy(free_in_ms) = check(conn, req, now)? {
-        return queue(conn, req, now, free_in_ms);
+    // A retry reads first, so polling a held lock never takes the write lock; the first try
+    // goes straight to the write, as most locks are free.
+    if req.attempts.fetch_add(1, Ordering::Relaxed) > 0 {
+        let now = now_ms();
+        if let Check::Busy(free_in_ms) = check(conn, req, now)? {
+            return queue(conn, req, now, free_in_ms);
+        }
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
@@ -145,7 +151,7 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
                 |r| r.get(0),
             )?,
     };
-    if req.waits {
+    if req.queued.load(Ordering::Relaxed) {
         // Leave the queue, and sweep out waiters that are gone.
         tx.prepare_cached(
             "DELETE FROM dlock_waiters WHERE name = ?1 AND (token = ?2 OR seen_ms <= ?3)",
@@ -182,7 +188,7 @@ pub(super) fn release(
 }
 
 /// What the worker needs of an [`AcquireRequest`], owned so it can cross to the thread.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(super) struct Request {
     pub(super) name: String,
     pub(super) token: String,
@@ -193,6 +199,10 @@ pub(super) struct Request {
     pub(super) fair: bool,
     /// Willing to wait, so it queues when busy (`no_wait` attempts never queue).
     pub(super) waits: bool,
+    /// Attempts so far.
+    pub(super) attempts: AtomicU32,
+    /// Whether it has taken a place in the waiter queue.
+    pub(super) queued: AtomicBool,
 }
 
 type InfoRow = (
