@@ -337,6 +337,26 @@ fn ls_inspect_and_break_show_and_free_a_held_lock() {
 }
 
 #[test]
+fn processes_opening_a_new_database_at_once_all_succeed() {
+    for _ in 0..5 {
+        let env = Env::new();
+        let children: Vec<Child> = (0..6)
+            .map(|i| {
+                env.cmd()
+                    .args(["run", &format!("first-open-{i}"), "--", "true"])
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+    }
+}
+
+#[test]
 fn the_default_url_is_a_sqlite_file_in_the_state_directory() {
     let home = tempfile::tempdir().unwrap();
     let state = home.path().join("state");

@@ -32,6 +32,12 @@ pub(crate) enum Error {
 }
 
 impl Error {
+    /// SQLite said busy or locked: another connection holds a lock right now.
+    pub(crate) fn is_busy(&self) -> bool {
+        matches!(self, Error::Sqlite { source, .. }
+            if matches!(source.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)))
+    }
+
     pub(crate) fn sqlite(path: &Path) -> impl FnOnce(rusqlite::Error) -> Error + '_ {
         move |source| Error::Sqlite {
             path: path.to_owned(),

@@ -124,9 +124,19 @@ impl SqliteBuilder {
         let config = self.config;
         let open_config = config.clone();
         let (conn, fast) = tokio::task::spawn_blocking(move || {
-            let conn = open(&open_config)?;
-            let fast = open_inline(&open_config)?;
-            Ok::<_, Error>((conn, fast))
+            // Processes opening a new file at once race to set WAL mode and create the schema,
+            // and SQLite reports some of those races as busy without waiting: retry them.
+            let deadline = std::time::Instant::now() + open_config.busy_timeout;
+            loop {
+                let opened =
+                    open(&open_config).and_then(|conn| Ok((conn, open_inline(&open_config)?)));
+                match opened {
+                    Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    other => break other,
+                }
+            }
         })
         .await
         .map_err(|_| Error::WorkerGone)??;
