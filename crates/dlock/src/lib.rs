@@ -53,6 +53,18 @@
 //! a lock that is no longer owned is [`Error::NotOwned`], never a silent success. Dropping an
 //! acquire future or a guard never leaves a lock held beyond its TTL.
 //!
+//! # Observability
+//!
+//! dlock logs through `tracing` (acquisitions at `debug`, losses at `warn`) and records
+//! through the `metrics` facade, so any exporter can pick them up:
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `dlock_acquire_seconds{backend}` | histogram | time in `acquire` / `try_acquire`, waiting included |
+//! | `dlock_renewals_total` | counter | watchdog renewals that succeeded |
+//! | `dlock_renewal_errors_total` | counter | renewals that failed and will be retried |
+//! | `dlock_lost_total{reason}` | counter | locks lost: `deadline` (lease ran out) or `not_owned` (taken over or broken) |
+//!
 //! # Feature flags
 //!
 //! * `sqlite` (default): the SQLite backend (bundled SQLite, no system library).

@@ -106,3 +106,44 @@ mod blocking {
         );
     }
 }
+
+/// Guards and clients move freely between tasks and threads.
+#[test]
+fn handles_and_guards_are_send_sync_and_static() {
+    fn movable<T: Send + Sync + 'static>() {}
+    movable::<dlock::Locks>();
+    movable::<dlock::MutexGuard>();
+    movable::<dlock::MutexBuilder>();
+    movable::<dlock::Error>();
+    movable::<dlock::LockInfo>();
+    #[cfg(feature = "blocking")]
+    {
+        movable::<dlock::blocking::Locks>();
+        movable::<dlock::blocking::MutexGuard>();
+    }
+    #[cfg(feature = "sqlite")]
+    movable::<dlock::sqlite::SqliteBackend>();
+    movable::<dlock::memory::MemoryBackend>();
+}
+
+/// Every backend module exports the same vocabulary: `<Store>Backend`, `<Store>Builder`,
+/// `<Store>Config` (with `Default`) and `<STORE>_SCHEMES`.
+#[test]
+fn every_backend_exports_the_fixed_set() {
+    fn config<T: Default + std::fmt::Debug + Clone>() {}
+    let _: &[&str] = dlock::memory::MEMORY_SCHEMES;
+    let _ = dlock::memory::MemoryBuilder::new().build();
+    config::<dlock::memory::MemoryConfig>();
+    let _: fn() -> dlock::memory::MemoryBackend = dlock::memory::MemoryBackend::new;
+    #[cfg(feature = "sqlite")]
+    {
+        let _: &[&str] = dlock::sqlite::SQLITE_SCHEMES;
+        let _ = dlock::sqlite::SqliteBuilder::new("x.db");
+        config::<dlock::sqlite::SqliteConfig>();
+        let _: fn(&dlock::sqlite::SqliteBackend) -> &std::path::Path =
+            dlock::sqlite::SqliteBackend::path;
+    }
+    for scheme in dlock::enabled_schemes() {
+        assert!(!scheme.is_empty());
+    }
+}
