@@ -356,6 +356,48 @@ fn processes_opening_a_new_database_at_once_all_succeed() {
     }
 }
 
+/// On a terminal, a waiting `dlock run` says who holds the lock; `script` provides the terminal.
+#[test]
+fn waiting_on_a_terminal_shows_the_holder() {
+    let env = Env::new();
+    let mut holder = env
+        .cmd()
+        .args(["--label", "backup-job", "run", "busy", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "busy");
+    let inner = format!(
+        "DLOCK_URL='{}' '{}' run --wait 1500ms busy -- true",
+        env.url,
+        env!("CARGO_BIN_EXE_dlock")
+    );
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the command on a pseudo-terminal");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("waiting for busy: held by backup-job@"),
+        "{shown}"
+    );
+    assert!(shown.contains("timed out after 1s 500ms"), "{shown}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
+    // Not on a terminal: nothing but the outcome.
+    let mut holder = env
+        .cmd()
+        .args(["run", "busy", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "busy");
+    let out = env.run(&["run", "--wait", "700ms", "busy", "--", "true"]);
+    assert!(!stderr(&out).contains("held by"), "{}", stderr(&out));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
 #[test]
 fn the_default_url_is_a_sqlite_file_in_the_state_directory() {
     let home = tempfile::tempdir().unwrap();
