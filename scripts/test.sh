@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests use: the real servers, and setpriv (util-linux) for the
-# file-permission test when running as root.
-packages=(redis-server util-linux)
+# file-permission test when running as root, and script (bsdutils) for the terminal test.
+packages=(redis-server util-linux bsdutils)
 
 missing=()
 for pkg in "${packages[@]}"; do
