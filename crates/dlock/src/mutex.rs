@@ -103,8 +103,9 @@ impl MutexBuilder {
         self
     }
 
-    /// With the watchdog: stop renewing after `max`, so a holder that forgot its guard loses the
-    /// lock at most one watchdog lease later. Ignored with a fixed [`ttl`](Self::ttl).
+    /// With the watchdog: stop renewing `max` after the lock was acquired (not counting the
+    /// wait), so a holder that forgot its guard loses the lock at most one watchdog lease later.
+    /// Ignored with a fixed [`ttl`](Self::ttl).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -131,20 +132,17 @@ impl MutexBuilder {
             Some(ttl) => (validate_ttl("ttl", ttl)?, false),
             None => (self.locks.watchdog_lease(), true),
         };
-        let renew_until = match self.max_hold {
-            None => None,
-            Some(max) if max.is_zero() => {
+        if let Some(max) = self.max_hold {
+            if max.is_zero() {
                 return Err(Error::invalid_argument(
                     "max_hold",
                     "must be greater than zero",
                 ));
             }
-            Some(max) => Some(
-                Instant::now()
-                    .checked_add(max)
-                    .ok_or_else(|| Error::invalid_argument("max_hold", "overflows the clock"))?,
-            ),
-        };
+            Instant::now()
+                .checked_add(max)
+                .ok_or_else(|| Error::invalid_argument("max_hold", "overflows the clock"))?;
+        }
         let wait_spec = self.wait.unwrap_or(default_wait);
         let wait = wait_spec.to_wait()?;
         let token = if self.reentrant {
@@ -159,7 +157,7 @@ impl MutexBuilder {
         let policy = KeepPolicy {
             ttl,
             renew,
-            renew_until,
+            max_hold: self.max_hold,
         };
         Ok((request, policy, wait_spec))
     }

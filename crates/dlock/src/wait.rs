@@ -58,6 +58,10 @@ impl Backoff {
 /// let a newcomer pass a queued waiter. Backends with a waiter queue apply it.
 pub const STARVATION_THRESHOLD: Duration = Duration::from_millis(5);
 
+/// First and largest pause after a failed attempt (store unreachable or busy) while waiting.
+const RETRY_MIN: Duration = Duration::from_millis(10);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// Upper bound on one sleep when a store gives no other hint; long waits are cut into these
 /// slices so a clock or lease change is noticed.
 const IDLE_SLICE: Duration = Duration::from_secs(1);
@@ -67,7 +71,9 @@ const IDLE_SLICE: Duration = Duration::from_secs(1);
 /// message, a watch); `poll` is `Some` when that signal can miss releases and polling must
 /// back it up.
 ///
-/// Returns `Ok(None)` when the wait ran out.
+/// Returns `Ok(None)` when the wait ran out. While waiting, attempts that fail with a
+/// retryable error ([`Error::is_retryable`](crate::Error::is_retryable)) are retried with
+/// backoff until the deadline, and the last such error is returned if it is reached.
 ///
 /// # Cancel safety
 ///
@@ -86,11 +92,34 @@ where
 {
     let deadline = wait.deadline();
     let mut delay = poll.map(|p| p.min);
+    let mut failures: u32 = 0;
     loop {
         let woken = subscribe();
-        let free_in = match attempt().await? {
-            Attempt::Acquired(lease) => return Ok(Some(lease)),
-            Attempt::Busy { free_in } => free_in,
+        let free_in = match attempt().await {
+            Ok(Attempt::Acquired(lease)) => return Ok(Some(lease)),
+            Ok(Attempt::Busy { free_in }) => {
+                failures = 0;
+                free_in
+            }
+            // A waiter rides out a store that is briefly unreachable or busy, until its
+            // deadline; then it reports the store's error rather than a plain timeout.
+            Err(error) if error.is_retryable() && wait != Wait::No => {
+                let now = Instant::now();
+                if deadline.is_some_and(|at| at <= now) {
+                    return Err(error);
+                }
+                tracing::debug!(%error, failures, "acquire attempt failed; retrying");
+                failures = failures.saturating_add(1);
+                let mut pause = RETRY_MIN
+                    .saturating_mul(1 << failures.min(7))
+                    .min(RETRY_MAX);
+                if let Some(at) = deadline {
+                    pause = pause.min(at - now);
+                }
+                tokio::time::sleep(Backoff::jittered(pause)).await;
+                continue;
+            }
+            Err(error) => return Err(error),
         };
         let now = Instant::now();
         let remaining = match deadline {
@@ -144,6 +173,50 @@ mod tests {
         .unwrap();
         assert!(got.is_none());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_rides_out_a_briefly_unavailable_store() {
+        let calls = AtomicU32::new(0);
+        let result = acquire_loop(
+            Wait::Until(Instant::now() + Duration::from_secs(5)),
+            None,
+            || async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 3 {
+                    Err(crate::Error::Unavailable {
+                        backend: "scripted",
+                        source: "down".into(),
+                    })
+                } else {
+                    Ok(Attempt::Busy { free_in: None })
+                }
+            },
+            std::future::pending::<()>,
+        )
+        .await;
+        assert!(matches!(result, Ok(None)), "{result:?}");
+        assert!(calls.load(Ordering::SeqCst) > 3);
+        let gave_up = acquire_loop(
+            Wait::Until(Instant::now() + Duration::from_secs(1)),
+            None,
+            || async {
+                Err(crate::Error::Unavailable {
+                    backend: "scripted",
+                    source: "down".into(),
+                })
+            },
+            std::future::pending::<()>,
+        )
+        .await;
+        assert!(matches!(gave_up, Err(crate::Error::Unavailable { .. })));
+        let once = acquire_loop(
+            Wait::No,
+            None,
+            || async { Err(crate::Error::not_owned("x")) },
+            std::future::pending::<()>,
+        )
+        .await;
+        assert!(matches!(once, Err(crate::Error::NotOwned { .. })));
     }
 
     #[tokio::test(start_paused = true)]

@@ -160,21 +160,105 @@ async fn fences_survive_reopening_the_file() {
 
 #[tokio::test]
 async fn a_waiter_in_the_same_process_is_woken_without_polling() {
-    // With polling slowed to a crawl, only the in-process wake-up can hand over quickly.
+    // With polling at its slowest, only a wake-up can hand over well inside one poll interval.
     let dir = tempfile::tempdir().unwrap();
     let url = format!(
-        "{}?poll_min=5s&poll_max=5s",
+        "{}?poll_min=250ms&poll_max=250ms",
         url(&dir.path().join("locks.db"))
     );
     let (a, b) = (
         dlock::connect(&url).await.unwrap(),
         dlock::connect(&url).await.unwrap(),
     );
+    for _ in 0..5 {
+        let holder = a.mutex("x").acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move { b.mutex("x").wait(Duration::from_secs(60)).acquire().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = std::time::Instant::now();
+        holder.release().await.unwrap();
+        let guard = waiter.await.unwrap().unwrap();
+        let handed_over = released.elapsed();
+        assert!(
+            handed_over < Duration::from_millis(150),
+            "hand-off took {handed_over:?}: polled, not woken"
+        );
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn polling_slower_than_the_queue_allows_is_refused() {
+    let err = dlock::connect("sqlite:///tmp/x.db?poll_max=1s")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("above 250ms"), "{err}");
+}
+
+/// Holds SQLite's write lock from outside dlock, so every dlock write must wait on the worker.
+fn block_writes(path: &std::path::Path) -> rusqlite::Connection {
+    let raw = rusqlite::Connection::open(path).unwrap();
+    raw.execute_batch("BEGIN IMMEDIATE").unwrap();
+    raw
+}
+
+fn waiter_rows(path: &std::path::Path) -> i64 {
+    let raw = rusqlite::Connection::open(path).unwrap();
+    raw.query_row("SELECT count(*) FROM dlock_waiters", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_acquire_dropped_while_the_worker_grants_it_is_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let (a, b) = (
+        dlock::connect(&url(&path)).await.unwrap(),
+        dlock::connect(&url(&path)).await.unwrap(),
+    );
+    let raw = block_writes(&path);
+    let attempt = a.mutex("x").ttl(Duration::from_secs(600)).acquire();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), attempt)
+            .await
+            .is_err(),
+        "acquired through a held write lock"
+    );
+    // The stranded job now takes the lock for nobody; its undo must give it back at once.
+    raw.execute_batch("COMMIT").unwrap();
+    let next = b.mutex("x").wait(Duration::from_secs(3)).acquire().await;
+    assert!(
+        next.is_ok(),
+        "the abandoned acquisition kept the lock: {next:?}"
+    );
+    next.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_dropped_before_its_queue_entry_was_written_leaves_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let (a, b) = (
+        dlock::connect(&url(&path)).await.unwrap(),
+        dlock::connect(&url(&path)).await.unwrap(),
+    );
     let holder = a.mutex("x").acquire().await.unwrap();
-    let waiter =
-        tokio::spawn(async move { b.mutex("x").wait(Duration::from_secs(60)).acquire().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let raw = block_writes(&path);
+    // Keep b's worker busy, so b's next attempt waits in the worker's queue, not yet started.
+    let busy = tokio::spawn({
+        let b = b.clone();
+        async move { b.mutex("y").acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waiter = b.mutex("x").fair().acquire();
+    assert!(tokio::time::timeout(Duration::from_millis(200), waiter).await.is_err());
+    raw.execute_batch("COMMIT").unwrap();
+    busy.await.unwrap().unwrap().release().await.unwrap();
+    // The stranded attempt queues the waiter after it was dropped; the clean-up must run after
+    // it (well before the 1 s after which a silent entry counts as stale).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(waiter_rows(&path), 0, "a dropped waiter stayed in the queue");
     holder.release().await.unwrap();
-    let woken = tokio::time::timeout(Duration::from_secs(2), waiter).await;
-    assert!(woken.is_ok(), "the waiter was not woken by the release");
 }

@@ -23,14 +23,23 @@ pub(crate) struct KeepPolicy {
     pub(crate) ttl: Duration,
     /// Renew at a third of the TTL while held (the watchdog); otherwise only watch the deadline.
     pub(crate) renew: bool,
-    /// Stop renewing after this instant (maximum hold time); the lease then runs out.
-    pub(crate) renew_until: Option<Instant>,
+    /// Stop renewing this long after the lease started (maximum hold time); it then runs out.
+    pub(crate) max_hold: Option<Duration>,
+}
+
+/// How long before the store's expiry the keeper gives a lease up: the store's clock may
+/// round down to a millisecond and timers fire late, so the lost signal must not wait for the
+/// last instant.
+fn trusted(ttl: Duration) -> Duration {
+    ttl.saturating_sub(Duration::from_millis(2) + ttl / 100)
 }
 
 #[derive(Debug)]
 struct Entry {
     lease: Arc<dyn Lease>,
     policy: KeepPolicy,
+    /// Renewal stops here (from `max_hold`).
+    renew_until: Option<Instant>,
     /// When the lease expires by our monotonic clock, counted from before the request that set it.
     deadline: Instant,
     /// The next renewal (watchdog) or the deadline itself.
@@ -72,7 +81,7 @@ impl Registration {
         let state = &mut *guard;
         if let Some(entry) = state.entries.get_mut(&self.id) {
             let old_due = entry.due;
-            entry.deadline = entry.deadline.max(started + ttl);
+            entry.deadline = entry.deadline.max(started + trusted(ttl));
             entry.policy.ttl = entry.policy.ttl.max(ttl);
             entry.due = next_due(entry, started);
             let (due, id) = (entry.due, self.id);
@@ -93,12 +102,12 @@ impl Drop for Registration {
     }
 }
 
-fn renew_allowed(policy: &KeepPolicy, at: Instant) -> bool {
-    policy.renew && policy.renew_until.is_none_or(|until| at < until)
+fn renew_allowed(entry: &Entry, at: Instant) -> bool {
+    entry.policy.renew && entry.renew_until.is_none_or(|until| at < until)
 }
 
 fn next_due(entry: &Entry, from: Instant) -> Instant {
-    if renew_allowed(&entry.policy, from) {
+    if renew_allowed(entry, from) {
         (from + entry.policy.ttl / 3).min(entry.deadline)
     } else {
         entry.deadline
@@ -129,7 +138,8 @@ impl Keeper {
         let mut entry = Entry {
             lease,
             policy,
-            deadline: started + policy.ttl,
+            renew_until: policy.max_hold.and_then(|max| started.checked_add(max)),
+            deadline: started + trusted(policy.ttl),
             due: started,
             renewing: false,
         };
@@ -138,7 +148,13 @@ impl Keeper {
         state.entries.insert(id, entry);
         if !state.running {
             state.running = true;
-            tokio::spawn(run(self.shared.clone()));
+            // The guard is an argument, so it is dropped (clearing `running`) even if the task
+            // is dropped before it ever runs.
+            let stopped = StopGuard {
+                keeper: self.clone(),
+                armed: true,
+            };
+            tokio::spawn(run(self.shared.clone(), stopped));
         }
         drop(state);
         self.shared.changed.notify_one();
@@ -155,9 +171,25 @@ impl Keeper {
     }
 }
 
-type RenewalResult = (u64, Instant, Result<(), Error>);
+/// A renewal's entry id, start, the TTL it asked for, and the store's answer.
+type RenewalResult = (u64, Instant, Duration, Result<(), Error>);
 
-async fn run(shared: Arc<Shared>) {
+/// Marks the keeper stopped however its task ends, including when the runtime it runs on shuts
+/// down and drops it mid-sleep: the next registration then starts a new task.
+struct StopGuard {
+    keeper: Keeper,
+    armed: bool,
+}
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.keeper.lock().running = false;
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
     let keeper = Keeper { shared };
     let mut renewals: JoinSet<RenewalResult> = JoinSet::new();
     loop {
@@ -180,13 +212,13 @@ async fn run(shared: Arc<Shared>) {
                     state.entries.remove(&id);
                     continue;
                 }
-                if renew_allowed(&entry.policy, now) && !entry.renewing {
+                if renew_allowed(entry, now) && !entry.renewing {
                     entry.renewing = true;
                     let lease = entry.lease.clone();
                     let ttl = entry.policy.ttl;
                     renewals.spawn(async move {
                         let started = Instant::now();
-                        (id, started, lease.extend(ttl).await)
+                        (id, started, ttl, lease.extend(ttl).await)
                     });
                 }
                 // Until the renewal answers, the deadline is the next thing to act on.
@@ -194,7 +226,10 @@ async fn run(shared: Arc<Shared>) {
                 state.schedule.insert((entry.due, id));
             }
             if state.entries.is_empty() && renewals.is_empty() {
+                // Under the lock, so a concurrent `register` either sees a running keeper that
+                // will serve it or starts a new one.
                 state.running = false;
+                stopped.armed = false;
                 return;
             }
             state.schedule.first().map(|&(due, _)| due)
@@ -209,15 +244,15 @@ async fn run(shared: Arc<Shared>) {
             () = sleep => {}
             () = keeper.shared.changed.notified() => {}
             Some(done) = renewals.join_next(), if !renewals.is_empty() => {
-                if let Ok((id, started, result)) = done {
-                    renewed(&keeper, id, started, result);
+                if let Ok((id, started, ttl, result)) = done {
+                    renewed(&keeper, id, started, ttl, result);
                 }
             }
         }
     }
 }
 
-fn renewed(keeper: &Keeper, id: u64, started: Instant, result: Result<(), Error>) {
+fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Result<(), Error>) {
     let mut guard = keeper.lock();
     let state = &mut *guard;
     let Some(entry) = state.entries.get_mut(&id) else {
@@ -228,7 +263,7 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, result: Result<(), Error>
     match result {
         Ok(()) => {
             metrics::counter!("dlock_renewals_total").increment(1);
-            entry.deadline = entry.deadline.max(started + entry.policy.ttl);
+            entry.deadline = entry.deadline.max(started + trusted(ttl));
             entry.due = next_due(entry, started);
         }
         Err(Error::NotOwned { .. }) => {
@@ -302,7 +337,7 @@ mod tests {
         KeepPolicy {
             ttl: Duration::from_millis(ttl_ms),
             renew: true,
-            renew_until: None,
+            max_hold: None,
         }
     }
 
@@ -344,7 +379,7 @@ mod tests {
         let _reg = keeper.register(lease.clone(), watchdog(300), start);
         lease.unreachable.store(true, Ordering::SeqCst);
         lease.lost.cancelled().await;
-        assert_eq!(start.elapsed(), Duration::from_millis(300));
+        assert_eq!(start.elapsed(), trusted(Duration::from_millis(300)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -355,14 +390,46 @@ mod tests {
         let policy = KeepPolicy {
             ttl: Duration::from_millis(500),
             renew: false,
-            renew_until: None,
+            max_hold: None,
         };
         let reg = keeper.register(lease.clone(), policy, start);
         tokio::time::sleep(Duration::from_millis(400)).await;
         reg.extended(Instant::now(), Duration::from_millis(500));
         lease.lost.cancelled().await;
-        assert_eq!(start.elapsed(), Duration::from_millis(900));
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(400) + trusted(Duration::from_millis(500))
+        );
         assert_eq!(lease.renewals.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_keeper_restarts_after_its_runtime_died() {
+        let keeper = Keeper::default();
+        let first = Arc::new(ScriptedLease::default());
+        let stale = std::thread::spawn({
+            let (keeper, first) = (keeper.clone(), first.clone());
+            move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let registration = runtime
+                    .block_on(async { keeper.register(first, watchdog(300), Instant::now()) });
+                drop(runtime); // the keeper task dies mid-sleep
+                registration
+            }
+        })
+        .join()
+        .unwrap();
+        let second = Arc::new(ScriptedLease::default());
+        let _reg = keeper.register(second.clone(), watchdog(300), Instant::now());
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(
+            second.renewals.load(Ordering::SeqCst) >= 5,
+            "no keeper after the first runtime died"
+        );
+        drop(stale);
     }
 
     #[tokio::test(start_paused = true)]
@@ -371,7 +438,7 @@ mod tests {
         let lease = Arc::new(ScriptedLease::default());
         let start = Instant::now();
         let policy = KeepPolicy {
-            renew_until: Some(start + Duration::from_millis(1000)),
+            max_hold: Some(Duration::from_millis(1000)),
             ..watchdog(300)
         };
         let _reg = keeper.register(lease.clone(), policy, start);

@@ -222,20 +222,23 @@ impl Store {
             .subscribe()
     }
 
-    fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Attempt {
+    fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Result<Attempt> {
         let mut slots = self.slots();
         let slot = slots
             .entry(req.name.as_str().to_owned())
             .or_insert_with(Slot::new);
         let now = Instant::now();
         slot.expire(now);
-        let expires_at = now + req.ttl;
+        // Locks validates TTLs; a raw `Backend` caller may not have.
+        let Some(expires_at) = now.checked_add(req.ttl) else {
+            return Err(Error::invalid_argument("ttl", "overflows the clock"));
+        };
         let waits = req.wait != crate::Wait::No;
         if slot.holder.is_none() && slot.waiter_first(&req.token, req.fair, now) {
             if waits {
                 slot.enqueue(&req.token, now);
             }
-            return Attempt::Busy { free_in: None };
+            return Ok(Attempt::Busy { free_in: None });
         }
         let lost_parent = match &mut slot.holder {
             None => {
@@ -263,17 +266,17 @@ impl Store {
                 if waits {
                     slot.enqueue(&req.token, now);
                 }
-                return Attempt::Busy { free_in };
+                return Ok(Attempt::Busy { free_in });
             }
         };
-        Attempt::Acquired(Arc::new(MemoryLease {
+        Ok(Attempt::Acquired(Arc::new(MemoryLease {
             store: self.clone(),
             name: req.name.as_str().to_owned(),
             token: req.token.clone(),
             fence: slot.fence,
             lost: lost_parent.child_token(),
             start: now,
-        }))
+        })))
     }
 }
 
@@ -290,7 +293,7 @@ impl Backend for MemoryBackend {
         acquire_loop(
             req.wait,
             None,
-            || std::future::ready(Ok(store.try_once(req))),
+            || std::future::ready(store.try_once(req)),
             || {
                 let mut changed = store.subscribe(req.name.as_str());
                 async move {
@@ -424,7 +427,10 @@ impl Lease for MemoryLease {
             .get_mut(&self.name)
             .and_then(|slot| slot.owned_by(&self.token, self.fence, now))
             .ok_or_else(|| Error::not_owned(&self.name))?;
-        holder.expires_at = holder.expires_at.max(now + ttl);
+        let extended = now
+            .checked_add(ttl)
+            .ok_or_else(|| Error::invalid_argument("ttl", "overflows the clock"))?;
+        holder.expires_at = holder.expires_at.max(extended);
         Ok(())
     }
 

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Result, redact_url};
 
+/// The slowest polling allowed (see [`SqliteConfig::poll_max`]).
+pub const MAX_POLL: Duration = Duration::from_millis(250);
+
 /// Options of the SQLite backend; every field has a default.
 ///
 /// # Examples
@@ -29,7 +32,7 @@ pub struct SqliteConfig {
     /// Waiters in the same process are woken at once instead. Default: 2 ms.
     pub poll_min: Duration,
     /// Largest polling delay (URL `poll_max`); delays double from `poll_min` with jitter.
-    /// Default: 100 ms.
+    /// At most 250 ms, so a queued waiter keeps its place. Default: 100 ms.
     pub poll_max: Duration,
     /// Create missing parent directories of `path` (URL `create_dirs=true`). Default: false.
     pub create_dirs: bool,
@@ -127,6 +130,11 @@ impl SqliteConfig {
                 "poll_min/poll_max",
                 "need 0 < poll_min <= poll_max",
             ));
+        }
+        if self.poll_max > MAX_POLL {
+            // A waiter refreshes its place in the queue when it polls; polling slower than this
+            // would let its entry go stale and cost it its place.
+            return Err(Error::invalid_argument("poll_max", "above 250ms"));
         }
         if self.busy_timeout > Duration::from_secs(3600) {
             return Err(Error::invalid_argument("busy_timeout", "above one hour"));

@@ -7,7 +7,7 @@ mod sql;
 mod wake;
 mod worker;
 
-pub use config::SqliteConfig;
+pub use config::{MAX_POLL, SqliteConfig};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -144,7 +144,6 @@ impl SqliteBuilder {
             shared: Arc::new(Shared {
                 worker: Worker::start(conn)?,
                 inline: Mutex::new(fast),
-                inline_ops: AtomicU32::new(0),
                 checkpoint_queued: Arc::new(AtomicBool::new(false)),
                 wake_file: WakeFile::open(&config.path)
                     .map(Arc::new)
@@ -233,6 +232,7 @@ fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
     conn.pragma_update(None, "wal_autocheckpoint", 0)
         .map_err(sqlite(path))?;
     conn.busy_timeout(Duration::ZERO).map_err(sqlite(path))?;
+    conn.wal_hook(Some(note_wal_size));
     Ok(conn)
 }
 
@@ -255,8 +255,20 @@ pub struct SqliteBackend {
     shared: Arc<Shared>,
 }
 
-/// Inline statements between two background checkpoints of the WAL.
-const CHECKPOINT_EVERY: u32 = 512;
+/// WAL size (pages) past which the worker is asked to checkpoint, as SQLite's own
+/// auto-checkpoint would (the inline connection has auto-checkpoint off).
+const CHECKPOINT_PAGES: std::ffi::c_int = 1000;
+
+/// Set by the inline connections' WAL hook when a commit leaves the WAL past
+/// [`CHECKPOINT_PAGES`]; process-wide because the hook is a plain function.
+static WAL_NEEDS_CHECKPOINT: AtomicBool = AtomicBool::new(false);
+
+fn note_wal_size(_wal: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    if pages >= CHECKPOINT_PAGES {
+        WAL_NEEDS_CHECKPOINT.store(true, Ordering::Relaxed);
+    }
+    Ok(())
+}
 
 #[derive(Debug)]
 struct Shared {
@@ -264,7 +276,6 @@ struct Shared {
     worker: Worker,
     /// Runs what cannot block, on the caller's thread; see [`open_inline`].
     inline: Mutex<Connection>,
-    inline_ops: AtomicU32,
     checkpoint_queued: Arc<AtomicBool>,
     config: SqliteConfig,
     /// Waiters of this process per name: woken at once by releases in this process, and by the
@@ -300,8 +311,7 @@ impl Shared {
         if result.as_ref().is_err_and(is_busy) {
             return None;
         }
-        if self.inline_ops.fetch_add(1, Ordering::Relaxed) % CHECKPOINT_EVERY
-            == CHECKPOINT_EVERY - 1
+        if WAL_NEEDS_CHECKPOINT.swap(false, Ordering::Relaxed)
             && !self.checkpoint_queued.swap(true, Ordering::AcqRel)
         {
             let queued = self.checkpoint_queued.clone();
@@ -360,6 +370,14 @@ impl Shared {
             .entry(name.to_owned())
             .or_insert_with(|| watch::Sender::new(()))
             .subscribe()
+    }
+
+    /// What a worker job needs to wake waiters after it freed a lock.
+    fn wake_handle(&self) -> WakeHandle {
+        WakeHandle {
+            wakers: self.wakers.clone(),
+            wake_file: self.wake_file.clone(),
+        }
     }
 
     /// Starts the wake-file watcher once, when this process first waits.
@@ -450,14 +468,17 @@ impl Backend for SqliteBackend {
                 async move {
                     let start = Instant::now();
                     let job = request.clone();
+                    let undo_wake = shared.wake_handle();
                     let tried = shared
                         .exec_undoable(
                             move |conn| sql::try_acquire(conn, &job),
                             // The caller gave up while the worker was acquiring: let go at once.
                             move |conn, tried| {
-                                if let Tried::Acquired { fence } = tried {
-                                    let _ =
-                                        sql::release(conn, &request.name, &request.token, fence);
+                                if let Tried::Acquired { fence } = tried
+                                    && sql::release(conn, &request.name, &request.token, fence)
+                                        .is_ok()
+                                {
+                                    undo_wake.wake_all();
                                 }
                             },
                         )
@@ -542,6 +563,21 @@ impl MonitorStore for SqliteBackend {
     }
 }
 
+/// Wakes every waiter, here and in other processes, from a worker job.
+struct WakeHandle {
+    wakers: Wakers,
+    wake_file: Option<Arc<WakeFile>>,
+}
+
+impl WakeHandle {
+    fn wake_all(&self) {
+        wake::wake_all(&self.wakers);
+        if let Some(wake_file) = &self.wake_file {
+            wake_file.ring();
+        }
+    }
+}
+
 /// Takes a waiter out of the queue when its acquire call ends without the lock.
 struct LeaveQueue<'a> {
     shared: &'a Shared,
@@ -551,18 +587,16 @@ struct LeaveQueue<'a> {
 
 impl Drop for LeaveQueue<'_> {
     fn drop(&mut self) {
-        if self.armed && self.request.queued.load(Ordering::Relaxed) {
+        // Even if no attempt has queued yet: one may still be waiting in the worker's queue,
+        // and this job runs after it.
+        if self.armed && self.request.waits {
             let request = self.request.clone();
-            let wakers = self.shared.wakers.clone();
-            let wake_file = self.shared.wake_file.clone();
+            let wake = self.shared.wake_handle();
             // Queued, not awaited: Drop cannot wait. If it never runs, the entry goes stale.
             self.shared.worker.submit(move |conn| {
-                if sql::leave_queue(conn, &request.name, &request.token).is_ok() {
+                if sql::leave_queue(conn, &request.name, &request.token).unwrap_or(false) {
                     // Whoever queued behind this waiter may be next now.
-                    wake::wake_all(&wakers);
-                    if let Some(wake_file) = wake_file {
-                        wake_file.ring();
-                    }
+                    wake.wake_all();
                 }
             });
         }

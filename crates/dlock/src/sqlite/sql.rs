@@ -163,10 +163,12 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
 }
 
 /// Removes a waiter that gave up (timed out, cancelled, failed).
-pub(super) fn leave_queue(conn: &Connection, name: &str, token: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached("DELETE FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
+/// Returns whether it was queued.
+pub(super) fn leave_queue(conn: &Connection, name: &str, token: &str) -> rusqlite::Result<bool> {
+    let removed = conn
+        .prepare_cached("DELETE FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
         .execute(params![name, token])?;
-    Ok(())
+    Ok(removed > 0)
 }
 
 /// Decrements the hold count; frees the row at zero. `Ok(None)` = not owned.
