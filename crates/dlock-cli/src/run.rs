@@ -16,13 +16,31 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     lock: LockArgs,
 
-    /// What to do to the command if the lock is lost while it runs.
+    /// What to do to the command if the lock is lost while it runs (also sent if dlock dies).
     #[arg(long, value_enum, default_value_t = OnLost::Term)]
     on_lost: OnLost,
+
+    /// After the --on-lost signal, SIGKILL the command if it still runs this much later.
+    #[arg(long, value_parser = crate::parse_duration, default_value = "10s")]
+    kill_after: std::time::Duration,
 
     /// The command to run (after `--`); it gets DLOCK_FENCE and DLOCK_NAME in its environment.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     command: Vec<OsString>,
+}
+
+/// What happened while the command ran.
+enum Event {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    Lost,
+    Escalate,
+    Signal(Signal),
+}
+
+/// Whether dlock runs in the terminal's foreground process group, where terminal-generated
+/// signals reach its command directly.
+fn in_terminal_foreground() -> bool {
+    nix::unistd::tcgetpgrp(std::io::stdin()).is_ok_and(|group| group == nix::unistd::getpgrp())
 }
 
 /// What to send the command when the lock is lost.
@@ -108,20 +126,51 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
         }
     };
     let mut lost = false;
+    let mut kill_at: Option<tokio::time::Instant> = None;
     let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            () = guard.lost(), if !lost => {
+        let escalate = async {
+            match kill_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let event = tokio::select! {
+            status = child.wait() => Event::Exited(status),
+            () = guard.lost(), if !lost => Event::Lost,
+            () = escalate => Event::Escalate,
+            sig = signals.recv() => Event::Signal(sig),
+        };
+        match event {
+            Event::Exited(status) => break status,
+            Event::Lost => {
                 lost = true;
                 match args.on_lost.signal() {
                     Some(sig) => {
-                        eprintln!("dlock: lock {} (fence {fence}) was lost while the command ran; sending {sig}", name);
+                        eprintln!(
+                            "dlock: lock {name} (fence {fence}) was lost while the command ran; sending {sig}"
+                        );
                         forward(sig);
+                        if sig != Signal::SIGKILL {
+                            kill_at = Some(tokio::time::Instant::now() + args.kill_after);
+                        }
                     }
-                    None => eprintln!("dlock: lock {} (fence {fence}) was lost while the command ran", name),
+                    None => eprintln!(
+                        "dlock: lock {name} (fence {fence}) was lost while the command ran"
+                    ),
                 }
             }
-            sig = signals.recv() => forward(sig),
+            Event::Escalate => {
+                eprintln!(
+                    "dlock: the command still runs {} after losing the lock; sending SIGKILL",
+                    humantime::format_duration(args.kill_after)
+                );
+                forward(Signal::SIGKILL);
+                kill_at = None;
+            }
+            // A Ctrl-C on the terminal already reached the command, which shares our
+            // foreground process group: forwarding it would deliver it twice.
+            Event::Signal(Signal::SIGINT) if in_terminal_foreground() => {}
+            Event::Signal(sig) => forward(sig),
         }
     };
     let code = match status {

@@ -150,6 +150,37 @@ fn a_lost_lock_terminates_the_command_and_says_so() {
 }
 
 #[test]
+fn a_command_that_ignores_sigterm_after_a_loss_is_killed() {
+    let env = Env::new();
+    let mut run = env
+        .cmd()
+        .args([
+            "run",
+            "--ttl",
+            "300ms",
+            "--kill-after",
+            "300ms",
+            "stubborn",
+            "--",
+        ])
+        .args(["sh", "-c", "trap '' TERM; exec sleep 30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "stubborn");
+    assert!(env.run(&["break", "--yes", "stubborn"]).status.success());
+    let status = wait_with_timeout(&mut run, Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(128 + 9),
+        "the command should have been killed"
+    );
+    let mut err = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("sending SIGKILL"), "{err}");
+}
+
+#[test]
 fn a_lost_lock_with_a_successful_command_exits_76() {
     let env = Env::new();
     let mut run = env

@@ -166,6 +166,26 @@ impl Locks {
         self.inner.backend.info()
     }
 
+    /// How many held locks this client's lease keeper is looking after (every live guard whose
+    /// lease is not yet known lost). A count that keeps growing means guards are being kept
+    /// alive somewhere.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://kept-doc").await?;
+    /// let guard = locks.mutex("a").acquire().await?;
+    /// assert_eq!(locks.kept_leases(), 1);
+    /// guard.release().await?;
+    /// assert_eq!(locks.kept_leases(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn kept_leases(&self) -> usize {
+        self.inner.keeper.len()
+    }
+
     /// The owner stored with every lock this client takes.
     pub fn owner(&self) -> &Owner {
         &self.inner.owner

@@ -253,12 +253,20 @@ async fn a_waiter_dropped_before_its_queue_entry_was_written_leaves_none() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let waiter = b.mutex("x").fair().acquire();
-    assert!(tokio::time::timeout(Duration::from_millis(200), waiter).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), waiter)
+            .await
+            .is_err()
+    );
     raw.execute_batch("COMMIT").unwrap();
     busy.await.unwrap().unwrap().release().await.unwrap();
     // The stranded attempt queues the waiter after it was dropped; the clean-up must run after
     // it (well before the 1 s after which a silent entry counts as stale).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(waiter_rows(&path), 0, "a dropped waiter stayed in the queue");
+    assert_eq!(
+        waiter_rows(&path),
+        0,
+        "a dropped waiter stayed in the queue"
+    );
     holder.release().await.unwrap();
 }

@@ -41,14 +41,30 @@ async fn dropping_a_waiting_acquire_leaves_nothing_held(cx: Ctx) -> anyhow::Resu
 async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow::Result<()> {
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("raced");
-    let mut dropped = 0;
+    let (mut dropped, mut granted) = (0, 0);
     for _ in 0..40 {
-        let after = Duration::from_micros(rand::rng().random_range(0..3000));
+        // b holds the lock and lets go at a random moment; a gives up at another random
+        // moment, so a's acquire is dropped while waiting, while being woken, or while granted.
+        let holder = b
+            .mutex(&name)
+            .ttl(Duration::from_secs(600))
+            .acquire()
+            .await?;
+        let release_after = Duration::from_micros(rand::rng().random_range(0..3000));
+        let give_up_after = Duration::from_micros(rand::rng().random_range(0..4000));
+        let releasing = tokio::spawn(async move {
+            tokio::time::sleep(release_after).await;
+            holder.release().await
+        });
         let attempt = a.mutex(&name).ttl(Duration::from_secs(600)).acquire();
-        match tokio::time::timeout(after, attempt).await {
-            Ok(guard) => guard?.release().await?,
+        match tokio::time::timeout(give_up_after, attempt).await {
+            Ok(guard) => {
+                granted += 1;
+                guard?.release().await?;
+            }
             Err(_) => dropped += 1,
         }
+        releasing.await??;
         // Whatever point the drop hit, the lock must be free again well inside its 600 s TTL.
         let check = b
             .mutex(&name)
@@ -58,6 +74,9 @@ async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow
             .await?;
         check.release().await?;
     }
-    tracing::debug!(dropped, "acquire futures dropped mid-flight");
+    ensure!(
+        dropped > 0,
+        "no acquire was dropped: the case tested nothing ({granted} granted)"
+    );
     Ok(())
 }

@@ -99,10 +99,9 @@ async fn stale_holder_writes_are_rejected_by_the_fence(cx: Ctx) -> anyhow::Resul
     resource
         .write(next.fence())
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    ensure!(
-        paused.is_lost(),
-        "the paused holder was not told it lost the lock"
-    );
+    tokio::time::timeout(Duration::from_secs(2), paused.lost())
+        .await
+        .map_err(|_| anyhow::anyhow!("the paused holder was not told it lost the lock"))?;
     let stale = resource.write(paused.fence());
     ensure!(stale.is_err(), "a stale holder's write was accepted");
     ensure!(resource.report().rejected.len() == 1);

@@ -164,8 +164,7 @@ impl Keeper {
         }
     }
 
-    /// Number of leases being kept (for tests and metrics).
-    #[cfg(test)]
+    /// Number of leases being kept.
     pub(crate) fn len(&self) -> usize {
         self.lock().entries.len()
     }
