@@ -65,15 +65,21 @@ fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitSt
     }
 }
 
-fn wait_until_held(env: &Env, name: &str) {
+/// Polls `done` until it holds, failing the test after `limit`.
+fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
-    while !env.held().iter().any(|l| l["name"] == name) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{name} never became held"
-        );
+    while !done() {
+        assert!(start.elapsed() < limit, "{what} (after {limit:?})");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+fn wait_until_held(env: &Env, name: &str) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("{name} never became held"),
+        || env.held().iter().any(|l| l["name"] == name),
+    );
 }
 
 #[test]
@@ -284,16 +290,15 @@ fn a_killed_dlock_takes_its_command_down() {
     run.kill().unwrap();
     run.wait().unwrap();
     // Without the lock the command must not run on: it gets SIGTERM when dlock dies.
-    let start = Instant::now();
-    while std::path::Path::new(&format!("/proc/{child}")).exists()
-        && std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|s| !s.contains(") Z "))
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the command outlived dlock"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the command outlived dlock",
+        || {
+            // Gone, or a zombie nobody has reaped yet.
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .map_or(true, |stat| stat.contains(") Z "))
+        },
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::ensure;
 use rand::Rng;
 
-use super::{Ctx, Needs, cases};
+use super::{Ctx, Needs, cases, spawn_waiter};
 
 cases!["cancel",
     Needs::Any =>
@@ -17,10 +17,7 @@ async fn dropping_a_waiting_acquire_leaves_nothing_held(cx: Ctx) -> anyhow::Resu
     let (a, b, c) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
     let name = cx.name("waited");
     let holder = a.mutex(&name).acquire().await?;
-    let waiter = tokio::spawn({
-        let name = name.clone();
-        async move { b.mutex(&name).ttl(Duration::from_secs(600)).acquire().await }
-    });
+    let waiter = spawn_waiter(&b, &name, |m| m.ttl(Duration::from_secs(600)));
     tokio::time::sleep(Duration::from_millis(100)).await;
     waiter.abort();
     ensure!(

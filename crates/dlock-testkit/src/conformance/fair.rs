@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use tokio::sync::Mutex;
 
-use super::{Ctx, Needs, cases};
+use super::{Ctx, Needs, cases, spawn_waiter};
 
 cases!["fair",
     Needs::Fair =>
@@ -58,16 +58,7 @@ async fn fair_newcomer_does_not_pass_a_queued_waiter(cx: Ctx) -> anyhow::Result<
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("no-barging");
     let holder = a.mutex(&name).acquire().await?;
-    let waiter = tokio::spawn({
-        let name = name.clone();
-        async move {
-            b.mutex(&name)
-                .fair()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_waiter(&b, &name, |m| m.fair().wait(Duration::from_secs(30)));
     tokio::time::sleep(SETTLE).await;
     holder.release().await?;
     // Whether or not the waiter has woken yet, the lock is the waiter's, not the newcomer's.
@@ -84,21 +75,9 @@ async fn cancelled_fair_waiter_does_not_stall_the_queue(cx: Ctx) -> anyhow::Resu
     let (a, b, c) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
     let name = cx.name("cancelled");
     let holder = a.mutex(&name).acquire().await?;
-    let first = tokio::spawn({
-        let name = name.clone();
-        async move { b.mutex(&name).fair().acquire().await }
-    });
+    let first = spawn_waiter(&b, &name, |m| m.fair());
     tokio::time::sleep(SETTLE).await;
-    let second = tokio::spawn({
-        let name = name.clone();
-        async move {
-            c.mutex(&name)
-                .fair()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        }
-    });
+    let second = spawn_waiter(&c, &name, |m| m.fair().wait(Duration::from_secs(30)));
     tokio::time::sleep(SETTLE).await;
     first.abort();
     holder.release().await?;
@@ -160,16 +139,7 @@ async fn crashed_waiter_process_does_not_stall_the_queue(cx: Ctx) -> anyhow::Res
     crashed.kill()?;
     crashed.wait()?;
     let next = cx.locks().await?;
-    let waiter = tokio::spawn({
-        let name = name.clone();
-        async move {
-            next.mutex(&name)
-                .fair()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        }
-    });
+    let waiter = spawn_waiter(&next, &name, |m| m.fair().wait(Duration::from_secs(30)));
     tokio::time::sleep(SETTLE).await;
     holder.release().await?;
     let served = tokio::time::timeout(Duration::from_secs(10), waiter)

@@ -69,6 +69,17 @@ impl Ctx {
     }
 }
 
+/// A contender waiting in a task: `builder` configures the acquisition (`.fair()`, `.ttl(..)`,
+/// …); the task ends with its guard (or error).
+pub(crate) fn spawn_waiter(
+    locks: &Locks,
+    name: &str,
+    builder: impl FnOnce(dlock::MutexBuilder) -> dlock::MutexBuilder + Send + 'static,
+) -> tokio::task::JoinHandle<dlock::Result<dlock::MutexGuard>> {
+    let acquisition = builder(locks.mutex(name));
+    tokio::spawn(acquisition.acquire())
+}
+
 /// What a case needs from a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needs {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::ensure;
 use dlock::{AcquireRequest, Error, LockName, Owner, Wait};
 
-use super::{Ctx, Needs, cases, expect_err};
+use super::{Ctx, Needs, cases, expect_err, spawn_waiter};
 use crate::checker::FencedResource;
 
 cases!["mutex",
@@ -181,10 +181,7 @@ async fn waiter_gets_the_lock_when_it_is_released(cx: Ctx) -> anyhow::Result<()>
     let name = cx.name("handoff");
     let first = a.mutex(&name).acquire().await?;
     let first_fence = first.fence();
-    let waiter = tokio::spawn({
-        let name = name.clone();
-        async move { b.mutex(&name).wait(Duration::from_secs(30)).acquire().await }
-    });
+    let waiter = spawn_waiter(&b, &name, |m| m.wait(Duration::from_secs(30)));
     tokio::time::sleep(Duration::from_millis(200)).await;
     ensure!(!waiter.is_finished(), "waiter got a held lock");
     first.release().await?;
