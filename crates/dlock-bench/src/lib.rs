@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Options of `dlock bench`.
 #[derive(Debug, Args)]
+#[non_exhaustive]
 pub struct BenchArgs {
     /// Which scenario to run.
     #[arg(long, value_enum, default_value_t = Scenario::All)]
@@ -49,6 +50,7 @@ pub struct BenchArgs {
 /// A benchmark scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Scenario {
     /// Both scenarios.
     All,
@@ -67,6 +69,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// One number measured several times.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct Spread {
     /// Smallest run.
     pub min: f64,
@@ -108,6 +111,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Results of the uncontended scenario.
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct Uncontended {
     /// Acquire+release pairs per second.
     pub pairs_per_sec: Spread,
@@ -119,6 +123,7 @@ pub struct Uncontended {
 
 /// Results of the hand-off scenario.
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct Handoff {
     /// Worker processes.
     pub processes: u32,
@@ -140,6 +145,7 @@ pub struct Handoff {
 
 /// Everything one `dlock bench` run measured.
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct Report {
     /// The backend's name.
     pub backend: String,
@@ -154,6 +160,7 @@ pub struct Report {
 /// Results of the floor scenario: plain write-transaction pairs on a scratch database beside
 /// the lock file, through the same SQLite library and settings (WAL, synchronous=NORMAL).
 #[derive(Debug, Serialize)]
+#[non_exhaustive]
 pub struct Floor {
     /// Transaction pairs per second.
     pub pairs_per_sec: Spread,
@@ -166,6 +173,11 @@ pub struct Floor {
 /// # Errors
 ///
 /// Connection failures, lock errors, or a worker process that failed.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: a dropped run leaves its worker processes to finish their
+/// duration, and a partial floor database until the next run.
 pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
     if let Some(name) = &args.worker {
         return worker(url, name, args.duration, args.hold).await;

@@ -12,7 +12,7 @@ pub(crate) const FAILED: i32 = 125;
 pub(crate) const NOT_EXECUTABLE: i32 = 126;
 /// The command was not found.
 pub(crate) const NOT_FOUND: i32 = 127;
-/// Generic "no" for `inspect` / `break` on a free lock.
+/// Generic "no": `inspect` / `break` on a free lock, or a declined `break`.
 pub(crate) const NOT_HELD: i32 = 1;
 
 /// The exit-code table shown in `--help`.
@@ -21,4 +21,6 @@ Exit codes:
   run:   the command's own code (128+N if it died of signal N), or
          75 lock busy (--no-wait)   124 wait timed out   76 lock lost while the command ran (and it exited 0)
          125 dlock error            126 command not executable   127 command not found
-  other: 0 ok, 1 lock not held (inspect, break), 75 busy, 124 timed out, 125 dlock error";
+         128+N if signal N ended the wait (the command never ran)
+  other: 0 ok, 1 lock not held or break declined, 75 busy, 76 lock lost (hold), 124 timed out,
+         125 dlock error; hold: 128+N if signal N ended the wait";

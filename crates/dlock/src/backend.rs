@@ -155,7 +155,7 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// No capabilities; set fields with the `with_*` methods.
+    /// No capabilities; set the public fields of the returned value.
     pub const fn none() -> Capabilities {
         Capabilities {
             reentrant: false,

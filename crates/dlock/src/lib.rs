@@ -3,8 +3,9 @@
 //!
 //! # Highlights
 //!
-//! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`,
-//!   `"memory://"`, and (with their issues) Redis, Redlock, ZooKeeper, etcd, PostgreSQL, MySQL.
+//! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`
+//!   or `"memory://"` today; Redis, Redlock, ZooKeeper, etcd, PostgreSQL and MySQL are planned
+//!   behind the same API.
 //! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
 //!   protected resource can reject a holder that was paused past its lease.
 //! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
@@ -60,7 +61,7 @@
 //!
 //! | metric | kind | meaning |
 //! |---|---|---|
-//! | `dlock_acquire_seconds{backend}` | histogram | time in `acquire` / `try_acquire`, waiting included |
+//! | `dlock_acquire_seconds{backend}` | histogram | time in `acquire` / `try_acquire`, waiting included, whatever the outcome |
 //! | `dlock_renewals_total` | counter | watchdog renewals that succeeded |
 //! | `dlock_renewal_errors_total` | counter | renewals that failed and will be retried |
 //! | `dlock_lost_total{reason}` | counter | locks lost: `deadline` (lease ran out) or `not_owned` (taken over or broken) |

@@ -165,9 +165,10 @@ impl MutexBuilder {
     async fn run(self, default_wait: WaitSpec) -> Result<Result<MutexGuard, Duration>> {
         let (request, policy, wait) = self.request(default_wait)?;
         let started = std::time::Instant::now();
-        let lease = self.locks.backend().acquire(&request).await?;
+        let lease = self.locks.backend().acquire(&request).await;
         metrics::histogram!("dlock_acquire_seconds", "backend" => self.locks.info().name)
             .record(started.elapsed().as_secs_f64());
+        let lease = lease?;
         let Some(lease) = lease else {
             return Ok(Err(wait.duration()));
         };

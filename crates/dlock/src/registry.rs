@@ -3,19 +3,17 @@
 use crate::error::{Error, Result, redact_url};
 use crate::locks::Locks;
 
-/// Every scheme dlock knows, with the cargo feature that enables it.
-const KNOWN: &[(&str, &str)] = &[
-    ("memory", "(always on)"),
-    ("sqlite", "sqlite"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("redlock", "redlock"),
-    ("zk", "zookeeper"),
+/// Schemes of backends that are planned but not part of dlock yet, with the store's name.
+const PLANNED: &[(&str, &str)] = &[
+    ("redis", "Redis"),
+    ("rediss", "Redis"),
+    ("redlock", "Redlock"),
+    ("zk", "ZooKeeper"),
     ("etcd", "etcd"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("mysql", "mysql"),
-    ("mariadb", "mysql"),
+    ("postgres", "PostgreSQL"),
+    ("postgresql", "PostgreSQL"),
+    ("mysql", "MySQL"),
+    ("mariadb", "MariaDB"),
 ];
 
 /// The schemes this build can connect to.
@@ -44,9 +42,14 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         "sqlite" => Ok(Locks::new(
             crate::sqlite::SqliteBackend::connect_url(url).await?,
         )),
-        other => match KNOWN.iter().find(|(known, _)| *known == other) {
-            Some((_, feature)) => Err(invalid(format!(
-                "the {other} backend is not part of this build (cargo feature `{feature}`); enabled: {}",
+        #[cfg(not(feature = "sqlite"))]
+        "sqlite" => Err(invalid(format!(
+            "the sqlite backend is not part of this build (cargo feature `sqlite`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        other => match PLANNED.iter().find(|(planned, _)| *planned == other) {
+            Some((_, store)) => Err(invalid(format!(
+                "the {store} backend is not implemented yet; available: {}",
                 enabled_schemes().join(", ")
             ))),
             None => Err(invalid(format!(

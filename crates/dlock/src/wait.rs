@@ -71,6 +71,11 @@ const IDLE_SLICE: Duration = Duration::from_secs(1);
 /// message, a watch); `poll` is `Some` when that signal can miss releases and polling must
 /// back it up.
 ///
+/// # Errors
+///
+/// An attempt's error: at once if it is not retryable or `wait` is [`Wait::No`], otherwise
+/// the last one when the deadline passes.
+///
 /// Returns `Ok(None)` when the wait ran out. While waiting, attempts that fail with a
 /// retryable error ([`Error::is_retryable`](crate::Error::is_retryable)) are retried with
 /// backoff until the deadline, and the last such error is returned if it is reached.

@@ -14,11 +14,11 @@ async fn unknown_and_malformed_urls_are_invalid() {
 }
 
 #[tokio::test]
-async fn a_known_backend_left_out_of_the_build_names_its_feature() {
+async fn a_planned_backend_says_it_is_not_implemented_yet() {
     let err = dlock::connect("zk://127.0.0.1:2181").await.unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("zookeeper") && text.contains("not part of this build"),
+        text.contains("ZooKeeper backend is not implemented yet") && text.contains("sqlite"),
         "{text}"
     );
 }

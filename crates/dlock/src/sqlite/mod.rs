@@ -119,6 +119,15 @@ impl SqliteBuilder {
     /// # Cancel safety
     ///
     /// Cancel safe: the file is opened on a blocking thread; a dropped future only wastes it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::sqlite::SqliteBuilder::new("/var/lib/app/locks.db").create_dirs(true).build().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn build(self) -> Result<SqliteBackend> {
         self.config.validate()?;
         let config = self.config;
@@ -421,6 +430,16 @@ impl SqliteBackend {
     /// # Cancel safety
     ///
     /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::sqlite::SqliteBackend::connect_url("sqlite:///var/lib/app/locks.db").await?;
+    /// let locks = dlock::Locks::new(backend);
+    /// # Ok(()) }
+    /// ```
     pub async fn connect_url(url: &str) -> Result<SqliteBackend> {
         SqliteBuilder::from_config(SqliteConfig::from_url(url)?)
             .build()
