@@ -1,7 +1,9 @@
 #![doc = include_str!("docs.md")]
 
+mod client;
 mod config;
 mod error;
+mod open;
 mod schema;
 mod sql;
 mod wake;
@@ -9,15 +11,12 @@ mod worker;
 
 pub use config::{MAX_POLL, SqliteConfig};
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, ErrorCode, OpenFlags};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +28,7 @@ use crate::fence::FencingToken;
 use crate::name::LockName;
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
+use client::Shared;
 use error::Error;
 use sql::{Request, Tried};
 use wake::{WakeFile, Wakers};
@@ -132,23 +132,9 @@ impl SqliteBuilder {
         self.config.validate()?;
         let config = self.config;
         let open_config = config.clone();
-        let (conn, fast) = tokio::task::spawn_blocking(move || {
-            // Processes opening a new file at once race to set WAL mode and create the schema,
-            // and SQLite reports some of those races as busy without waiting: retry them.
-            let deadline = std::time::Instant::now() + open_config.busy_timeout;
-            loop {
-                let opened =
-                    open(&open_config).and_then(|conn| Ok((conn, open_inline(&open_config)?)));
-                match opened {
-                    Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    other => break other,
-                }
-            }
-        })
-        .await
-        .map_err(|_| Error::WorkerGone)??;
+        let (conn, fast) = tokio::task::spawn_blocking(move || open::open_both(&open_config))
+            .await
+            .map_err(|_| Error::WorkerGone)??;
         Ok(SqliteBackend {
             shared: Arc::new(Shared {
                 worker: Worker::start(conn)?,
@@ -164,85 +150,6 @@ impl SqliteBuilder {
             }),
         })
     }
-}
-
-/// Opens the file, refusing anything that is not (or cannot become) a dlock database.
-fn open(config: &SqliteConfig) -> Result<Connection, Error> {
-    let path = config.path.as_path();
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => return Err(Error::IsDirectory(path.to_owned())),
-        Ok(meta) => {
-            // Open it ourselves first: clearer errors than SQLite's for permissions and garbage.
-            let mut file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(path)
-                .map_err(io)?;
-            if meta.len() > 0 {
-                let mut header = [0u8; 16];
-                let read = file.read(&mut header).map_err(io)?;
-                if read < 16 || &header != b"SQLite format 3\0" {
-                    return Err(Error::NotDlock {
-                        path: path.to_owned(),
-                        detail: "not a SQLite database".into(),
-                    });
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-            if let Some(parent) = parent
-                && !parent.is_dir()
-            {
-                if config.create_dirs {
-                    std::fs::create_dir_all(parent).map_err(io)?;
-                } else {
-                    return Err(Error::MissingDirectory(parent.to_owned()));
-                }
-            }
-        }
-        Err(e) => return Err(io(e)),
-    }
-    let sqlite = Error::sqlite;
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(sqlite(path))?;
-    conn.busy_timeout(config.busy_timeout)
-        .map_err(sqlite(path))?;
-    let _mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-        .map_err(sqlite(path))?;
-    // NORMAL is durable across process crashes in WAL mode, which is what a lock file needs.
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(sqlite(path))?;
-    schema::ensure(&mut conn, path)?;
-    Ok(conn)
-}
-
-/// The second connection, for statements run inline on the caller's thread: it never waits
-/// for another process's write lock (busy timeout 0: the worker retries those with the real
-/// timeout) and never checkpoints (the worker does, in the background), so an inline call is a
-/// few microseconds of page-cache work, like a syscall.
-fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
-    let path = config.path.as_path();
-    let sqlite = Error::sqlite;
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(sqlite(path))?;
-    // Setting up may meet another process creating the file: wait for it like the worker does.
-    conn.busy_timeout(config.busy_timeout)
-        .map_err(sqlite(path))?;
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(sqlite(path))?;
-    conn.pragma_update(None, "wal_autocheckpoint", 0)
-        .map_err(sqlite(path))?;
-    conn.busy_timeout(Duration::ZERO).map_err(sqlite(path))?;
-    conn.wal_hook(Some(note_wal_size));
-    Ok(conn)
 }
 
 /// Locks in one SQLite file shared by the processes of a machine: the embedded default.
@@ -262,162 +169,6 @@ fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
 #[derive(Clone, Debug)]
 pub struct SqliteBackend {
     shared: Arc<Shared>,
-}
-
-/// WAL size (pages) past which the worker is asked to checkpoint, as SQLite's own
-/// auto-checkpoint would (the inline connection has auto-checkpoint off).
-const CHECKPOINT_PAGES: std::ffi::c_int = 1000;
-
-/// Set by the inline connections' WAL hook when a commit leaves the WAL past
-/// [`CHECKPOINT_PAGES`]; process-wide because the hook is a plain function.
-static WAL_NEEDS_CHECKPOINT: AtomicBool = AtomicBool::new(false);
-
-fn note_wal_size(_wal: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
-    if pages >= CHECKPOINT_PAGES {
-        WAL_NEEDS_CHECKPOINT.store(true, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
-#[derive(Debug)]
-struct Shared {
-    /// Runs what may block: waits for other processes' write locks, checkpoints.
-    worker: Worker,
-    /// Runs what cannot block, on the caller's thread; see [`open_inline`].
-    inline: Mutex<Connection>,
-    checkpoint_queued: Arc<AtomicBool>,
-    config: SqliteConfig,
-    /// Waiters of this process per name: woken at once by releases in this process, and by the
-    /// wake file's watcher for releases in others.
-    wakers: Wakers,
-    /// Rung on every release; `None` if it could not be created (waiters then poll).
-    wake_file: Option<Arc<WakeFile>>,
-    /// Started with the first waiter; `Some(Err)` if notifications are unavailable here.
-    watcher: Mutex<Option<Result<notify::RecommendedWatcher, ()>>>,
-}
-
-fn is_busy(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
-}
-
-impl Shared {
-    fn path(&self) -> &Path {
-        &self.config.path
-    }
-
-    /// Runs `op` inline when the inline connection is free and the file is not write-locked by
-    /// another process; `None` means "use the worker".
-    fn try_inline<T>(
-        &self,
-        op: &impl Fn(&mut Connection) -> rusqlite::Result<T>,
-    ) -> Option<rusqlite::Result<T>> {
-        let mut conn = self.inline.try_lock().ok()?;
-        let result = op(&mut conn);
-        drop(conn);
-        if result.as_ref().is_err_and(is_busy) {
-            return None;
-        }
-        if WAL_NEEDS_CHECKPOINT.swap(false, Ordering::Relaxed)
-            && !self.checkpoint_queued.swap(true, Ordering::AcqRel)
-        {
-            let queued = self.checkpoint_queued.clone();
-            self.worker.submit(move |conn| {
-                // PASSIVE never blocks readers or writers; a failure only delays the next one.
-                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-                queued.store(false, Ordering::Release);
-            });
-        }
-        Some(result)
-    }
-
-    /// Runs `op` inline if it can, else on the worker.
-    async fn exec<T, F>(&self, op: F) -> Result<T, Error>
-    where
-        T: Send + 'static,
-        F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        if let Some(result) = self.try_inline(&op) {
-            return result.map_err(Error::sqlite(self.path()));
-        }
-        self.worker
-            .call(move |conn| op(conn))
-            .await?
-            .map_err(Error::sqlite(self.path()))
-    }
-
-    /// As [`exec`](Self::exec); if the caller gives up while the worker runs `op`, `undo` runs
-    /// on its result. The inline path needs no undo: it has no await to be cancelled at.
-    async fn exec_undoable<T, F, U>(&self, op: F, undo: U) -> Result<T, Error>
-    where
-        T: Send + 'static,
-        F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
-        U: FnOnce(&mut Connection, T) + Send + 'static,
-    {
-        if let Some(result) = self.try_inline(&op) {
-            return result.map_err(Error::sqlite(self.path()));
-        }
-        self.worker
-            .call_undoable(
-                move |conn| op(conn),
-                move |conn, result| {
-                    if let Ok(value) = result {
-                        undo(conn, value);
-                    }
-                },
-            )
-            .await?
-            .map_err(Error::sqlite(self.path()))
-    }
-
-    fn subscribe(&self, name: &str) -> watch::Receiver<()> {
-        self.watch_other_processes();
-        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        wakers
-            .entry(name.to_owned())
-            .or_insert_with(|| watch::Sender::new(()))
-            .subscribe()
-    }
-
-    /// What a worker job needs to wake waiters after it freed a lock.
-    fn wake_handle(&self) -> WakeHandle {
-        WakeHandle {
-            wakers: self.wakers.clone(),
-            wake_file: self.wake_file.clone(),
-        }
-    }
-
-    /// Starts the wake-file watcher once, when this process first waits.
-    fn watch_other_processes(&self) {
-        let Some(wake_file) = &self.wake_file else {
-            return;
-        };
-        let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
-        if watcher.is_none() {
-            let started = wake_file.watch(self.wakers.clone()).map_err(|e| {
-                tracing::debug!(%e, "cannot watch the wake file: waiters will poll");
-            });
-            *watcher = Some(started);
-        }
-    }
-
-    /// A lock was freed: wake its waiters here, and ring the other processes.
-    fn wake(&self, name: &str) {
-        {
-            let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(sender) = wakers.get(name) {
-                sender.send_replace(());
-                if sender.receiver_count() == 0 {
-                    wakers.remove(name);
-                }
-            }
-        }
-        if let Some(wake_file) = &self.wake_file {
-            wake_file.ring();
-        }
-    }
 }
 
 impl SqliteBackend {
@@ -579,21 +330,6 @@ impl MonitorStore for SqliteBackend {
             self.shared.wake(name.as_str());
         }
         Ok(broken)
-    }
-}
-
-/// Wakes every waiter, here and in other processes, from a worker job.
-struct WakeHandle {
-    wakers: Wakers,
-    wake_file: Option<Arc<WakeFile>>,
-}
-
-impl WakeHandle {
-    fn wake_all(&self) {
-        wake::wake_all(&self.wakers);
-        if let Some(wake_file) = &self.wake_file {
-            wake_file.ring();
-        }
     }
 }
 

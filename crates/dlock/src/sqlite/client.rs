@@ -1,0 +1,171 @@
+//! One client's connections and how statements run on them: inline on the caller's thread
+//! when that cannot block, on the worker thread otherwise; and its waiters' wake-ups.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::{Connection, ErrorCode};
+use tokio::sync::watch;
+
+use super::config::SqliteConfig;
+use super::error::Error;
+use super::open::WAL_NEEDS_CHECKPOINT;
+use super::wake::{self, WakeFile, Wakers};
+use super::worker::Worker;
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    /// Runs what may block: waits for other processes' write locks, checkpoints.
+    pub(super) worker: Worker,
+    /// Runs what cannot block, on the caller's thread; see [`open_inline`].
+    pub(super) inline: Mutex<Connection>,
+    pub(super) checkpoint_queued: Arc<AtomicBool>,
+    pub(super) config: SqliteConfig,
+    /// Waiters of this process per name: woken at once by releases in this process, and by the
+    /// wake file's watcher for releases in others.
+    pub(super) wakers: Wakers,
+    /// Rung on every release; `None` if it could not be created (waiters then poll).
+    pub(super) wake_file: Option<Arc<WakeFile>>,
+    /// Started with the first waiter; `Some(Err)` if notifications are unavailable here.
+    pub(super) watcher: Mutex<Option<Result<notify::RecommendedWatcher, ()>>>,
+}
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+impl Shared {
+    pub(super) fn path(&self) -> &Path {
+        &self.config.path
+    }
+
+    /// Runs `op` inline when the inline connection is free and the file is not write-locked by
+    /// another process; `None` means "use the worker".
+    fn try_inline<T>(
+        &self,
+        op: &impl Fn(&mut Connection) -> rusqlite::Result<T>,
+    ) -> Option<rusqlite::Result<T>> {
+        let mut conn = self.inline.try_lock().ok()?;
+        let result = op(&mut conn);
+        drop(conn);
+        if result.as_ref().is_err_and(is_busy) {
+            return None;
+        }
+        if WAL_NEEDS_CHECKPOINT.swap(false, Ordering::Relaxed)
+            && !self.checkpoint_queued.swap(true, Ordering::AcqRel)
+        {
+            let queued = self.checkpoint_queued.clone();
+            self.worker.submit(move |conn| {
+                // PASSIVE never blocks readers or writers; a failure only delays the next one.
+                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                queued.store(false, Ordering::Release);
+            });
+        }
+        Some(result)
+    }
+
+    /// Runs `op` inline if it can, else on the worker.
+    pub(super) async fn exec<T, F>(&self, op: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        if let Some(result) = self.try_inline(&op) {
+            return result.map_err(Error::sqlite(self.path()));
+        }
+        self.worker
+            .call(move |conn| op(conn))
+            .await?
+            .map_err(Error::sqlite(self.path()))
+    }
+
+    /// As [`exec`](Self::exec); if the caller gives up while the worker runs `op`, `undo` runs
+    /// on its result. The inline path needs no undo: it has no await to be cancelled at.
+    pub(super) async fn exec_undoable<T, F, U>(&self, op: F, undo: U) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        U: FnOnce(&mut Connection, T) + Send + 'static,
+    {
+        if let Some(result) = self.try_inline(&op) {
+            return result.map_err(Error::sqlite(self.path()));
+        }
+        self.worker
+            .call_undoable(
+                move |conn| op(conn),
+                move |conn, result| {
+                    if let Ok(value) = result {
+                        undo(conn, value);
+                    }
+                },
+            )
+            .await?
+            .map_err(Error::sqlite(self.path()))
+    }
+
+    pub(super) fn subscribe(&self, name: &str) -> watch::Receiver<()> {
+        self.watch_other_processes();
+        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        wakers
+            .entry(name.to_owned())
+            .or_insert_with(|| watch::Sender::new(()))
+            .subscribe()
+    }
+
+    /// What a worker job needs to wake waiters after it freed a lock.
+    pub(super) fn wake_handle(&self) -> WakeHandle {
+        WakeHandle {
+            wakers: self.wakers.clone(),
+            wake_file: self.wake_file.clone(),
+        }
+    }
+
+    /// Starts the wake-file watcher once, when this process first waits.
+    fn watch_other_processes(&self) {
+        let Some(wake_file) = &self.wake_file else {
+            return;
+        };
+        let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        if watcher.is_none() {
+            let started = wake_file.watch(self.wakers.clone()).map_err(|e| {
+                tracing::debug!(%e, "cannot watch the wake file: waiters will poll");
+            });
+            *watcher = Some(started);
+        }
+    }
+
+    /// A lock was freed: wake its waiters here, and ring the other processes.
+    pub(super) fn wake(&self, name: &str) {
+        {
+            let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(sender) = wakers.get(name) {
+                sender.send_replace(());
+                if sender.receiver_count() == 0 {
+                    wakers.remove(name);
+                }
+            }
+        }
+        if let Some(wake_file) = &self.wake_file {
+            wake_file.ring();
+        }
+    }
+}
+
+/// Wakes every waiter, here and in other processes, from a worker job.
+pub(super) struct WakeHandle {
+    wakers: Wakers,
+    wake_file: Option<Arc<WakeFile>>,
+}
+
+impl WakeHandle {
+    pub(super) fn wake_all(&self) {
+        wake::wake_all(&self.wakers);
+        if let Some(wake_file) = &self.wake_file {
+            wake_file.ring();
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Opening a database: checks that the file is (or can become) dlock's, the two connections
+//! of a client, and the WAL checkpoint signal of the inline one.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::config::SqliteConfig;
+use super::error::Error;
+use super::schema;
+
+/// Opens the worker's and the inline connection. Processes opening a new file at once race to
+/// set WAL mode and create the schema, and SQLite reports some of those races as busy without
+/// waiting: they are retried until the busy timeout.
+pub(super) fn open_both(config: &SqliteConfig) -> Result<(Connection, Connection), Error> {
+    let deadline = std::time::Instant::now() + config.busy_timeout;
+    loop {
+        let opened = open(config).and_then(|conn| Ok((conn, open_inline(config)?)));
+        match opened {
+            Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Opens the file, refusing anything that is not (or cannot become) a dlock database.
+fn open(config: &SqliteConfig) -> Result<Connection, Error> {
+    let path = config.path.as_path();
+    let io = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => return Err(Error::IsDirectory(path.to_owned())),
+        Ok(meta) => {
+            // Open it ourselves first: clearer errors than SQLite's for permissions and garbage.
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(io)?;
+            if meta.len() > 0 {
+                let mut header = [0u8; 16];
+                let read = file.read(&mut header).map_err(io)?;
+                if read < 16 || &header != b"SQLite format 3\0" {
+                    return Err(Error::NotDlock {
+                        path: path.to_owned(),
+                        detail: "not a SQLite database".into(),
+                    });
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+            if let Some(parent) = parent
+                && !parent.is_dir()
+            {
+                if config.create_dirs {
+                    std::fs::create_dir_all(parent).map_err(io)?;
+                } else {
+                    return Err(Error::MissingDirectory(parent.to_owned()));
+                }
+            }
+        }
+        Err(e) => return Err(io(e)),
+    }
+    let sqlite = Error::sqlite;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(sqlite(path))?;
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(sqlite(path))?;
+    let _mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(sqlite(path))?;
+    // NORMAL is durable across process crashes in WAL mode, which is what a lock file needs.
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sqlite(path))?;
+    schema::ensure(&mut conn, path)?;
+    Ok(conn)
+}
+
+/// The second connection, for statements run inline on the caller's thread: it never waits
+/// for another process's write lock (busy timeout 0: the worker retries those with the real
+/// timeout) and never checkpoints (the worker does, in the background), so an inline call is a
+/// few microseconds of page-cache work, like a syscall.
+fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
+    let path = config.path.as_path();
+    let sqlite = Error::sqlite;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sqlite(path))?;
+    // Setting up may meet another process creating the file: wait for it like the worker does.
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(sqlite(path))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sqlite(path))?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(sqlite(path))?;
+    conn.busy_timeout(Duration::ZERO).map_err(sqlite(path))?;
+    conn.wal_hook(Some(note_wal_size));
+    Ok(conn)
+}
+
+/// WAL size (pages) past which the worker is asked to checkpoint, as SQLite's own
+/// auto-checkpoint would (the inline connection has auto-checkpoint off).
+const CHECKPOINT_PAGES: std::ffi::c_int = 1000;
+
+/// Set by the inline connections' WAL hook when a commit leaves the WAL past
+/// [`CHECKPOINT_PAGES`]; process-wide because the hook is a plain function.
+pub(super) static WAL_NEEDS_CHECKPOINT: AtomicBool = AtomicBool::new(false);
+
+fn note_wal_size(_wal: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    if pages >= CHECKPOINT_PAGES {
+        WAL_NEEDS_CHECKPOINT.store(true, Ordering::Relaxed);
+    }
+    Ok(())
+}
