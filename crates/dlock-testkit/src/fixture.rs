@@ -77,3 +77,72 @@ impl Fixture for SqliteFixture {
         Some(self.url.clone())
     }
 }
+
+/// The memory backend with every optional capability masked out (no reentrancy, no fair
+/// queue, no inspection), so the suite's "unsupported" cases run: the API must answer
+/// [`dlock::Error::Unsupported`] where a store cannot serve a request.
+#[derive(Debug)]
+pub struct MinimalFixture {
+    url: String,
+}
+
+impl MinimalFixture {
+    /// A fixture on a fresh named memory store.
+    pub fn new() -> Arc<MinimalFixture> {
+        Arc::new(MinimalFixture {
+            url: format!("memory://minimal-{}", uuid::Uuid::new_v4().simple()),
+        })
+    }
+}
+
+impl Fixture for MinimalFixture {
+    fn backend(&self) -> &'static str {
+        "minimal"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move {
+            let inner = dlock::connect(&self.url).await?;
+            let mut capabilities = dlock::Capabilities::none();
+            capabilities.native_wait = true;
+            Ok(Locks::new(Masked {
+                inner: inner.backend().clone(),
+                info: dlock::BackendInfo::new("minimal", capabilities),
+            }))
+        })
+    }
+
+    fn url(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A backend that forwards to another but claims fewer capabilities.
+#[derive(Debug)]
+struct Masked {
+    inner: dlock::DynBackend,
+    info: dlock::BackendInfo,
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl dlock::Backend for Masked {
+    fn info(&self) -> &dlock::BackendInfo {
+        &self.info
+    }
+
+    async fn acquire(
+        &self,
+        req: &dlock::AcquireRequest,
+    ) -> dlock::Result<Option<Arc<dyn dlock::Lease>>> {
+        self.inner.acquire(req).await
+    }
+
+    fn monitor(&self) -> Option<&dyn dlock::MonitorStore> {
+        if self.info.capabilities.monitor {
+            self.inner.monitor()
+        } else {
+            None
+        }
+    }
+}

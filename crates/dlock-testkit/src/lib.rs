@@ -12,4 +12,4 @@ pub mod conformance;
 pub mod fixture;
 pub mod server;
 
-pub use fixture::{Fixture, MemoryFixture, SqliteFixture};
+pub use fixture::{Fixture, MemoryFixture, MinimalFixture, SqliteFixture};

@@ -8,10 +8,12 @@
 use std::sync::Arc;
 
 use dlock_testkit::conformance;
-use dlock_testkit::fixture::{Fixture, MemoryFixture};
+use dlock_testkit::fixture::{Fixture, MemoryFixture, MinimalFixture};
 
 fn main() {
-    let mut fixtures: Vec<Arc<dyn Fixture>> = vec![MemoryFixture::new()];
+    // `minimal` is memory with every optional capability masked: it runs the cases that check
+    // the API's `Unsupported` answers.
+    let mut fixtures: Vec<Arc<dyn Fixture>> = vec![MemoryFixture::new(), MinimalFixture::new()];
     #[cfg(feature = "sqlite")]
     fixtures.push(dlock_testkit::fixture::SqliteFixture::new().expect("temp dir for SQLite"));
     conformance::main(fixtures)
