@@ -455,6 +455,48 @@ fn the_default_url_is_a_sqlite_file_in_the_state_directory() {
     assert!(String::from_utf8_lossy(&help.stdout).contains("dlock/locks.db"));
 }
 
+/// A short smoke run: the benchmark runs every scenario and reports them (numbers are not
+/// checked here; BENCHMARKS.md holds the real runs).
+#[test]
+fn bench_runs_every_scenario_and_reports_json() {
+    let env = Env::new();
+    let report = env.path("bench.json");
+    let out = env.run(&[
+        "bench",
+        "--repeat",
+        "1",
+        "--pairs",
+        "50",
+        "--processes",
+        "2",
+        "--duration",
+        "300ms",
+        "--json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("pairs/s") && text.contains("hand-offs/s"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(json["backend"], "sqlite");
+    for scenario in ["floor", "uncontended", "handoff"] {
+        assert!(
+            json[scenario]["acquisitions_per_sec"].is_object()
+                || json[scenario]["pairs_per_sec"].is_object(),
+            "{scenario}: {json}"
+        );
+    }
+    assert!(
+        json["handoff"]["fairness"]["median"]
+            .as_f64()
+            .is_some_and(|f| f > 0.0 && f <= 1.0)
+    );
+    assert!(env.held().is_empty(), "the bench left locks behind");
+}
+
 /// Each bad input: a non-zero exit, a message naming the problem, no panic, no lock left.
 #[test]
 fn bad_input_gets_a_clear_error_and_leaves_no_lock() {
