@@ -2,6 +2,8 @@
 //!
 //! Scenarios:
 //! - `uncontended`: one task, one name, acquire + release in a loop: pairs/s and latency.
+//! - `watchdog`: one process holds K locks (default 10 000) renewed by its lease keeper:
+//!   renewals/s, CPU and memory.
 //! - `handoff`: P worker processes (`dlock bench --worker`) contend for one name for a fixed
 //!   time, each holding it for H: acquisitions/s, the hand-off gap (one holder's release to the
 //!   next holder's acquire, on this machine's clock), real hand-offs (to another worker) per
@@ -10,6 +12,8 @@
 //! Every scenario is repeated (`--repeat`, default 3) and reported as min / median / max.
 
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
@@ -42,6 +46,12 @@ pub struct BenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Locks held at once in the watchdog scenario.
+    #[arg(long, default_value_t = 10_000)]
+    pub held: u32,
+    /// Watchdog lease in the watchdog scenario (renewed every third of it).
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    pub lease: Duration,
     /// Internal: run as a hand-off worker on this lock name and print one line per hold.
     #[arg(long, hide = true)]
     pub worker: Option<String>,
@@ -61,6 +71,9 @@ pub enum Scenario {
     /// The physical limit: the same kind of SQLite write transactions with no lock logic
     /// (SQLite URLs only), so the uncontended result reads as a ratio to it.
     Floor,
+    /// Many locks held at once by one process, renewed by its lease keeper: renewals/s, CPU
+    /// and memory.
+    Watchdog,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -155,6 +168,26 @@ pub struct Report {
     pub handoff: Option<Handoff>,
     /// The floor, if run.
     pub floor: Option<Floor>,
+    /// The watchdog scale, if run.
+    pub watchdog: Option<WatchdogScale>,
+}
+
+/// Results of the watchdog scenario.
+#[non_exhaustive]
+#[derive(Debug, Serialize)]
+pub struct WatchdogScale {
+    /// Locks held and renewed.
+    pub held: u32,
+    /// Watchdog lease, ms.
+    pub lease_ms: f64,
+    /// Renewals per second seen by the store (expected: held × 3 / lease).
+    pub renewals_per_sec: Spread,
+    /// Process CPU time while holding, in percent of one core.
+    pub cpu_percent: Spread,
+    /// Resident memory growth from before acquiring to while holding, MiB.
+    pub rss_growth_mib: Spread,
+    /// Locks lost while held (must be 0).
+    pub lost: u64,
 }
 
 /// Results of the floor scenario: plain write-transaction pairs on a scratch database beside
@@ -188,6 +221,7 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         uncontended: None,
         handoff: None,
         floor: None,
+        watchdog: None,
     };
     println!(
         "dlock bench on {} ({} runs per scenario, median (min, max))",
@@ -234,6 +268,18 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             println!("  worst wait ms    {}", result.worst_wait_ms);
             report.handoff = Some(result);
         }
+    }
+    if matches!(args.scenario, Scenario::Watchdog) {
+        let result = watchdog(url, &args).await?;
+        println!(
+            "watchdog: {} locks held by one process, lease {:?}, {:?} per run",
+            args.held, args.lease, args.duration
+        );
+        println!("  renewals/s   {}", result.renewals_per_sec);
+        println!("  CPU % core   {}", result.cpu_percent);
+        println!("  RSS +MiB     {}", result.rss_growth_mib);
+        println!("  lost         {:>10}", result.lost);
+        report.watchdog = Some(result);
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
@@ -464,4 +510,128 @@ fn floor(url: &str, args: &BenchArgs) -> anyhow::Result<Floor> {
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// Counts the renewals that reach the store, by wrapping every lease.
+#[derive(Debug)]
+struct Counting {
+    inner: dlock::DynBackend,
+    extends: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct CountingLease {
+    inner: Arc<dyn dlock::Lease>,
+    extends: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl dlock::Backend for Counting {
+    fn info(&self) -> &dlock::BackendInfo {
+        self.inner.info()
+    }
+
+    async fn acquire(
+        &self,
+        req: &dlock::AcquireRequest,
+    ) -> dlock::Result<Option<Arc<dyn dlock::Lease>>> {
+        Ok(self.inner.acquire(req).await?.map(|inner| {
+            Arc::new(CountingLease {
+                inner,
+                extends: self.extends.clone(),
+            }) as Arc<dyn dlock::Lease>
+        }))
+    }
+
+    fn monitor(&self) -> Option<&dyn dlock::MonitorStore> {
+        self.inner.monitor()
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl dlock::Lease for CountingLease {
+    fn fence(&self) -> dlock::FencingToken {
+        self.inner.fence()
+    }
+
+    fn lost(&self) -> &tokio_util::sync::CancellationToken {
+        self.inner.lost()
+    }
+
+    fn lease_start(&self) -> tokio::time::Instant {
+        self.inner.lease_start()
+    }
+
+    async fn extend(&self, ttl: Duration) -> dlock::Result<()> {
+        self.extends.fetch_add(1, Ordering::Relaxed);
+        self.inner.extend(ttl).await
+    }
+
+    async fn release(&self) -> dlock::Result<()> {
+        self.inner.release().await
+    }
+}
+
+/// User + system CPU time of this process.
+fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after ')'.
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    // The kernel's USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// Resident memory of this process, MiB.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |pages| pages * 4096.0 / (1024.0 * 1024.0))
+}
+
+async fn watchdog(url: &str, args: &BenchArgs) -> anyhow::Result<WatchdogScale> {
+    let base = dlock::connect(url).await?;
+    let extends = Arc::new(AtomicU64::new(0));
+    let locks = dlock::Locks::new(Counting {
+        inner: base.backend().clone(),
+        extends: extends.clone(),
+    })
+    .with_watchdog_lease(args.lease)?;
+    let (mut rates, mut cpus, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    let mut lost = 0;
+    for _ in 0..args.repeat.max(1) {
+        let prefix = unique_name("watchdog");
+        let rss_before = rss_mib();
+        let mut guards = Vec::with_capacity(args.held as usize);
+        for i in 0..args.held {
+            guards.push(locks.mutex(format!("{prefix}/{i}")).acquire().await?);
+        }
+        // Let the first renewals spread out, then measure a steady stretch.
+        tokio::time::sleep(args.lease / 3).await;
+        let (count0, cpu0, t0) = (extends.load(Ordering::Relaxed), cpu_time(), Instant::now());
+        tokio::time::sleep(args.duration).await;
+        let elapsed = t0.elapsed().as_secs_f64();
+        rates.push((extends.load(Ordering::Relaxed) - count0) as f64 / elapsed);
+        cpus.push(100.0 * (cpu_time() - cpu0).as_secs_f64() / elapsed);
+        rss.push(rss_mib() - rss_before);
+        lost += guards.iter().filter(|g| g.is_lost()).count() as u64;
+        for guard in guards {
+            guard.release().await?;
+        }
+    }
+    Ok(WatchdogScale {
+        held: args.held,
+        lease_ms: args.lease.as_secs_f64() * 1e3,
+        renewals_per_sec: Spread::of(rates),
+        cpu_percent: Spread::of(cpus),
+        rss_growth_mib: Spread::of(rss),
+        lost,
+    })
 }

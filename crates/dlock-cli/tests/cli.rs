@@ -494,6 +494,21 @@ fn bench_runs_every_scenario_and_reports_json() {
             .as_f64()
             .is_some_and(|f| f > 0.0 && f <= 1.0)
     );
+    let out = env.run(&[
+        "bench",
+        "--scenario",
+        "watchdog",
+        "--repeat",
+        "1",
+        "--held",
+        "50",
+        "--lease",
+        "300ms",
+        "--duration",
+        "300ms",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("renewals/s"));
     assert!(env.held().is_empty(), "the bench left locks behind");
 }
 
