@@ -270,3 +270,29 @@ async fn a_waiter_dropped_before_its_queue_entry_was_written_leaves_none() {
     );
     holder.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_wal_stays_bounded_under_sustained_locking() {
+    // Every acquire and release commits; without checkpoints the WAL would grow by a page or
+    // more per commit (here: tens of MiB). The inline connection never checkpoints itself, so
+    // this proves the WAL hook hands checkpoints to the worker.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let locks = dlock::connect(&url(&path)).await.unwrap();
+    // A second open connection, so SQLite's checkpoint-on-last-close cannot help.
+    let _other = dlock::connect(&url(&path)).await.unwrap();
+    for i in 0..6000 {
+        let guard = locks
+            .mutex(format!("job/{}", i % 16))
+            .ttl(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    let size = std::fs::metadata(&wal).unwrap().len();
+    assert!(size < 16 * 1024 * 1024, "WAL grew to {size} bytes");
+}

@@ -60,8 +60,11 @@ impl Shared {
         {
             let queued = self.checkpoint_queued.clone();
             self.worker.submit(move |conn| {
-                // PASSIVE never blocks readers or writers; a failure only delays the next one.
-                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                // RESTART, not PASSIVE: with writes going on, a passive checkpoint never lets
+                // the log start over, and the WAL grows without bound. RESTART briefly holds
+                // off writers (inline ones fall back to this worker and queue behind it). A
+                // failure only delays the next one.
+                let _ = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
                 queued.store(false, Ordering::Release);
             });
         }
