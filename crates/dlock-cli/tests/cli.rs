@@ -35,6 +35,17 @@ impl Env {
         self.dir.path().join(name)
     }
 
+    /// A `dlock run NAME -- sleep 30` that holds `name` until killed, started and waited for.
+    fn hold_in_background(&self, name: &str) -> Child {
+        let holder = self
+            .cmd()
+            .args(["run", name, "--", "sleep", "30"])
+            .spawn()
+            .unwrap();
+        wait_until_held(self, name);
+        holder
+    }
+
     /// Every lock held in the store, as `dlock ls --json` reports it.
     fn held(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["ls", "--json"]);
@@ -103,12 +114,7 @@ fn run_passes_fence_and_name_and_returns_the_command_exit_code() {
 #[test]
 fn run_reports_busy_timed_out_and_missing_commands_with_distinct_codes() {
     let env = Env::new();
-    let mut holder = env
-        .cmd()
-        .args(["run", "busy", "--", "sleep", "30"])
-        .spawn()
-        .unwrap();
-    wait_until_held(&env, "busy");
+    let mut holder = env.hold_in_background("busy");
     let out = env.run(&["run", "--no-wait", "busy", "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(stderr(&out).contains("busy is held by"), "{}", stderr(&out));
@@ -250,12 +256,7 @@ fn signal(pid: u32, sig: nix::sys::signal::Signal) {
 #[test]
 fn a_signal_while_waiting_ends_the_wait_without_running_the_command() {
     let env = Env::new();
-    let mut holder = env
-        .cmd()
-        .args(["run", "busy", "--", "sleep", "30"])
-        .spawn()
-        .unwrap();
-    wait_until_held(&env, "busy");
+    let mut holder = env.hold_in_background("busy");
     let marker = env.path("ran");
     let mut waiter = env
         .cmd()
@@ -422,12 +423,7 @@ fn waiting_on_a_terminal_shows_the_holder() {
     holder.wait().unwrap();
 
     // Not on a terminal: nothing but the outcome.
-    let mut holder = env
-        .cmd()
-        .args(["run", "busy", "--", "sleep", "30"])
-        .spawn()
-        .unwrap();
-    wait_until_held(&env, "busy");
+    let mut holder = env.hold_in_background("busy");
     let out = env.run(&["run", "--wait", "700ms", "busy", "--", "true"]);
     assert!(!stderr(&out).contains("held by"), "{}", stderr(&out));
     holder.kill().unwrap();

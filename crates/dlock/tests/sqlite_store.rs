@@ -296,3 +296,50 @@ async fn the_wal_stays_bounded_under_sustained_locking() {
     let size = std::fs::metadata(&wal).unwrap().len();
     assert!(size < 16 * 1024 * 1024, "WAL grew to {size} bytes");
 }
+
+#[tokio::test]
+async fn a_release_in_another_process_wakes_the_waiter_without_polling() {
+    // Polling at its slowest (a jittered 125–375 ms): only the wake file can hand over sooner.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "{}?poll_min=250ms&poll_max=250ms",
+        url(&dir.path().join("locks.db"))
+    );
+    let locks = dlock::connect(&url).await.unwrap();
+    let mut hand_offs = Vec::new();
+    for _ in 0..3 {
+        let holder = tokio::task::spawn_blocking({
+            let url = url.clone();
+            move || dlock_testkit::cli::Holder::start(&url, "x", &[])
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let waiter = tokio::spawn({
+            let locks = locks.clone();
+            async move {
+                locks
+                    .mutex("x")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = std::time::Instant::now();
+        // Closing its stdin makes `dlock hold` release and exit.
+        let code = tokio::task::spawn_blocking(move || holder.finish())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(code, 0);
+        let guard = waiter.await.unwrap().unwrap();
+        hand_offs.push(released.elapsed());
+        guard.release().await.unwrap();
+    }
+    hand_offs.sort();
+    assert!(
+        hand_offs[1] < Duration::from_millis(100),
+        "hand-offs {hand_offs:?}: polled, not woken"
+    );
+}

@@ -289,8 +289,12 @@ impl Backend for MemoryBackend {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let store = &self.store;
         // However this call ends (timeout, or the future dropped), leave the queue.
-        let _leave = LeaveQueue { store, req };
-        acquire_loop(
+        let mut leave = LeaveQueue {
+            store,
+            req,
+            armed: req.wait != crate::Wait::No,
+        };
+        let acquired = acquire_loop(
             req.wait,
             None,
             || std::future::ready(store.try_once(req)),
@@ -303,7 +307,10 @@ impl Backend for MemoryBackend {
                 }
             },
         )
-        .await
+        .await;
+        // A grant already took it out of the queue; only a waiter that gave up must leave.
+        leave.armed &= !matches!(acquired, Ok(Some(_)));
+        acquired
     }
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
@@ -314,10 +321,14 @@ impl Backend for MemoryBackend {
 struct LeaveQueue<'a> {
     store: &'a Arc<Store>,
     req: &'a AcquireRequest,
+    armed: bool,
 }
 
 impl Drop for LeaveQueue<'_> {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         if let Some(slot) = self.store.slots().get_mut(self.req.name.as_str()) {
             slot.leave_queue(&self.req.token);
         }

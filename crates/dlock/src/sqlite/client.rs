@@ -77,13 +77,7 @@ impl Shared {
         T: Send + 'static,
         F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        if let Some(result) = self.try_inline(&op) {
-            return result.map_err(Error::sqlite(self.path()));
-        }
-        self.worker
-            .call(move |conn| op(conn))
-            .await?
-            .map_err(Error::sqlite(self.path()))
+        self.exec_undoable(op, |_, _| {}).await
     }
 
     /// As [`exec`](Self::exec); if the caller gives up while the worker runs `op`, `undo` runs

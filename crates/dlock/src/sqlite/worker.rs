@@ -66,21 +66,6 @@ impl Worker {
         let _ = self.jobs.send(Box::new(job));
     }
 
-    /// Runs `job` on the connection.
-    pub(crate) async fn call<T, F>(&self, job: F) -> Result<T, Error>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> T + Send + 'static,
-    {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Box::new(move |conn| {
-                let _ = reply.send(job(conn));
-            }))
-            .map_err(|_| Error::WorkerGone)?;
-        answer.await.map_err(|_| Error::WorkerGone)
-    }
-
     /// Runs `job`; if the caller is gone by the time the result would reach it, `undo` runs on
     /// the connection with that result.
     pub(crate) async fn call_undoable<T, F, U>(&self, job: F, undo: U) -> Result<T, Error>
