@@ -146,3 +146,64 @@ impl dlock::Backend for Masked {
         }
     }
 }
+
+/// A real `redis-server` started by the test kit on a free loopback port.
+#[derive(Debug)]
+pub struct RedisFixture {
+    server: std::sync::Mutex<crate::server::ServerProcess>,
+    url: String,
+}
+
+impl RedisFixture {
+    /// Starts a server; `Ok(None)` when `redis-server` is not installed and not required
+    /// (`DLOCK_TEST_REQUIRE`), so the caller can say it skipped the backend.
+    ///
+    /// # Errors
+    ///
+    /// The server could not start, or is required and missing.
+    pub fn start() -> anyhow::Result<Option<Arc<RedisFixture>>> {
+        use crate::server::{Redis, ServerProcess, required};
+        match ServerProcess::start(Redis::default()) {
+            Ok(server) => {
+                let url = format!("redis://{}", server.addr());
+                Ok(Some(Arc::new(RedisFixture {
+                    server: std::sync::Mutex::new(server),
+                    url,
+                })))
+            }
+            Err(error) if error.is_not_found() && !required("redis") => {
+                eprintln!(
+                    "redis: not tested ({error}); set DLOCK_TEST_REQUIRE=redis to fail instead"
+                );
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.server().addr()
+    }
+
+    /// The server process, for fault injection (pause, kill, restart).
+    pub fn server(&self) -> std::sync::MutexGuard<'_, crate::server::ServerProcess> {
+        self.server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Fixture for RedisFixture {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}

@@ -84,7 +84,8 @@ pub trait Lease: Debug + Send + Sync {
     fn lease_start(&self) -> Instant;
 
     /// Makes the lease last at least `ttl` from now (compare-and-extend: only if still owned).
-    /// It never shortens a lease, so reentrant holds with different TTLs stay safe.
+    /// It never shortens a lease, so reentrant holds with different TTLs stay safe; a `ttl` of
+    /// zero changes nothing and only checks ownership.
     ///
     /// # Errors
     ///

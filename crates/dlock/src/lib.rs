@@ -83,6 +83,9 @@ mod registry;
 mod ttl;
 
 pub mod memory;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod wait;

@@ -331,6 +331,35 @@ impl MutexGuard {
         self.held.extend(ttl).await
     }
 
+    /// Asks the store whether this hold is still the lock's (redis-py's `owned()`); it changes
+    /// nothing. `false` also fires the lost signal. For a local answer with no round trip, use
+    /// [`is_lost`](Self::is_lost).
+    ///
+    /// # Errors
+    ///
+    /// Store errors (the answer is then unknown).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://owned-doc").await?;
+    /// let guard = locks.mutex("e").acquire().await?;
+    /// assert!(guard.is_owned().await?);
+    /// locks.force_release("e").await?;
+    /// assert!(!guard.is_owned().await?);
+    /// assert!(guard.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_owned(&self) -> Result<bool> {
+        self.held.is_owned().await
+    }
+
     /// Releases the lock (one hold count for a reentrant lock).
     ///
     /// # Errors

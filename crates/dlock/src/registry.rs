@@ -5,8 +5,6 @@ use crate::locks::Locks;
 
 /// Schemes of backends that are planned but not part of dlock yet, with the store's name.
 const PLANNED: &[(&str, &str)] = &[
-    ("redis", "Redis"),
-    ("rediss", "Redis"),
     ("redlock", "Redlock"),
     ("zk", "ZooKeeper"),
     ("etcd", "etcd"),
@@ -22,6 +20,8 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     let mut schemes = crate::memory::MEMORY_SCHEMES.to_vec();
     #[cfg(feature = "sqlite")]
     schemes.extend_from_slice(crate::sqlite::SQLITE_SCHEMES);
+    #[cfg(feature = "redis")]
+    schemes.extend_from_slice(crate::redis::REDIS_SCHEMES);
     schemes
 }
 
@@ -45,6 +45,15 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         #[cfg(not(feature = "sqlite"))]
         "sqlite" => Err(invalid(format!(
             "the sqlite backend is not part of this build (cargo feature `sqlite`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Locks::new(
+            crate::redis::RedisBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" => Err(invalid(format!(
+            "the redis backend is not part of this build (cargo feature `redis`); enabled: {}",
             enabled_schemes().join(", ")
         ))),
         other => match PLANNED.iter().find(|(planned, _)| *planned == other) {

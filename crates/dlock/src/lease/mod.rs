@@ -107,6 +107,21 @@ impl HeldLease {
         }
     }
 
+    pub(crate) async fn is_owned(&self) -> Result<bool> {
+        if self.is_lost() {
+            return Ok(false);
+        }
+        // A zero extension never shortens the lease: a pure ownership check.
+        match self.lease.extend(Duration::ZERO).await {
+            Ok(()) => Ok(true),
+            Err(Error::NotOwned { .. }) => {
+                self.lease.lost().cancel();
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     pub(crate) async fn release(mut self) -> Result<()> {
         // Stop renewing before letting go, so the keeper never extends a released lease.
         self.registration = None;

@@ -16,5 +16,9 @@ fn main() {
     let mut fixtures: Vec<Arc<dyn Fixture>> = vec![MemoryFixture::new(), MinimalFixture::new()];
     #[cfg(feature = "sqlite")]
     fixtures.push(dlock_testkit::fixture::SqliteFixture::new().expect("temp dir for SQLite"));
+    #[cfg(feature = "redis")]
+    if let Some(redis) = dlock_testkit::fixture::RedisFixture::start().expect("redis-server") {
+        fixtures.push(redis);
+    }
     conformance::main(fixtures)
 }

@@ -1,0 +1,254 @@
+//! Options of the Redis backend and how they are read from a URL.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result, redact_url};
+
+/// Options of the Redis backend; every field but the server address has a default.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use dlock::redis::RedisConfig;
+/// let config = RedisConfig::from_url("redis://app:secret@cache:6380/2?prefix=billing:&timeout=250ms").unwrap();
+/// assert_eq!(config.prefix, "billing:");
+/// assert_eq!(config.response_timeout, Duration::from_millis(250));
+/// assert!(!format!("{config:?}").contains("secret"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisConfig {
+    /// The server, as redis-rs reads it: `redis://[user[:password]@]host[:port][/db]`, or
+    /// `rediss://…` for TLS (`#insecure` skips certificate checks). dlock's own options are
+    /// not part of it.
+    pub server: String,
+    /// Namespace of every key and channel dlock writes (URL `prefix`). Default: `dlock:`.
+    pub prefix: String,
+    /// A PEM file of the certificate authority that signed the server's certificate, for
+    /// `rediss://` with a private CA (URL `ca`). Default: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// How long one command may take before it fails as unavailable (URL `timeout`), so a
+    /// stalled server cannot stall a lock call. Default: 1 s.
+    pub response_timeout: Duration,
+    /// How long connecting may take (URL `connect_timeout`). Default: 1 s.
+    pub connect_timeout: Duration,
+    /// First delay of the fallback polling while waiting (URL `poll_min`). Waiters are woken
+    /// by pub/sub; polling only covers a lost subscription. Default: 20 ms.
+    pub poll_min: Duration,
+    /// Largest fallback polling delay (URL `poll_max`, at most 250 ms, so a queued waiter
+    /// keeps its place). Default: 250 ms.
+    pub poll_max: Duration,
+}
+
+/// The slowest fallback polling allowed: a waiter refreshes its place in the queue when it
+/// polls, and a place not refreshed for [`WAITER_TTL`] is given up.
+pub const MAX_POLL: Duration = Duration::from_millis(250);
+
+/// How long a waiter's place in a lock's queue lasts without a refresh: the longest a crashed
+/// waiter can hold up the queue.
+pub const WAITER_TTL: Duration = Duration::from_millis(1000);
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            server: "redis://127.0.0.1:6379".into(),
+            prefix: "dlock:".into(),
+            ca_file: None,
+            response_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            poll_min: Duration::from_millis(20),
+            poll_max: MAX_POLL,
+        }
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("server", &redact_url(&self.server))
+            .field("prefix", &self.prefix)
+            .field("ca_file", &self.ca_file)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("poll_min", &self.poll_min)
+            .field("poll_max", &self.poll_max)
+            .finish()
+    }
+}
+
+const OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, protocol";
+
+impl RedisConfig {
+    /// Reads `redis://[user[:password]@]host[:port][/db][?option=value&…]` or `rediss://…`.
+    /// Options: `prefix` (key namespace), `ca` (PEM file), `timeout`, `connect_timeout`,
+    /// `poll_min`, `poll_max` (durations such as `250ms`), and redis-rs's `protocol`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] for another scheme, a missing host, a bad database number, an
+    /// unknown option or a bad value.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let config = dlock::redis::RedisConfig::from_url("rediss://cache:6380?ca=/etc/ssl/ca.pem").unwrap();
+    /// assert_eq!(config.ca_file.as_deref(), Some(std::path::Path::new("/etc/ssl/ca.pem")));
+    /// ```
+    pub fn from_url(url: &str) -> Result<RedisConfig> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: redact_url(url),
+            reason,
+        };
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(invalid("expected redis://host[:port][/db]".into()));
+        };
+        if !matches!(scheme.to_ascii_lowercase().as_str(), "redis" | "rediss") {
+            return Err(invalid("expected redis:// or rediss://".into()));
+        }
+        let (rest, fragment) = match rest.split_once('#') {
+            Some((rest, fragment)) => (rest, Some(fragment)),
+            None => (rest, None),
+        };
+        let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, db) = address.split_once('/').unwrap_or((address, ""));
+        let host = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
+        if host.is_empty() || host.starts_with(':') {
+            return Err(invalid("missing host".into()));
+        }
+        if !db.is_empty() && db.parse::<u16>().is_err() {
+            return Err(invalid(format!(
+                "database {db:?} is not a number (redis://host:port/DB)"
+            )));
+        }
+        let mut config = RedisConfig::default();
+        let mut passed = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let duration = || {
+                humantime::parse_duration(value)
+                    .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 250ms or 2s)")))
+            };
+            match key {
+                "prefix" => config.prefix = percent_decode(value).map_err(invalid)?,
+                "ca" => {
+                    config.ca_file = Some(PathBuf::from(percent_decode(value).map_err(invalid)?))
+                }
+                "timeout" => config.response_timeout = duration()?,
+                "connect_timeout" => config.connect_timeout = duration()?,
+                "poll_min" => config.poll_min = duration()?,
+                "poll_max" => config.poll_max = duration()?,
+                "protocol" => passed.push(pair),
+                _ => {
+                    return Err(invalid(format!(
+                        "unknown option {key:?} (known: {OPTIONS})"
+                    )));
+                }
+            }
+        }
+        config.server = format!("{scheme}://{address}");
+        if !passed.is_empty() {
+            config.server = format!("{}?{}", config.server, passed.join("&"));
+        }
+        if let Some(fragment) = fragment {
+            config.server = format!("{}#{fragment}", config.server);
+        }
+        config.validate().map_err(|e| invalid(e.to_string()))?;
+        // Let redis-rs reject what it cannot read (ports, IPv6 forms, protocol values) now.
+        ::redis::parse_redis_url(&config.server)
+            .ok_or_else(|| invalid("not a valid redis URL".into()))?;
+        ::redis::IntoConnectionInfo::into_connection_info(config.server.as_str())
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(config)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return Err(Error::invalid_argument(
+                "poll_min/poll_max",
+                "need 0 < poll_min <= poll_max",
+            ));
+        }
+        if self.poll_max > MAX_POLL {
+            return Err(Error::invalid_argument("poll_max", "above 250ms"));
+        }
+        for (what, timeout) in [
+            ("timeout", self.response_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if timeout.is_zero() || timeout > Duration::from_secs(3600) {
+                return Err(Error::invalid_argument(what, "must be between 1ms and 1h"));
+            }
+        }
+        if self.prefix.len() > 256 {
+            return Err(Error::invalid_argument("prefix", "longer than 256 bytes"));
+        }
+        Ok(())
+    }
+}
+
+/// Decodes `%XX` escapes (for prefixes and paths with reserved characters).
+fn percent_decode(value: &str) -> std::result::Result<String, String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = value
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad %-escape in {value:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{value:?} is not UTF-8 once decoded"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_server_and_options() {
+        let c = RedisConfig::from_url(
+            "redis://u:p@h:7/3?prefix=a%3Ab:&timeout=50ms&poll_min=1ms&poll_max=10ms&protocol=resp3",
+        )
+        .unwrap();
+        assert_eq!(c.server, "redis://u:p@h:7/3?protocol=resp3");
+        assert_eq!(c.prefix, "a:b:");
+        assert_eq!(c.response_timeout, Duration::from_millis(50));
+        assert_eq!(c.poll_max, Duration::from_millis(10));
+        let tls = RedisConfig::from_url("rediss://h:7?ca=%2Ftmp%2Fca.pem#insecure").unwrap();
+        assert_eq!(tls.server, "rediss://h:7#insecure");
+        assert_eq!(tls.ca_file, Some(PathBuf::from("/tmp/ca.pem")));
+    }
+
+    #[test]
+    fn rejects_bad_urls() {
+        for url in [
+            "redis://",
+            "redis://:6379",
+            "redis://h:notaport",
+            "redis://h/x",
+            "redis://h?bogus=1",
+            "redis://h?timeout=soon",
+            "redis://h?timeout=0ms",
+            "redis://h?poll_max=1s",
+            "redis://h?prefix=%zz",
+            "memory://x",
+        ] {
+            assert!(
+                matches!(RedisConfig::from_url(url), Err(Error::InvalidUrl { .. })),
+                "{url}"
+            );
+        }
+    }
+}

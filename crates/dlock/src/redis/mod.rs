@@ -1,0 +1,587 @@
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod error;
+mod scripts;
+mod wake;
+
+pub use config::{MAX_POLL, RedisConfig, WAITER_TTL};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use async_trait::async_trait;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
+    Wait,
+};
+use crate::error::{Error, Result, redact_url};
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
+use crate::wait::{Attempt, Backoff, STARVATION_THRESHOLD, acquire_loop};
+
+use error::{BACKEND, bad_reply, map};
+use scripts::Keys;
+use wake::Wakeups;
+
+/// URL schemes served by this backend.
+pub const REDIS_SCHEMES: &[&str] = &["redis", "rediss"];
+
+const INFO: BackendInfo = BackendInfo::new(
+    BACKEND,
+    Capabilities {
+        reentrant: true,
+        fair: true,
+        native_wait: true,
+        native_loss_signal: false,
+        cross_process: true,
+        monitor: true,
+    },
+);
+
+/// Builds a [`RedisBackend`] from options.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// use std::time::Duration;
+/// use dlock::redis::RedisBuilder;
+/// let backend = RedisBuilder::new("redis://app:secret@cache:6379/0")?
+///     .prefix("billing:")
+///     .response_timeout(Duration::from_millis(500))
+///     .build()
+///     .await?;
+/// let locks = dlock::Locks::new(backend);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RedisBuilder {
+    config: RedisConfig,
+}
+
+impl RedisBuilder {
+    /// A builder for the server of a `redis://` or `rediss://` URL (options in the URL are
+    /// read too; see [`RedisConfig::from_url`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] as for [`RedisConfig::from_url`].
+    pub fn new(url: &str) -> Result<RedisBuilder> {
+        Ok(RedisBuilder {
+            config: RedisConfig::from_url(url)?,
+        })
+    }
+
+    /// A builder from a full config.
+    pub fn from_config(config: RedisConfig) -> RedisBuilder {
+        RedisBuilder { config }
+    }
+
+    /// See [`RedisConfig::prefix`].
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// See [`RedisConfig::ca_file`].
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.ca_file = Some(path.into());
+        self
+    }
+
+    /// See [`RedisConfig::response_timeout`].
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.config.response_timeout = timeout;
+        self
+    }
+
+    /// See [`RedisConfig::connect_timeout`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// See [`RedisConfig::poll_min`] and [`RedisConfig::poll_max`].
+    pub fn poll(mut self, min: Duration, max: Duration) -> Self {
+        self.config.poll_min = min;
+        self.config.poll_max = max;
+        self
+    }
+
+    /// Connects (one multiplexed connection for commands; the pub/sub connection opens on
+    /// the first wait) and checks the server answers.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`]: a bad option, or a CA file that cannot be read;
+    /// - [`Error::Unauthenticated`]: wrong user or password;
+    /// - [`Error::Unavailable`]: the server cannot be reached or the TLS handshake fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call only drops its connection.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::redis::RedisBuilder::new("redis://127.0.0.1:6379")?.build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<RedisBackend> {
+        let config = self.config;
+        config.validate()?;
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: redact_url(&config.server),
+            reason,
+        };
+        let client = match &config.ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::invalid_argument("ca", format!("{}: {e}", path.display()))
+                })?;
+                ::redis::Client::build_with_tls(
+                    config.server.as_str(),
+                    ::redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            None => ::redis::Client::open(config.server.as_str()),
+        }
+        .map_err(|e| invalid(e.to_string()))?;
+        let manager = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let conn = ConnectionManager::new_with_config(client.clone(), manager)
+            .await
+            .map_err(|e| map(e, ""))?;
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                conn,
+                wakeups: Wakeups::new(client),
+                config,
+            }),
+        })
+    }
+}
+
+/// Locks in a Redis server: Lua scripts for every operation, pub/sub hand-off, reentrant
+/// and fair locks, fences from a per-name counter.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("redis://127.0.0.1:6379/0?prefix=app:").await?;
+/// let guard = locks.mutex("nightly-report").acquire().await?;
+/// println!("fence {}", guard.fence());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    wakeups: Wakeups,
+    config: RedisConfig,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Connects to the server of a `redis://` or `rediss://` URL; see [`RedisConfig::from_url`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisConfig::from_url`] and [`RedisBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::redis::RedisBackend::connect_url("redis://127.0.0.1:6379").await?;
+    /// let locks = dlock::Locks::new(backend);
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_url(url: &str) -> Result<RedisBackend> {
+        RedisBuilder::new(url)?.build().await
+    }
+
+    /// The options this client runs with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+}
+
+impl Inner {
+    fn keys(&self, name: &str) -> Keys {
+        Keys::new(&self.config.prefix, name)
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What an acquire call leaves to clean up if it ends without the lock.
+#[derive(Default)]
+struct Leftovers {
+    /// An attempt was sent and its reply not read (the call was dropped mid-flight).
+    in_flight: AtomicBool,
+    /// A busy attempt put this request in the lock's queue.
+    queued: AtomicBool,
+}
+
+/// Cleans up after an acquire call that ended without the lock (timeout, error, dropped).
+struct Abandon<'a> {
+    inner: &'a Arc<Inner>,
+    keys: &'a Keys,
+    token: &'a str,
+    reentrant: bool,
+    leftovers: &'a Leftovers,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        let in_flight = self.leftovers.in_flight.load(Ordering::Relaxed);
+        if !self.armed || !(in_flight || self.leftovers.queued.load(Ordering::Relaxed)) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the queue entry and any lease expire on their own
+        };
+        let mut conn = self.inner.conn.clone();
+        let keys = self.keys.clone();
+        let token = self.token.to_owned();
+        // A reentrant token is shared by the client's holds: never release by token alone.
+        let release = if in_flight && !self.reentrant {
+            "1"
+        } else {
+            "0"
+        };
+        runtime.spawn(async move {
+            let done: ::redis::RedisResult<i64> = scripts::ABANDON
+                .key(&keys.lock)
+                .key(&keys.queue)
+                .key(&keys.qexp)
+                .arg(&token)
+                .arg(&keys.channel)
+                .arg(release)
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(error) = done {
+                tracing::debug!(%error, lock = keys.lock, "clean-up after an abandoned acquire failed; it expires instead");
+            }
+        });
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn info(&self) -> &BackendInfo {
+        &INFO
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        let inner = &self.inner;
+        let keys = inner.keys(req.name.as_str());
+        let waits = req.wait != Wait::No;
+        let leftovers = Leftovers::default();
+        let mut abandon = Abandon {
+            inner,
+            keys: &keys,
+            token: &req.token,
+            reentrant: req.reentrant,
+            leftovers: &leftovers,
+            armed: true,
+        };
+        let waiter = waits.then(|| inner.wakeups.waiter(&keys.channel, &req.token));
+        let ttl_ms = ms(req.ttl);
+        let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
+        let acquired = acquire_loop(
+            req.wait,
+            Some(poll),
+            || async {
+                let mut conn = inner.conn.clone();
+                let mut invocation = scripts::ACQUIRE.key(&keys.lock);
+                invocation
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.qexp)
+                    .arg(&req.token)
+                    .arg(ttl_ms)
+                    .arg(u8::from(req.reentrant))
+                    .arg(u8::from(req.fair))
+                    .arg(u8::from(waits))
+                    .arg(ms(WAITER_TTL))
+                    .arg(ms(STARVATION_THRESHOLD))
+                    .arg(req.owner.label.as_deref().unwrap_or_default())
+                    .arg(&req.owner.host)
+                    .arg(req.owner.pid);
+                let start = Instant::now();
+                leftovers.in_flight.store(true, Ordering::Relaxed);
+                let reply: Result<Vec<i64>> = invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| map(e, &keys.lock));
+                leftovers.in_flight.store(false, Ordering::Relaxed);
+                match reply?.as_slice() {
+                    [1, fence, _reentered] => Ok(Attempt::Acquired(Arc::new(RedisLease {
+                        inner: inner.clone(),
+                        keys: keys.clone(),
+                        token: req.token.clone(),
+                        fence: u64::try_from(*fence).unwrap_or(0),
+                        lost: CancellationToken::new(),
+                        start,
+                    }))),
+                    [0, free_in] => {
+                        if waits {
+                            leftovers.queued.store(true, Ordering::Relaxed);
+                        }
+                        Ok(Attempt::Busy {
+                            free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
+                        })
+                    }
+                    _ => Err(bad_reply("acquire")),
+                }
+            },
+            || async {
+                match &waiter {
+                    Some(waiter) => waiter.woken().await,
+                    None => std::future::pending().await,
+                }
+            },
+        )
+        .await;
+        abandon.armed = !matches!(acquired, Ok(Some(_)));
+        drop(abandon);
+        acquired
+    }
+
+    fn monitor(&self) -> Option<&dyn MonitorStore> {
+        Some(self)
+    }
+}
+
+/// One hold of a Redis lock.
+#[derive(Debug)]
+struct RedisLease {
+    inner: Arc<Inner>,
+    keys: Keys,
+    token: String,
+    fence: u64,
+    lost: CancellationToken,
+    start: Instant,
+}
+
+impl RedisLease {
+    fn name(&self) -> &str {
+        self.keys
+            .lock
+            .strip_prefix(&scripts::lock_key(&self.inner.config.prefix, ""))
+            .unwrap_or(&self.keys.lock)
+    }
+}
+
+#[async_trait]
+impl Lease for RedisLease {
+    fn fence(&self) -> FencingToken {
+        FencingToken::new(self.fence)
+    }
+
+    fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    fn lease_start(&self) -> Instant {
+        self.start
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let owned: i64 = scripts::EXTEND
+            .key(&self.keys.lock)
+            .arg(&self.token)
+            .arg(self.fence)
+            .arg(ms(ttl))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &self.keys.lock))?;
+        if owned == 1 {
+            Ok(())
+        } else {
+            Err(Error::not_owned(self.name()))
+        }
+    }
+
+    async fn release(&self) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let left: i64 = scripts::RELEASE
+            .key(&self.keys.lock)
+            .key(&self.keys.queue)
+            .key(&self.keys.qexp)
+            .arg(&self.token)
+            .arg(self.fence)
+            .arg(&self.keys.channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &self.keys.lock))?;
+        if left < 0 {
+            return Err(Error::not_owned(self.name()));
+        }
+        Ok(())
+    }
+}
+
+/// Reads the reply of `inspect.lua` for the lock `name`.
+fn lock_info(name: String, reply: Vec<Option<String>>) -> Result<Option<LockInfo>> {
+    if reply.is_empty() {
+        return Ok(None);
+    }
+    let [_token, fence, holds, label, host, pid, at, pttl] = reply.as_slice() else {
+        return Err(bad_reply("inspect"));
+    };
+    let number = |field: &Option<String>| field.as_deref().and_then(|v| v.parse::<i64>().ok());
+    let label = label.clone().filter(|l| !l.is_empty());
+    let owner = Owner::new(
+        label,
+        host.clone().unwrap_or_default(),
+        number(pid).and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+    );
+    let acquired_at = UNIX_EPOCH
+        + Duration::from_millis(number(at).and_then(|a| u64::try_from(a).ok()).unwrap_or(0));
+    let ttl_left = number(pttl)
+        .and_then(|p| u64::try_from(p).ok())
+        .map(Duration::from_millis);
+    Ok(Some(LockInfo::new(
+        name,
+        FencingToken::new(
+            number(fence)
+                .and_then(|f| u64::try_from(f).ok())
+                .unwrap_or(0),
+        ),
+        owner,
+        acquired_at,
+        ttl_left,
+        number(holds)
+            .and_then(|h| u32::try_from(h).ok())
+            .unwrap_or(1),
+    )))
+}
+
+#[async_trait]
+impl MonitorStore for RedisBackend {
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let key = scripts::lock_key(&self.inner.config.prefix, name.as_str());
+        let mut conn = self.inner.conn.clone();
+        let reply: Vec<Option<String>> = scripts::INSPECT
+            .key(&key)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &key))?;
+        lock_info(name.as_str().to_owned(), reply)
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let mut conn = self.inner.conn.clone();
+        let pattern = scripts::scan_pattern(&self.inner.config.prefix, prefix);
+        let key_prefix = scripts::lock_key(&self.inner.config.prefix, "");
+        let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
+            .arg(cursor.and_then(|c| c.parse::<u64>().ok()).unwrap_or(0))
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(limit.max(10))
+            .arg("TYPE")
+            .arg("hash")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &pattern))?;
+        let mut locks = Vec::with_capacity(keys.len());
+        if !keys.is_empty() {
+            let replies = inspect_many(&mut conn, &keys).await?;
+            for (key, reply) in keys.iter().zip(replies) {
+                let name = key.strip_prefix(&key_prefix).unwrap_or(key).to_owned();
+                // Expired or released between SCAN and the read: not held any more.
+                if let Some(info) = lock_info(name, reply)? {
+                    locks.push(info);
+                }
+            }
+        }
+        Ok(ListPage::new(locks, (next != 0).then(|| next.to_string())))
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let keys = self.inner.keys(name.as_str());
+        let mut conn = self.inner.conn.clone();
+        let broken: i64 = scripts::FORCE_RELEASE
+            .key(&keys.lock)
+            .key(&keys.queue)
+            .key(&keys.qexp)
+            .arg(&keys.channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &keys.lock))?;
+        Ok(broken == 1)
+    }
+}
+
+/// `inspect.lua` on many keys in one pipeline (one round trip per page).
+async fn inspect_many(
+    conn: &mut ConnectionManager,
+    keys: &[String],
+) -> Result<Vec<Vec<Option<String>>>> {
+    let mut pipe = ::redis::pipe();
+    for key in keys {
+        pipe.cmd("EVALSHA")
+            .arg(scripts::INSPECT.get_hash())
+            .arg(1)
+            .arg(key);
+    }
+    match pipe.query_async(conn).await {
+        Ok(replies) => Ok(replies),
+        Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
+            scripts::INSPECT
+                .prepare_invoke()
+                .load_async(conn)
+                .await
+                .map_err(|e| map(e, &keys[0]))?;
+            pipe.query_async(conn).await.map_err(|e| map(e, &keys[0]))
+        }
+        Err(e) => Err(map(e, &keys[0])),
+    }
+}

@@ -1,0 +1,83 @@
+//! The Lua scripts of the Redis backend and the keys they touch. Each operation is one
+//! script: one round trip, atomic on the server, called by SHA (redis-rs reloads it on
+//! `NOSCRIPT`, e.g. after a server restart).
+
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+/// Builds a script from `common.lua` followed by the operation's own body.
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("scripts/common.lua")))
+}
+
+pub(super) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/acquire.lua")));
+pub(super) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/release.lua")));
+pub(super) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/extend.lua")));
+pub(super) static ABANDON: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/abandon.lua")));
+pub(super) static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/force_release.lua")));
+pub(super) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/inspect.lua")));
+
+/// The keys and the channel of one lock name under a prefix (layout in `scripts/common.lua`).
+#[derive(Clone, Debug)]
+pub(super) struct Keys {
+    pub(super) lock: String,
+    pub(super) fence: String,
+    pub(super) queue: String,
+    pub(super) qexp: String,
+    pub(super) channel: String,
+}
+
+impl Keys {
+    pub(super) fn new(prefix: &str, name: &str) -> Keys {
+        Keys {
+            lock: lock_key(prefix, name),
+            fence: format!("{prefix}fence:{name}"),
+            queue: format!("{prefix}queue:{name}"),
+            qexp: format!("{prefix}qexp:{name}"),
+            channel: channel(prefix, name),
+        }
+    }
+}
+
+pub(super) fn lock_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}lock:{name}")
+}
+
+pub(super) fn channel(prefix: &str, name: &str) -> String {
+    format!("{prefix}wake:{name}")
+}
+
+/// The `SCAN MATCH` pattern for lock keys whose names start with `name_prefix`, with the
+/// glob's special characters escaped.
+pub(super) fn scan_pattern(prefix: &str, name_prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + name_prefix.len() + 8);
+    for c in lock_key(prefix, name_prefix).chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    pattern
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_pattern_escapes_glob_characters() {
+        assert_eq!(
+            scan_pattern("dlock:", "a*b?[c]\\"),
+            "dlock:lock:a\\*b\\?\\[c\\]\\\\*"
+        );
+        assert_eq!(scan_pattern("", ""), "lock:*");
+    }
+}

@@ -1,0 +1,347 @@
+//! Hand-off by notification: one pub/sub connection per client carries the subscriptions of
+//! every lock its tasks wait for, and wakes exactly the waiters a release names.
+//!
+//! A waiter registers (a map insert) before its first attempt; the channel is subscribed only
+//! when an attempt finds the lock busy. Until the server confirms that subscription the waiter
+//! is not trusted to hear a release, so it tries once more right after the confirmation: a
+//! release between a failed attempt and the subscription is never missed. The connection is
+//! opened on the first wait and re-established when it drops; every waiter is then woken,
+//! since messages may have been lost in between. Channels stay subscribed for a while after
+//! their last waiter leaves, so a lock that is contended again costs no new round trip.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+
+/// How long a channel stays subscribed with no waiter.
+const LINGER: Duration = Duration::from_secs(10);
+/// How long a SUBSCRIBE may take before the connection is considered broken.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause between reconnection attempts (doubled up to the max).
+const RECONNECT_MIN: Duration = Duration::from_millis(20);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+
+/// The pub/sub side of one client.
+#[derive(Debug)]
+pub(super) struct Wakeups {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Channels to subscribe; the task starts on the first one.
+    requests: mpsc::UnboundedSender<String>,
+    task: Mutex<Option<Task>>,
+}
+
+#[derive(Debug)]
+struct Task {
+    client: ::redis::Client,
+    requests: mpsc::UnboundedReceiver<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    channels: HashMap<String, Channel>,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct Channel {
+    waiters: Vec<Waiting>,
+    /// True while the server has confirmed the subscription on the live connection.
+    active: watch::Sender<bool>,
+    /// A SUBSCRIBE was asked for on the current connection.
+    requested: bool,
+    /// When the last waiter left.
+    idle_since: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    id: u64,
+    token: String,
+    notify: Arc<Notify>,
+}
+
+impl Wakeups {
+    /// The pub/sub side of a client of `client`'s server; connects on the first wait.
+    pub(super) fn new(client: ::redis::Client) -> Wakeups {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        Wakeups {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                requests,
+                task: Mutex::new(Some(Task {
+                    client,
+                    requests: receiver,
+                })),
+            }),
+        }
+    }
+
+    /// Registers a waiter for the lock whose channel is `channel`; it is woken by releases
+    /// that name `token` or nobody in particular. Dropping the returned value unregisters.
+    pub(super) fn waiter(&self, channel: &str, token: &str) -> Waiter {
+        let notify = Arc::new(Notify::new());
+        let mut state = self.shared.lock();
+        state.next_id += 1;
+        let id = state.next_id;
+        let entry = state
+            .channels
+            .entry(channel.to_owned())
+            .or_insert_with(|| Channel {
+                waiters: Vec::new(),
+                active: watch::channel(false).0,
+                requested: false,
+                idle_since: None,
+            });
+        entry.idle_since = None;
+        entry.waiters.push(Waiting {
+            id,
+            token: token.to_owned(),
+            notify: notify.clone(),
+        });
+        let active = entry.active.subscribe();
+        Waiter {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+            id,
+            notify,
+            active,
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Asks the task to subscribe `channel` if nobody has yet on this connection.
+    fn request(self: &Arc<Self>, channel: &str) {
+        {
+            let mut state = self.lock();
+            let Some(entry) = state.channels.get_mut(channel) else {
+                return;
+            };
+            if entry.requested {
+                return;
+            }
+            entry.requested = true;
+        }
+        let _ = self.requests.send(channel.to_owned());
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(task) = task
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(run(Arc::downgrade(self), task));
+        }
+    }
+
+    /// Wakes the waiters a message names: the one whose token it carries, or all of them.
+    fn dispatch(&self, channel: &str, payload: &[u8]) {
+        let state = self.lock();
+        let Some(entry) = state.channels.get(channel) else {
+            return;
+        };
+        for waiting in &entry.waiters {
+            if payload.is_empty() || waiting.token.as_bytes() == payload {
+                waiting.notify.notify_one();
+            }
+        }
+    }
+
+    /// After a reconnection: every waiter tries again, as releases may have been missed.
+    fn wake_all(&self) {
+        let state = self.lock();
+        for entry in state.channels.values() {
+            for waiting in &entry.waiters {
+                waiting.notify.notify_one();
+            }
+        }
+    }
+}
+
+/// The pub/sub task: connects, subscribes what is asked, dispatches messages, reconnects.
+/// It ends when the client is dropped.
+async fn run(shared: std::sync::Weak<Shared>, mut task: Task) {
+    let mut pause = RECONNECT_MIN;
+    loop {
+        let pubsub =
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, task.client.get_async_pubsub()).await {
+                Ok(Ok(pubsub)) => pubsub,
+                failed => {
+                    let error = failed.map(|r| r.err());
+                    tracing::debug!(
+                        ?error,
+                        "redis pub/sub connect failed; waiters poll meanwhile"
+                    );
+                    if shared.strong_count() == 0 {
+                        return;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECONNECT_MAX);
+                    continue;
+                }
+            };
+        pause = RECONNECT_MIN;
+        let (sink, mut stream) = pubsub.split();
+        // Everything with waiters (or still lingering) is subscribed again on this connection.
+        let Some(again): Option<Vec<String>> = shared.upgrade().map(|shared| {
+            let mut state = shared.lock();
+            state
+                .channels
+                .iter_mut()
+                .map(|(name, entry)| {
+                    entry.requested = true;
+                    name.clone()
+                })
+                .collect()
+        }) else {
+            return;
+        };
+        for channel in again {
+            subscribe(&shared, &sink, channel);
+        }
+        if let Some(shared) = shared.upgrade() {
+            shared.wake_all();
+        }
+        let mut sweep = tokio::time::interval(LINGER);
+        sweep.tick().await;
+        loop {
+            tokio::select! {
+                message = stream.next() => {
+                    let Some(message) = message else { break };
+                    let Some(shared) = shared.upgrade() else { return };
+                    shared.dispatch(message.get_channel_name(), message.get_payload_bytes());
+                }
+                request = task.requests.recv() => {
+                    let Some(channel) = request else { return };
+                    subscribe(&shared, &sink, channel);
+                }
+                _ = sweep.tick() => {
+                    let Some(shared) = shared.upgrade() else { return };
+                    let idle = shared.take_idle();
+                    if !idle.is_empty() {
+                        // Awaited here, so a later SUBSCRIBE of the same channel goes after it.
+                        let mut sink = sink.clone();
+                        let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(idle)).await;
+                    }
+                }
+            }
+        }
+        // The connection dropped: nothing is subscribed any more.
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        tracing::debug!("redis pub/sub connection lost; reconnecting");
+        {
+            let mut state = shared.lock();
+            for entry in state.channels.values_mut() {
+                entry.requested = false;
+                entry.active.send_replace(false);
+            }
+        }
+        // Waiters fall back to polling until the subscriptions are back.
+        shared.wake_all();
+    }
+}
+
+/// Subscribes in the background (the sink pipelines requests), then marks the channel live.
+fn subscribe(shared: &std::sync::Weak<Shared>, sink: &::redis::aio::PubSubSink, channel: String) {
+    let mut sink = sink.clone();
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let done = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(&channel)).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let mut state = shared.lock();
+        if let Some(entry) = state.channels.get_mut(&channel) {
+            match done {
+                Ok(Ok(())) => {
+                    entry.active.send_replace(true);
+                }
+                failed => {
+                    tracing::debug!(?failed, channel, "redis SUBSCRIBE failed");
+                    // Asked again by the next waiter that finds the channel inactive.
+                    entry.requested = false;
+                }
+            }
+        }
+    });
+}
+
+impl Shared {
+    /// Forgets channels whose last waiter left more than [`LINGER`] ago.
+    fn take_idle(&self) -> Vec<String> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let idle: Vec<String> = state
+            .channels
+            .iter()
+            .filter(|(_, entry)| {
+                entry
+                    .idle_since
+                    .is_some_and(|since| now.duration_since(since) >= LINGER)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &idle {
+            state.channels.remove(name);
+        }
+        idle
+    }
+}
+
+/// One waiting acquire call's registration.
+#[derive(Debug)]
+pub(super) struct Waiter {
+    shared: Arc<Shared>,
+    channel: String,
+    id: u64,
+    notify: Arc<Notify>,
+    active: watch::Receiver<bool>,
+}
+
+impl Waiter {
+    /// Completes when the lock may have become free. The first call on a channel that is not
+    /// yet subscribed completes once the subscription is confirmed, so the caller tries again
+    /// and cannot miss a release that came before it.
+    pub(super) async fn woken(&self) {
+        let mut active = self.active.clone();
+        if !*active.borrow_and_update() {
+            self.shared.request(&self.channel);
+            // The caller's own sleep bounds this wait if the server never confirms.
+            let _ = active.wait_for(|live| *live).await;
+            return;
+        }
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.waiters.retain(|w| w.id != self.id);
+            if entry.waiters.is_empty() {
+                if entry.requested {
+                    entry.idle_since = Some(Instant::now());
+                } else {
+                    state.channels.remove(&self.channel);
+                }
+            }
+        }
+    }
+}
