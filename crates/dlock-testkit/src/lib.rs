@@ -11,5 +11,6 @@ pub mod cli;
 pub mod conformance;
 pub mod fixture;
 pub mod server;
+pub mod tls;
 
 pub use fixture::{Fixture, MemoryFixture, MinimalFixture, SqliteFixture};

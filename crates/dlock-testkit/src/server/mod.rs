@@ -25,7 +25,9 @@ pub mod port;
 pub mod redis;
 
 pub use port::free_port;
-pub use redis::{Redis, RedisNodes, redis_command, redis_command_with_timeout, redis_get};
+pub use redis::{
+    Redis, RedisNodes, RedisTls, redis_command, redis_command_with_timeout, redis_get,
+};
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};

@@ -70,6 +70,61 @@ impl ServerKind for Redis {
     }
 }
 
+/// A `redis-server` that accepts TLS only, on the harness's port, with the certificate and
+/// key given (for example from [`TestCertificates`](crate::tls::TestCertificates)). Clients
+/// are not asked for certificates. Its readiness probe is a TCP connect.
+///
+/// ```no_run
+/// use dlock_testkit::server::{RedisTls, ServerProcess};
+/// use dlock_testkit::tls::TestCertificates;
+///
+/// let certs = TestCertificates::generate()?;
+/// let server = ServerProcess::start(RedisTls::new(&certs))?;
+/// let url = format!("rediss://127.0.0.1:{}?ca={}", server.port(), certs.ca().display());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+impl RedisTls {
+    /// A TLS server presenting `certs`' server certificate.
+    pub fn new(certs: &crate::tls::TestCertificates) -> RedisTls {
+        RedisTls {
+            cert: certs.cert(),
+            key: certs.key(),
+        }
+    }
+}
+
+impl ServerKind for RedisTls {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn binary(&self) -> &'static str {
+        "redis-server"
+    }
+
+    fn command(&self, bin: &Path, dir: &Path, port: u16) -> Command {
+        let mut cmd = Redis::default().command(bin, dir, 0);
+        cmd.arg("--tls-port")
+            .arg(port.to_string())
+            .arg("--tls-cert-file")
+            .arg(&self.cert)
+            .arg("--tls-key-file")
+            .arg(&self.key)
+            .args(["--tls-auth-clients", "no"]);
+        cmd
+    }
+
+    fn probe(&self, addr: SocketAddr) -> io::Result<bool> {
+        Ok(TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_ok())
+    }
+}
+
 /// `n` independent Redis servers, e.g. for Redlock tests.
 ///
 /// Each node is a separate [`ServerProcess`], so faults can be injected per

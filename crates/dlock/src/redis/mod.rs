@@ -165,7 +165,12 @@ impl RedisBuilder {
             .set_connection_timeout(Some(config.connect_timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(200));
-        let conn = ConnectionManager::new_with_config(client.clone(), manager)
+        let mut conn = ConnectionManager::new_with_config(client.clone(), manager)
+            .await
+            .map_err(|e| map(e, ""))?;
+        // Credentials are only checked by a command: fail here, not on the first lock.
+        ::redis::cmd("PING")
+            .query_async::<()>(&mut conn)
             .await
             .map_err(|e| map(e, ""))?;
         Ok(RedisBackend {

@@ -1,0 +1,443 @@
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+//! What is specific to the Redis backend, on real `redis-server` processes started by the test
+//! kit: server restarts and killed connections, foreign keys, credentials, TLS, the pub/sub
+//! hand-off and the fair queue's handling of dead waiters. Everything every backend must do
+//! is in the conformance suite.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use dlock::{Error, Locks};
+use dlock_testkit::cli::dlock_command;
+use dlock_testkit::fixture::{Fixture, RedisFixture};
+use dlock_testkit::server::{Redis, RedisTls, ServerProcess};
+use dlock_testkit::tls::TestCertificates;
+use tokio::time::{Instant, sleep, timeout};
+
+/// A fresh server for one test, or `None` when redis-server is missing and not required.
+fn start() -> anyhow::Result<Option<Arc<RedisFixture>>> {
+    RedisFixture::start()
+}
+
+macro_rules! redis_or_skip {
+    () => {
+        match start()? {
+            Some(fixture) => fixture,
+            None => return Ok(()),
+        }
+    };
+}
+
+/// A plain redis-rs connection for checking and disturbing the server from the outside.
+fn admin(addr: SocketAddr) -> anyhow::Result<redis::Connection> {
+    Ok(redis::Client::open(format!("redis://{addr}"))?.get_connection()?)
+}
+
+fn query<T: redis::FromRedisValue>(addr: SocketAddr, args: &[&str]) -> anyhow::Result<T> {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    Ok(cmd.query(&mut admin(addr)?)?)
+}
+
+/// Polls `check` until it holds, for up to 5 s (background clean-ups are asynchronous).
+async fn eventually(mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !check()? {
+        ensure!(Instant::now() < deadline, "condition not met within 5 s");
+        sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_key_at_a_lock_name_is_a_type_error_at_once() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let locks = fx.connect().await?;
+    query::<()>(addr, &["SET", "dlock:lock:app-string", "v"])?;
+    query::<()>(addr, &["HSET", "dlock:lock:app-hash", "field", "1"])?;
+    query::<()>(addr, &["LPUSH", "dlock:fence:app-list", "x"])?;
+    for name in ["app-string", "app-hash", "app-list"] {
+        // An hour's wait: only an immediate error lets this test finish.
+        let result = locks
+            .mutex(name)
+            .wait(Duration::from_secs(3600))
+            .acquire()
+            .await;
+        match result {
+            Err(Error::WrongType { backend, key, .. }) => {
+                ensure!(backend == "redis");
+                ensure!(key.contains(name), "{key}");
+            }
+            other => anyhow::bail!("{name}: expected WrongType, got {other:?}"),
+        }
+    }
+    // The foreign values are untouched and no lock state was left behind.
+    ensure!(query::<String>(addr, &["GET", "dlock:lock:app-string"])? == "v");
+    ensure!(query::<String>(addr, &["HGET", "dlock:lock:app-hash", "field"])? == "1");
+    ensure!(query::<i64>(addr, &["EXISTS", "dlock:lock:app-list"])? == 0);
+    let queues: Vec<String> = query(addr, &["KEYS", "dlock:q*"])?;
+    ensure!(queues.is_empty(), "{queues:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_empty_fires_lost_on_every_guard_and_fences_keep_growing()
+-> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let lease = Duration::from_millis(900);
+    let locks = fx.connect().await?.with_watchdog_lease(lease)?;
+    let renewed = locks.mutex("renewed").acquire().await?;
+    let fixed = locks.mutex("fixed").ttl(lease).acquire().await?;
+    let reentrant = locks.mutex("reentrant").reentrant().acquire().await?;
+    let before = [renewed.fence(), fixed.fence(), reentrant.fence()];
+    fx.server().restart()?;
+    let restarted = Instant::now();
+    for guard in [&renewed, &fixed, &reentrant] {
+        timeout(lease + Duration::from_millis(500), guard.lost())
+            .await
+            .with_context(|| format!("{} not reported lost within its lease", guard.name()))?;
+    }
+    let took = restarted.elapsed();
+    // The data is gone, so another client gets the locks, with greater fences than before.
+    let other = fx.connect().await?;
+    for (name, old) in ["renewed", "fixed", "reentrant"].into_iter().zip(before) {
+        let guard = other.mutex(name).no_wait().acquire().await?;
+        ensure!(guard.fence() > old, "{name}: {} after {old}", guard.fence());
+    }
+    ensure!(
+        renewed
+            .release()
+            .await
+            .is_err_and(|e| matches!(e, Error::NotOwned { .. }))
+    );
+    eprintln!("lost signals {took:?} after the restart");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_are_reestablished_during_holds_and_waits() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let holder = fx
+        .connect()
+        .await?
+        .with_watchdog_lease(Duration::from_millis(900))?;
+    let waiter = fx.connect().await?;
+    let guard = holder.mutex("survivor").acquire().await?;
+    let waiting = tokio::spawn(async move {
+        let got = waiter
+            .mutex("survivor")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (got, Instant::now())
+    });
+    // The waiter has subscribed to the lock's channel.
+    eventually(|| {
+        let (_, subscribers): (String, i64) =
+            query(addr, &["PUBSUB", "NUMSUB", "dlock:wake:survivor"])
+                .map(|r: Vec<(String, i64)>| r[0].clone())?;
+        Ok(subscribers == 1)
+    })
+    .await?;
+    let killed: i64 = query(addr, &["CLIENT", "KILL", "TYPE", "normal"])?;
+    let killed_pubsub: i64 = query(addr, &["CLIENT", "KILL", "TYPE", "pubsub"])?;
+    ensure!(
+        killed >= 2 && killed_pubsub == 1,
+        "{killed} {killed_pubsub}"
+    );
+    // Longer than the lease: renewals must have gone through a new connection.
+    sleep(Duration::from_millis(1500)).await;
+    ensure!(
+        !guard.is_lost(),
+        "the hold was lost over a dropped connection"
+    );
+    ensure!(guard.is_owned().await?);
+    // The waiter resubscribed, so the release reaches it.
+    eventually(|| {
+        let reply: Vec<(String, i64)> = query(addr, &["PUBSUB", "NUMSUB", "dlock:wake:survivor"])?;
+        Ok(reply[0].1 == 1)
+    })
+    .await?;
+    let fence = guard.fence();
+    guard.release().await?;
+    let (got, _) = waiting.await?;
+    let next = got?;
+    ensure!(next.fence() > fence);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_without_polling() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let url = fx.url().context("url")?;
+    let holder = fx.connect().await?;
+    // Polling as slow as allowed: a waiter that relied on it would take 125-375 ms.
+    let waiter = dlock::connect(&format!("{url}?poll_min=250ms&poll_max=250ms")).await?;
+    let mut gaps = Vec::new();
+    for _ in 0..9 {
+        let guard = holder.mutex("handoff").acquire().await?;
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let got = waiter
+                    .mutex("handoff")
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await;
+                (got, Instant::now())
+            })
+        };
+        eventually(|| Ok(query::<i64>(addr, &["ZCARD", "dlock:queue:handoff"])? == 1)).await?;
+        sleep(Duration::from_millis(20)).await;
+        let released = Instant::now();
+        guard.release().await?;
+        let (got, acquired) = waiting.await?;
+        got?.release().await?;
+        gaps.push(acquired - released);
+    }
+    gaps.sort();
+    let median = gaps[gaps.len() / 2];
+    ensure!(
+        median < Duration::from_millis(50),
+        "hand-offs took {gaps:?}: waiters are polling, not notified"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_fair_waiter_does_not_stall_the_queue() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let url = fx.url().context("url")?;
+    let holder = fx.connect().await?;
+    let guard = holder.mutex("queue").fair().acquire().await?;
+    // A waiter in another process takes the first place in the queue, then dies.
+    let mut first = dlock_command(&url)?
+        .args(["hold", "queue", "--fair", "--wait", "60s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    eventually(|| Ok(query::<i64>(addr, &["ZCARD", "dlock:queue:queue"])? == 1)).await?;
+    let second = fx.connect().await?;
+    let waiting = tokio::spawn(async move {
+        second
+            .mutex("queue")
+            .fair()
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    eventually(|| Ok(query::<i64>(addr, &["ZCARD", "dlock:queue:queue"])? == 2)).await?;
+    first.kill()?;
+    first.wait()?;
+    let released = Instant::now();
+    guard.release().await?;
+    let next = waiting.await??;
+    let stalled = released.elapsed();
+    // The dead waiter's place expired, so the live one got the lock.
+    ensure!(
+        stalled < dlock::redis::WAITER_TTL * 3,
+        "the queue stalled for {stalled:?}"
+    );
+    ensure!(query::<i64>(addr, &["ZCARD", "dlock:queue:queue"])? == 0);
+    next.release().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_waits_leave_no_queue_entry_behind() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let holder = fx.connect().await?;
+    let guard = holder.mutex("abandoned").acquire().await?;
+    let waiter = fx.connect().await?;
+    // Timed out.
+    let timed_out = waiter
+        .mutex("abandoned")
+        .fair()
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await;
+    ensure!(
+        matches!(timed_out, Err(Error::Timeout { .. })),
+        "{timed_out:?}"
+    );
+    eventually(|| Ok(query::<i64>(addr, &["EXISTS", "dlock:queue:abandoned"])? == 0)).await?;
+    // Cancelled (the future dropped mid-wait).
+    let cancelled = timeout(
+        Duration::from_millis(200),
+        waiter
+            .mutex("abandoned")
+            .wait(Duration::from_secs(60))
+            .acquire(),
+    )
+    .await;
+    ensure!(cancelled.is_err());
+    eventually(|| {
+        Ok(query::<i64>(
+            addr,
+            &["EXISTS", "dlock:queue:abandoned", "dlock:qexp:abandoned"],
+        )? == 0)
+    })
+    .await?;
+    guard.release().await?;
+    // Only the fence counter remains.
+    let keys: Vec<String> = query(addr, &["KEYS", "dlock:*"])?;
+    ensure!(keys == ["dlock:fence:abandoned"], "{keys:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_checked_when_connecting() -> anyhow::Result<()> {
+    let server = match ServerProcess::start(Redis {
+        extra_args: [
+            "--requirepass",
+            "default-secret",
+            "--user",
+            "app",
+            "on",
+            ">app-secret",
+            "~*",
+            "&*",
+            "+@all",
+            "--user",
+            "confined",
+            "on",
+            ">confined-secret",
+            "~other:*",
+            "&*",
+            "+@all",
+        ]
+        .map(String::from)
+        .to_vec(),
+    }) {
+        Ok(server) => server,
+        Err(e) if e.is_not_found() && !dlock_testkit::server::required("redis") => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let addr = server.addr();
+    for url in [
+        format!("redis://{addr}"),
+        format!("redis://:wrong@{addr}"),
+        format!("redis://app:wrong@{addr}"),
+        format!("redis://nobody:app-secret@{addr}"),
+    ] {
+        let result = dlock::connect(&url).await;
+        ensure!(
+            matches!(result, Err(Error::Unauthenticated { .. })),
+            "{url}: {result:?}"
+        );
+        // The password never shows in the message.
+        if let Err(error) = result {
+            ensure!(!error.to_string().contains("wrong"), "{error}");
+        }
+    }
+    let app = dlock::connect(&format!("redis://app:app-secret@{addr}")).await?;
+    app.mutex("allowed").acquire().await?.release().await?;
+    let default = dlock::connect(&format!("redis://:default-secret@{addr}/1")).await?;
+    default.mutex("allowed").acquire().await?.release().await?;
+    let confined = dlock::connect(&format!("redis://confined:confined-secret@{addr}")).await?;
+    let denied = confined.mutex("forbidden").acquire().await;
+    ensure!(
+        matches!(denied, Err(Error::PermissionDenied { .. })),
+        "{denied:?}"
+    );
+    // With a prefix inside its key space the same user can lock.
+    let inside = dlock::connect(&format!(
+        "redis://confined:confined-secret@{addr}?prefix=other:"
+    ))
+    .await?;
+    inside.mutex("allowed").acquire().await?.release().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca() -> anyhow::Result<()> {
+    let certs = TestCertificates::generate()?;
+    let server = match ServerProcess::start(RedisTls::new(&certs)) {
+        Ok(server) => server,
+        Err(e) if e.is_not_found() && !dlock_testkit::server::required("redis") => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let port = server.port();
+    let ca = certs.ca();
+    for url in [
+        format!("rediss://127.0.0.1:{port}?ca={}", ca.display()),
+        format!("rediss://localhost:{port}/2?ca={}", ca.display()),
+        format!("rediss://127.0.0.1:{port}#insecure"),
+    ] {
+        let locks = dlock::connect(&url).await.with_context(|| url.clone())?;
+        let guard = locks.mutex("secure").acquire().await?;
+        ensure!(locks.inspect("secure").await?.is_some());
+        guard.release().await?;
+    }
+    // The system roots do not know the test CA; plain text gets no answer.
+    for url in [
+        format!("rediss://127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}?timeout=300ms&connect_timeout=300ms"),
+    ] {
+        let result = dlock::connect(&url).await;
+        ensure!(
+            matches!(result, Err(Error::Unavailable { .. })),
+            "{url}: {result:?}"
+        );
+    }
+    let missing =
+        dlock::connect(&format!("rediss://127.0.0.1:{port}?ca=/nonexistent/ca.pem")).await;
+    ensure!(
+        matches!(missing, Err(Error::InvalidArgument { .. })),
+        "{missing:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_unavailable() -> anyhow::Result<()> {
+    let port = dlock_testkit::server::free_port()?;
+    let result = dlock::connect(&format!("redis://127.0.0.1:{port}")).await;
+    ensure!(
+        matches!(&result, Err(e @ Error::Unavailable { .. }) if e.is_retryable()),
+        "{result:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_inspects_and_breaks_redis_locks() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let url = fx.url().context("url")?;
+    let locks: Locks = fx.connect().await?.with_label("cli-test")?;
+    let guard = locks.mutex("jobs/nightly").acquire().await?;
+    let _other = locks.mutex("other/x").acquire().await?;
+    let ls = dlock_command(&url)?.args(["ls", "jobs/"]).output()?;
+    let out = String::from_utf8_lossy(&ls.stdout);
+    ensure!(ls.status.success(), "{ls:?}");
+    ensure!(
+        out.contains("jobs/nightly") && !out.contains("other/x"),
+        "{out}"
+    );
+    ensure!(out.contains(&guard.fence().to_string()), "{out}");
+    let inspect = dlock_command(&url)?
+        .args(["inspect", "jobs/nightly"])
+        .output()?;
+    ensure!(
+        String::from_utf8_lossy(&inspect.stdout).contains("cli-test"),
+        "{inspect:?}"
+    );
+    let broken = dlock_command(&url)?
+        .args(["break", "--yes", "jobs/nightly"])
+        .output()?;
+    ensure!(broken.status.success(), "{broken:?}");
+    ensure!(!guard.is_owned().await?);
+    Ok(())
+}
