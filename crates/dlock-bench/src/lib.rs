@@ -68,8 +68,9 @@ pub enum Scenario {
     Uncontended,
     /// Worker processes contending for one name.
     Handoff,
-    /// The physical limit: the same kind of SQLite write transactions with no lock logic
-    /// (SQLite URLs only), so the uncontended result reads as a ratio to it.
+    /// The physical limit: the same kind of store operations with no lock logic (SQLite write
+    /// transactions, or plain Redis `SET NX PX` + `DEL` round trips through redis-rs), so the
+    /// uncontended result reads as a ratio to it.
     Floor,
     /// Many locks held at once by one process, renewed by its lease keeper: renewals/s, CPU
     /// and memory.
@@ -154,6 +155,10 @@ pub struct Handoff {
     pub fairness: Spread,
     /// Longest single wait for the lock, ms.
     pub worst_wait_ms: Spread,
+    /// Commands sent to the store per acquisition, by every client together (Redis: `EVALSHA`,
+    /// `SUBSCRIBE`, connection set-up…, from `INFO commandstats`, so the server must be the
+    /// benchmark's alone; the commands a script runs inside are not counted).
+    pub store_commands_per_acquisition: Option<Spread>,
 }
 
 /// Everything one `dlock bench` run measured.
@@ -190,8 +195,9 @@ pub struct WatchdogScale {
     pub lost: u64,
 }
 
-/// Results of the floor scenario: plain write-transaction pairs on a scratch database beside
-/// the lock file, through the same SQLite library and settings (WAL, synchronous=NORMAL).
+/// Results of the floor scenario: on SQLite, plain write-transaction pairs on a scratch
+/// database beside the lock file, through the same library and settings (WAL,
+/// synchronous=NORMAL); on Redis, plain `SET NX PX` + `DEL` pairs through redis-rs.
 #[derive(Debug, Serialize)]
 #[non_exhaustive]
 pub struct Floor {
@@ -227,10 +233,18 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         "dlock bench on {} ({} runs per scenario, median (min, max))",
         report.backend, args.repeat
     );
-    if matches!(args.scenario, Scenario::All | Scenario::Floor) && report.backend == "sqlite" {
-        let result = floor(url, &args)?;
+    if matches!(args.scenario, Scenario::All | Scenario::Floor)
+        && let Some((result, what)) = match report.backend.as_str() {
+            "sqlite" => Some((floor(url, &args)?, "SQLite write-transaction pairs")),
+            "redis" => Some((
+                redis_floor(url, &args).await?,
+                "redis-rs SET NX PX + DEL round-trip pairs",
+            )),
+            _ => None,
+        }
+    {
         println!(
-            "floor: SQLite write-transaction pairs with no lock logic, {} pairs per run",
+            "floor: {what} with no lock logic, {} pairs per run",
             args.pairs
         );
         println!("  pairs/s      {}", result.pairs_per_sec);
@@ -266,6 +280,9 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             println!("  gap p99 µs       {}", result.gap_p99_us);
             println!("  fairness (Jain)  {}", result.fairness);
             println!("  worst wait ms    {}", result.worst_wait_ms);
+            if let Some(commands) = &result.store_commands_per_acquisition {
+                println!("  store cmds/acq   {commands}");
+            }
             report.handoff = Some(result);
         }
     }
@@ -391,8 +408,14 @@ async fn worker(url: &str, name: &str, duration: Duration, hold: Duration) -> an
 async fn handoff(url: &str, args: &BenchArgs) -> anyhow::Result<Handoff> {
     let exe = std::env::current_exe().context("current_exe")?;
     let mut m: [Vec<f64>; 6] = Default::default();
+    let mut commands_per_acquisition = Vec::new();
+    let redis = redis_server(url);
     for _ in 0..args.repeat.max(1) {
         let name = unique_name("handoff");
+        let commands_before = match &redis {
+            Some(server) => Some(redis_commands(server).await?),
+            None => None,
+        };
         let mut children = Vec::new();
         for _ in 0..args.processes {
             let child = tokio::process::Command::new(&exe)
@@ -427,6 +450,11 @@ async fn handoff(url: &str, args: &BenchArgs) -> anyhow::Result<Handoff> {
             if !status.success() {
                 bail!("a bench worker failed: {status}");
             }
+        }
+        if let (Some(server), Some(before)) = (&redis, commands_before) {
+            // Minus the one INFO that reads the counters.
+            let spent = redis_commands(server).await?.saturating_sub(before + 1);
+            commands_per_acquisition.push(spent as f64 / holds.len().max(1) as f64);
         }
         holds.sort_by_key(|h| h.fence);
         if holds.len() < 2 {
@@ -466,6 +494,100 @@ async fn handoff(url: &str, args: &BenchArgs) -> anyhow::Result<Handoff> {
         gap_p99_us: Spread::of(p99),
         fairness: Spread::of(fairness),
         worst_wait_ms: Spread::of(worst),
+        store_commands_per_acquisition: (!commands_per_acquisition.is_empty())
+            .then(|| Spread::of(commands_per_acquisition)),
+    })
+}
+
+/// The redis-rs URL of a `redis://` lock URL (without dlock's options), if it is one.
+fn redis_server(url: &str) -> Option<String> {
+    dlock::redis::RedisConfig::from_url(url)
+        .ok()
+        .map(|config| config.server)
+}
+
+/// Commands clients have sent the Redis server so far: the sum of `INFO commandstats` over
+/// the commands a client sends (commands run inside scripts are counted there too, but are not
+/// round trips).
+async fn redis_commands(server: &str) -> anyhow::Result<u64> {
+    let mut conn = redis::Client::open(server)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
+    const CLIENT_COMMANDS: &[&str] = &[
+        "evalsha",
+        "eval",
+        "script",
+        "subscribe",
+        "unsubscribe",
+        "psubscribe",
+        "punsubscribe",
+        "ping",
+        "hello",
+        "client",
+        "select",
+        "auth",
+        "info",
+    ];
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let command = name.split('|').next()?;
+            if !CLIENT_COMMANDS.contains(&command) {
+                return None;
+            }
+            stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum())
+}
+
+/// The Redis floor: the pairs of plain round trips an acquire + release needs at least, with
+/// the same client library and I/O mode (a multiplexed redis-rs connection) as the backend.
+async fn redis_floor(url: &str, args: &BenchArgs) -> anyhow::Result<Floor> {
+    let server = redis_server(url).context("not a redis URL")?;
+    let mut conn = redis::aio::ConnectionManager::new(redis::Client::open(server)?).await?;
+    let key = unique_name("floor");
+    let pair = |mut conn: redis::aio::ConnectionManager, key: String| async move {
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg("token")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await?;
+        let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+        anyhow::Ok(())
+    };
+    for _ in 0..50 {
+        pair(conn.clone(), key.clone()).await?;
+    }
+    let (mut rates, mut p50s) = (Vec::new(), Vec::new());
+    for _ in 0..args.repeat.max(1) {
+        let mut latencies = Vec::with_capacity(args.pairs as usize);
+        let start = Instant::now();
+        for _ in 0..args.pairs {
+            let t = Instant::now();
+            pair(conn.clone(), key.clone()).await?;
+            latencies.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        rates.push(f64::from(args.pairs) / start.elapsed().as_secs_f64());
+        latencies.sort_by(f64::total_cmp);
+        p50s.push(percentile(&latencies, 0.5));
+    }
+    let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+    Ok(Floor {
+        pairs_per_sec: Spread::of(rates),
+        p50_us: Spread::of(p50s),
     })
 }
 

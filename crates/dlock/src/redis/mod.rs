@@ -351,7 +351,8 @@ impl Backend for RedisBackend {
                     .arg(ms(STARVATION_THRESHOLD))
                     .arg(req.owner.label.as_deref().unwrap_or_default())
                     .arg(&req.owner.host)
-                    .arg(req.owner.pid);
+                    .arg(req.owner.pid)
+                    .arg(u8::from(leftovers.queued.load(Ordering::Relaxed)));
                 let start = Instant::now();
                 leftovers.in_flight.store(true, Ordering::Relaxed);
                 let reply: Result<Vec<i64>> = invocation

@@ -13,6 +13,6 @@ local head = queue_head(queue, qexp, now)
 local left = redis.call('ZREM', queue, token) == 1
 redis.call('ZREM', qexp, token)
 if freed or (left and head == token and redis.call('EXISTS', lock) == 0) then
-  wake(queue, qexp, ARGV[2], now)
+  wake(queue, qexp, ARGV[2])
 end
 return 1

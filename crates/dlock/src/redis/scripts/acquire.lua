@@ -1,5 +1,6 @@
 -- KEYS: lock, fence, queue, qexp
--- ARGV: token, ttl_ms, reentrant, fair, waits, waiter_ttl_ms, starvation_ms, label, host, pid
+-- ARGV: token, ttl_ms, reentrant, fair, waits, waiter_ttl_ms, starvation_ms, label, host, pid,
+--       queued (an earlier attempt of this call put it in the queue)
 -- Returns {1, fence, reentered} when granted, {0, free_in_ms} when busy (-1: unknown).
 local lock, fence_key, queue, qexp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
@@ -30,7 +31,10 @@ if redis.call('EXISTS', lock) == 1 then
   return foreign(lock, 'a hash without a lock token')
 end
 
-local head, since = queue_head(queue, qexp, now)
+local head, since = nil, nil
+if redis.call('EXISTS', queue) == 1 then
+  head, since = queue_head(queue, qexp, now)
+end
 if head and head ~= token and (fair or now - since >= starvation) then
   local head_expiry = tonumber(redis.call('ZSCORE', qexp, head))
   return busy(head_expiry - now)
@@ -52,7 +56,7 @@ redis.call('PEXPIRE', fence_key, 86400000)
 redis.call('HSET', lock, 'token', token, 'fence', integer(fence), 'holds', 1,
   'label', ARGV[8], 'host', ARGV[9], 'pid', ARGV[10], 'at', integer(now))
 redis.call('PEXPIRE', lock, ttl)
-if waits then
+if ARGV[11] == '1' then
   redis.call('ZREM', queue, token)
   redis.call('ZREM', qexp, token)
 end

@@ -40,9 +40,15 @@ local function queue_head(queue, qexp, now)
   return nil, nil
 end
 
--- Tells waiters the lock is free: only the first in line when there is a queue (one
--- wake-up per release, no herd), everyone when it is empty.
-local function wake(queue, qexp, channel, now)
-  local head = queue_head(queue, qexp, now)
-  redis.call('PUBLISH', channel, head or '')
+-- Tells waiters the lock is free: only the first live waiter in line (one wake-up per
+-- release, no herd). Every waiter queues before it waits, so with no queue there is nobody
+-- to tell, and a release costs no PUBLISH.
+local function wake(queue, qexp, channel)
+  if redis.call('EXISTS', queue) == 0 then
+    return
+  end
+  local head = queue_head(queue, qexp, now_ms())
+  if head then
+    redis.call('PUBLISH', channel, head)
+  end
 end

@@ -4,5 +4,5 @@ if redis.call('HEXISTS', KEYS[1], 'token') == 0 then
   return 0
 end
 redis.call('DEL', KEYS[1])
-wake(KEYS[2], KEYS[3], ARGV[1], now_ms())
+wake(KEYS[2], KEYS[3], ARGV[1])
 return 1

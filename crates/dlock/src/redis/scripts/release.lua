@@ -11,5 +11,5 @@ if holds > 0 then
   return holds
 end
 redis.call('DEL', lock)
-wake(KEYS[2], KEYS[3], ARGV[3], now_ms())
+wake(KEYS[2], KEYS[3], ARGV[3])
 return 0
