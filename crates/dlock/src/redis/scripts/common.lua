@@ -4,7 +4,7 @@
 --   P fence:N  string: the last fence given out for N
 --   P queue:N  zset: waiting tokens, score = arrival (server ms)
 --   P qexp:N   zset: waiting tokens, score = expiry of the waiter's place (server ms)
---   P wake:N   pub/sub channel: released; the payload names the waiter to wake, "" = all
+--   P wake:N   pub/sub channel: released; the payload names the waiter to wake
 
 local function now_ms()
   local t = redis.call('TIME')
