@@ -441,3 +441,58 @@ async fn the_cli_lists_inspects_and_breaks_redis_locks() -> anyhow::Result<()> {
     ensure!(!guard.is_owned().await?);
     Ok(())
 }
+
+#[test]
+fn a_client_keeps_its_wake_ups_when_the_runtime_that_started_them_is_gone() -> anyhow::Result<()> {
+    let Some(fx) = start()? else {
+        return Ok(());
+    };
+    let addr = fx.addr();
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+    };
+    let first = runtime()?;
+    let (holder, waiter) =
+        first.block_on(async { anyhow::Ok((fx.connect().await?, fx.connect().await?)) })?;
+    // A wait in the first runtime starts the waiter client's pub/sub task there.
+    first.block_on(async {
+        let guard = holder.mutex("runtimes").acquire().await?;
+        let waited = waiter
+            .mutex("runtimes")
+            .wait(Duration::from_millis(300))
+            .acquire()
+            .await;
+        ensure!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
+        guard.release().await?;
+        anyhow::Ok(())
+    })?;
+    drop(first);
+    let second = runtime()?;
+    second.block_on(async {
+        let holder = fx.connect().await?;
+        let guard = holder.mutex("runtimes").acquire().await?;
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                waiter
+                    .mutex("runtimes")
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+        });
+        // The subscription is back, on a task of this runtime.
+        eventually(|| {
+            let reply: Vec<(String, i64)> =
+                query(addr, &["PUBSUB", "NUMSUB", "dlock:wake:runtimes"])?;
+            Ok(reply[0].1 == 1)
+        })
+        .await?;
+        guard.release().await?;
+        waiting.await??.release().await?;
+        anyhow::Ok(())
+    })
+}

@@ -141,10 +141,16 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(task) = task
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(run(Arc::downgrade(self), task));
+        if let Some(task) = task {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(run(TaskSlot {
+                        shared: Arc::downgrade(self),
+                        task: Some(task),
+                    }));
+                }
+                Err(_) => self.put_back(task),
+            }
         }
     }
 
@@ -172,9 +178,43 @@ impl Shared {
     }
 }
 
+/// The running task's state. If the task is dropped while the client lives (its runtime shut
+/// down), the state goes back to the client, so the next waiter starts a new task.
+struct TaskSlot {
+    shared: std::sync::Weak<Shared>,
+    task: Option<Task>,
+}
+
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        if let (Some(shared), Some(task)) = (self.shared.upgrade(), self.task.take()) {
+            shared.put_back(task);
+        }
+    }
+}
+
+impl Shared {
+    /// Makes the pub/sub task startable again, with nothing subscribed.
+    fn put_back(&self, task: Task) {
+        {
+            let mut state = self.lock();
+            for entry in state.channels.values_mut() {
+                entry.requested = false;
+                entry.active.send_replace(false);
+            }
+        }
+        *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+        self.wake_all();
+    }
+}
+
 /// The pub/sub task: connects, subscribes what is asked, dispatches messages, reconnects.
 /// It ends when the client is dropped.
-async fn run(shared: std::sync::Weak<Shared>, mut task: Task) {
+async fn run(mut slot: TaskSlot) {
+    let shared = slot.shared.clone();
+    let Some(task) = slot.task.as_mut() else {
+        return;
+    };
     let mut pause = RECONNECT_MIN;
     loop {
         let pubsub =
