@@ -53,6 +53,15 @@ struct State {
     schedule: BTreeSet<(Instant, u64)>,
     next_id: u64,
     running: bool,
+    /// When the keeper task will next wake by itself (`None`: only when notified). A new
+    /// entry due later needs no notification, which saves a task wake-up per acquisition.
+    wake_at: Option<Instant>,
+}
+
+impl State {
+    fn needs_wake(&self, due: Instant) -> bool {
+        self.wake_at.is_none_or(|at| due < at)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +96,9 @@ impl Registration {
             let (due, id) = (entry.due, self.id);
             state.schedule.remove(&(old_due, id));
             state.schedule.insert((due, id));
+            if !state.needs_wake(due) {
+                return;
+            }
         }
         drop(guard);
         self.keeper.shared.changed.notify_one();
@@ -144,6 +156,7 @@ impl Keeper {
             renewing: false,
         };
         entry.due = next_due(&entry, started);
+        let wake = state.needs_wake(entry.due);
         state.schedule.insert((entry.due, id));
         state.entries.insert(id, entry);
         if !state.running {
@@ -157,7 +170,9 @@ impl Keeper {
             tokio::spawn(run(self.shared.clone(), stopped));
         }
         drop(state);
-        self.shared.changed.notify_one();
+        if wake {
+            self.shared.changed.notify_one();
+        }
         Registration {
             keeper: self.clone(),
             id,
@@ -183,7 +198,9 @@ struct StopGuard {
 impl Drop for StopGuard {
     fn drop(&mut self) {
         if self.armed {
-            self.keeper.lock().running = false;
+            let mut state = self.keeper.lock();
+            state.running = false;
+            state.wake_at = None;
         }
     }
 }
@@ -228,10 +245,12 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                 // Under the lock, so a concurrent `register` either sees a running keeper that
                 // will serve it or starts a new one.
                 state.running = false;
+                state.wake_at = None;
                 stopped.armed = false;
                 return;
             }
-            state.schedule.first().map(|&(due, _)| due)
+            state.wake_at = state.schedule.first().map(|&(due, _)| due);
+            state.wake_at
         };
         let sleep = async {
             match next_wake {
