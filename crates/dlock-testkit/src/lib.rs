@@ -12,4 +12,6 @@ pub mod conformance;
 pub mod fixture;
 pub mod server;
 
-pub use fixture::{Fixture, MemoryFixture, MinimalFixture, SqliteFixture};
+pub use fixture::{
+    Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode, SqliteFixture,
+};

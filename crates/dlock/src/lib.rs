@@ -44,6 +44,14 @@
     feature = "sqlite",
     doc = "* [`sqlite`]: the embedded default, one file shared by the processes of a machine."
 )]
+#![cfg_attr(
+    feature = "postgres",
+    doc = "* [`postgres`]: PostgreSQL, as a lease table (LISTEN/NOTIFY wake-ups) or advisory locks."
+)]
+#![cfg_attr(
+    feature = "mysql",
+    doc = "* [`mysql`]: MySQL and MariaDB, as a lease table or `GET_LOCK` session locks."
+)]
 //!
 //! # Guarantees
 //!
@@ -70,6 +78,8 @@
 //!
 //! * `sqlite` (default): the SQLite backend (bundled SQLite, no system library).
 //! * `blocking` (default): [`blocking`], the synchronous facade.
+//! * `postgres`: the PostgreSQL backend (sqlx, rustls).
+//! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -83,6 +93,12 @@ mod registry;
 mod ttl;
 
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod sql_common;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod wait;
@@ -109,6 +125,8 @@ pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
 /// |---|---|
 /// | `memory://` or `memory://NAME` | [`memory`]: one process |
 /// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | `sqlite`: processes of one machine |
+/// | `postgres://user@host/db[?mode=session]` | `postgres`: lease table or advisory locks |
+/// | `mysql://user@host/db[?mode=session]`, `mariadb://…` | `mysql`: lease table or `GET_LOCK` |
 ///
 /// # Errors
 ///

@@ -10,10 +10,6 @@ const PLANNED: &[(&str, &str)] = &[
     ("redlock", "Redlock"),
     ("zk", "ZooKeeper"),
     ("etcd", "etcd"),
-    ("postgres", "PostgreSQL"),
-    ("postgresql", "PostgreSQL"),
-    ("mysql", "MySQL"),
-    ("mariadb", "MariaDB"),
 ];
 
 /// The schemes this build can connect to.
@@ -22,6 +18,10 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     let mut schemes = crate::memory::MEMORY_SCHEMES.to_vec();
     #[cfg(feature = "sqlite")]
     schemes.extend_from_slice(crate::sqlite::SQLITE_SCHEMES);
+    #[cfg(feature = "postgres")]
+    schemes.extend_from_slice(crate::postgres::POSTGRES_SCHEMES);
+    #[cfg(feature = "mysql")]
+    schemes.extend_from_slice(crate::mysql::MYSQL_SCHEMES);
     schemes
 }
 
@@ -45,6 +45,24 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         #[cfg(not(feature = "sqlite"))]
         "sqlite" => Err(invalid(format!(
             "the sqlite backend is not part of this build (cargo feature `sqlite`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Locks::new(
+            crate::postgres::PostgresBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(invalid(format!(
+            "the postgres backend is not part of this build (cargo feature `postgres`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(Locks::new(
+            crate::mysql::MysqlBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "mysql"))]
+        "mysql" | "mariadb" => Err(invalid(format!(
+            "the mysql backend is not part of this build (cargo feature `mysql`); enabled: {}",
             enabled_schemes().join(", ")
         ))),
         other => match PLANNED.iter().find(|(planned, _)| *planned == other) {

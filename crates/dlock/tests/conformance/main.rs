@@ -16,5 +16,14 @@ fn main() {
     let mut fixtures: Vec<Arc<dyn Fixture>> = vec![MemoryFixture::new(), MinimalFixture::new()];
     #[cfg(feature = "sqlite")]
     fixtures.push(dlock_testkit::fixture::SqliteFixture::new().expect("temp dir for SQLite"));
+    // One server per store, shared by the fixtures of both modes (lease table, session locks).
+    #[cfg(feature = "postgres")]
+    for fx in dlock_testkit::fixture::PostgresFixture::start_both().expect("PostgreSQL server") {
+        fixtures.push(fx);
+    }
+    #[cfg(feature = "mysql")]
+    for fx in dlock_testkit::fixture::MysqlFixture::start_both().expect("MariaDB server") {
+        fixtures.push(fx);
+    }
     conformance::main(fixtures)
 }
