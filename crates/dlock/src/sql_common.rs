@@ -48,7 +48,7 @@ pub(crate) struct Options {
     pub(crate) mode: Mode,
     pub(crate) table: Option<String>,
     pub(crate) connect_timeout: Duration,
-    pub(crate) max_connections: u32,
+    pub(crate) max_connections: Option<u32>,
     pub(crate) check_interval: Duration,
     pub(crate) poll_min: Duration,
     pub(crate) poll_max: Duration,
@@ -60,7 +60,7 @@ impl Default for Options {
             mode: Mode::Lease,
             table: None,
             connect_timeout: Duration::from_secs(5),
-            max_connections: 20,
+            max_connections: None,
             check_interval: Duration::from_secs(1),
             poll_min: Duration::from_millis(5),
             poll_max: Duration::from_millis(250),
@@ -140,9 +140,9 @@ pub(crate) fn split_url(
             "poll_min" => options.poll_min = duration()?,
             "poll_max" => options.poll_max = duration()?,
             "max_connections" => {
-                options.max_connections = value.parse().map_err(|_| {
+                options.max_connections = Some(value.parse().map_err(|_| {
                     invalid(format!("option max_connections={value:?}: expected a number"))
-                })?;
+                })?);
             }
             _ if driver_options.contains(&key) => kept.push(pair),
             _ => {
@@ -190,7 +190,10 @@ impl Options {
                 "must be between 10ms and 1h",
             ));
         }
-        if self.max_connections == 0 || self.max_connections > 10_000 {
+        if self
+            .max_connections
+            .is_some_and(|max| max == 0 || max > 10_000)
+        {
             return Err(Error::invalid_argument(
                 "max_connections",
                 "must be between 1 and 10000",
@@ -220,6 +223,15 @@ pub(crate) fn check_identifier(name: &str) -> std::result::Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The pool size when none is given: a lease-table client needs a few connections; a
+/// session-mode client keeps one per held lock.
+pub(crate) fn default_max_connections(mode: Mode) -> u32 {
+    match mode {
+        Mode::Lease => 20,
+        Mode::Session => 100,
+    }
 }
 
 /// Milliseconds, saturating, for SQL parameters.

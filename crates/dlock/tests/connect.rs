@@ -143,6 +143,22 @@ fn every_backend_exports_the_fixed_set() {
         let _: fn(&dlock::sqlite::SqliteBackend) -> &std::path::Path =
             dlock::sqlite::SqliteBackend::path;
     }
+    #[cfg(feature = "postgres")]
+    {
+        let _: &[&str] = dlock::postgres::POSTGRES_SCHEMES;
+        let _ = dlock::postgres::PostgresBuilder::new("postgres://h/db");
+        config::<dlock::postgres::PostgresConfig>();
+        let _: fn(&dlock::postgres::PostgresBackend) -> &dlock::postgres::PostgresConfig =
+            dlock::postgres::PostgresBackend::config;
+    }
+    #[cfg(feature = "mysql")]
+    {
+        let _: &[&str] = dlock::mysql::MYSQL_SCHEMES;
+        let _ = dlock::mysql::MysqlBuilder::new("mysql://h/db");
+        config::<dlock::mysql::MysqlConfig>();
+        let _: fn(&dlock::mysql::MysqlBackend) -> &dlock::mysql::MysqlConfig =
+            dlock::mysql::MysqlBackend::config;
+    }
     for scheme in dlock::enabled_schemes() {
         assert!(!scheme.is_empty());
     }

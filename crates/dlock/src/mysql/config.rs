@@ -57,8 +57,8 @@ pub struct MysqlConfig {
     /// How long to wait for a connection (URL `connect_timeout`). Default: 5 s.
     pub connect_timeout: Duration,
     /// Most connections of the client's pool (URL `max_connections`). In session mode every
-    /// held lock keeps one connection. Default: 20.
-    pub max_connections: u32,
+    /// held lock keeps one connection. Default: 20 in lease mode, 100 in session mode.
+    pub max_connections: Option<u32>,
     /// Session mode: how often a held lock's connection is checked (at most a third of the
     /// lease). Default: 1 s.
     pub check_interval: Duration,
@@ -157,6 +157,11 @@ impl MysqlConfig {
             url: redact_url(&self.url),
             reason: e.to_string(),
         })
+    }
+
+    pub(super) fn pool_size(&self) -> u32 {
+        self.max_connections
+            .unwrap_or_else(|| sql_common::default_max_connections(self.mode))
     }
 
     pub(super) fn table_name(&self) -> &str {

@@ -101,7 +101,7 @@ impl MysqlBuilder {
 
     /// See [`MysqlConfig::max_connections`].
     pub fn max_connections(mut self, max: u32) -> Self {
-        self.config.max_connections = max;
+        self.config.max_connections = Some(max);
         self
     }
 
@@ -155,7 +155,7 @@ impl MysqlBuilder {
         config.validate()?;
         let options = config.connect_options()?;
         let pool = MySqlPoolOptions::new()
-            .max_connections(config.max_connections)
+            .max_connections(config.pool_size())
             .acquire_timeout(config.connect_timeout)
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);

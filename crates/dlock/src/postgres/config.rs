@@ -74,8 +74,9 @@ pub struct PostgresConfig {
     pub connect_timeout: Duration,
     /// Most connections of the client's pool (URL `max_connections`). In session mode every
     /// held lock keeps one connection, so this is also the most locks one client can hold
-    /// (and the server's `max_connections` bounds all clients together). Default: 20.
-    pub max_connections: u32,
+    /// (and the server's `max_connections` bounds all clients together). Default: 20 in
+    /// lease mode, 100 in session mode.
+    pub max_connections: Option<u32>,
     /// Session mode: how often a held lock's connection is checked, so the lost signal fires
     /// when it dies (at most a third of the lease). Default: 1 s.
     pub check_interval: Duration,
@@ -164,6 +165,11 @@ impl PostgresConfig {
         })
     }
 
+    pub(super) fn pool_size(&self) -> u32 {
+        self.max_connections
+            .unwrap_or_else(|| sql_common::default_max_connections(self.mode))
+    }
+
     pub(super) fn table_name(&self) -> &str {
         self.table.as_deref().unwrap_or(match self.mode {
             Mode::Lease => "dlock_locks",
@@ -181,7 +187,7 @@ mod tests {
         let c = PostgresConfig::from_url("postgresql://u@h/db?table=t1&max_connections=3").unwrap();
         assert_eq!(c.mode, Mode::Lease);
         assert_eq!(c.table_name(), "t1");
-        assert_eq!(c.max_connections, 3);
+        assert_eq!(c.max_connections, Some(3));
         assert_eq!(c.url, "postgres://u@h/db");
         let s = PostgresConfig::from_url("postgres://u@h/db?mode=session").unwrap();
         assert_eq!(s.table_name(), "dlock_fences");

@@ -100,7 +100,7 @@ impl PostgresBuilder {
 
     /// See [`PostgresConfig::max_connections`].
     pub fn max_connections(mut self, max: u32) -> Self {
-        self.config.max_connections = max;
+        self.config.max_connections = Some(max);
         self
     }
 
@@ -147,7 +147,7 @@ impl PostgresBuilder {
         config.validate()?;
         let options = config.connect_options()?;
         let pool = PgPoolOptions::new()
-            .max_connections(config.max_connections)
+            .max_connections(config.pool_size())
             .acquire_timeout(config.connect_timeout)
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
