@@ -132,7 +132,8 @@ pub(crate) fn split_url(
                 }
             }
             "table" => {
-                check_identifier(value).map_err(|reason| invalid(format!("option table: {reason}")))?;
+                check_identifier(value)
+                    .map_err(|reason| invalid(format!("option table: {reason}")))?;
                 options.table = Some(value.to_owned());
             }
             "connect_timeout" => options.connect_timeout = duration()?,
@@ -141,7 +142,9 @@ pub(crate) fn split_url(
             "poll_max" => options.poll_max = duration()?,
             "max_connections" => {
                 options.max_connections = Some(value.parse().map_err(|_| {
-                    invalid(format!("option max_connections={value:?}: expected a number"))
+                    invalid(format!(
+                        "option max_connections={value:?}: expected a number"
+                    ))
                 })?);
             }
             _ if driver_options.contains(&key) => kept.push(pair),
@@ -154,9 +157,7 @@ pub(crate) fn split_url(
             }
         }
     }
-    options
-        .validate()
-        .map_err(|e| invalid(e.to_string()))?;
+    options.validate().map_err(|e| invalid(e.to_string()))?;
     let mut driver_url = format!("{scheme}://{base}");
     if !kept.is_empty() {
         driver_url.push('?');
@@ -212,11 +213,7 @@ pub(crate) fn check_identifier(name: &str) -> std::result::Result<(), String> {
     let first_ok = chars
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok
-        || name.len() > 48
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    if !first_ok || name.len() > 48 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     {
         return Err(format!(
             "{name:?} is not a plain identifier (letters, digits and _, at most 48, not starting with a digit)"
@@ -318,12 +315,15 @@ where
         })
     });
     match task.await {
-        Ok(Ok(Ok(granted))) => granted.take().map(Attempt::Acquired).ok_or_else(|| {
-            Error::Backend {
-                backend: "sql",
-                source: "a granted lease went missing".into(),
-            }
-        }),
+        Ok(Ok(Ok(granted))) => {
+            granted
+                .take()
+                .map(Attempt::Acquired)
+                .ok_or_else(|| Error::Backend {
+                    backend: "sql",
+                    source: "a granted lease went missing".into(),
+                })
+        }
         Ok(Ok(Err(busy))) => Ok(busy),
         Ok(Err(error)) => Err(error),
         Err(join) => Err(Error::Unavailable {

@@ -31,8 +31,14 @@ async fn admin(server: &ServerProcess) -> MySqlPool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
     let Some(server) = server() else { return };
-    let url = format!("{}?mode=session&check_interval=100ms", Mariadb::url(&server));
-    let (a, b) = (dlock::connect(&url).await.unwrap(), dlock::connect(&url).await.unwrap());
+    let url = format!(
+        "{}?mode=session&check_interval=100ms",
+        Mariadb::url(&server)
+    );
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
     let held = a.mutex("jobs/killed").acquire().await.unwrap();
     let waiter = tokio::spawn(async move {
         b.mutex("jobs/killed")
@@ -96,7 +102,13 @@ async fn a_lease_survives_its_connections_being_killed() {
     }
     assert!(!held.is_lost(), "a lease was lost with its connection");
     let b = dlock::connect(&url).await.unwrap();
-    assert!(b.mutex("jobs/pooled").try_acquire().await.unwrap().is_none());
+    assert!(
+        b.mutex("jobs/pooled")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
     held.release().await.unwrap();
 }
 
@@ -143,7 +155,10 @@ async fn a_server_restart_during_holds_and_waits() {
         .unwrap();
     assert!(session_next.fence() > session_held.fence());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(!lease_held.is_lost(), "the lease was lost over a short restart");
+    assert!(
+        !lease_held.is_lost(),
+        "the lease was lost over a short restart"
+    );
     assert!(!lease_waiter.is_finished(), "the waiter took a held lease");
     let lease_fence = lease_held.fence();
     lease_held.release().await.unwrap();
@@ -165,7 +180,14 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
         ("?mode=session&table=fresh_fences", "fresh_fences"),
     ] {
         let locks = dlock::connect(&format!("{base}{query}")).await.unwrap();
-        locks.mutex("x").acquire().await.unwrap().release().await.unwrap();
+        locks
+            .mutex("x")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
         let exists: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM information_schema.TABLES
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",

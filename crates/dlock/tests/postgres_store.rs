@@ -31,8 +31,14 @@ async fn admin(server: &ServerProcess) -> PgPool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
     let Some(server) = server() else { return };
-    let url = format!("{}?mode=session&check_interval=100ms", Postgres::url(&server));
-    let (a, b) = (dlock::connect(&url).await.unwrap(), dlock::connect(&url).await.unwrap());
+    let url = format!(
+        "{}?mode=session&check_interval=100ms",
+        Postgres::url(&server)
+    );
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
     let held = a.mutex("jobs/killed").acquire().await.unwrap();
     let waiter = tokio::spawn(async move {
         b.mutex("jobs/killed")
@@ -90,7 +96,13 @@ async fn a_lease_survives_its_connections_being_killed() {
     }
     assert!(!held.is_lost(), "a lease was lost with its connection");
     let b = dlock::connect(&url).await.unwrap();
-    assert!(b.mutex("jobs/pooled").try_acquire().await.unwrap().is_none());
+    assert!(
+        b.mutex("jobs/pooled")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
     held.release().await.unwrap();
 }
 
@@ -138,7 +150,10 @@ async fn a_server_restart_during_holds_and_waits() {
         .unwrap();
     assert!(session_next.fence() > session_held.fence());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(!lease_held.is_lost(), "the lease was lost over a short restart");
+    assert!(
+        !lease_held.is_lost(),
+        "the lease was lost over a short restart"
+    );
     assert!(!lease_waiter.is_finished(), "the waiter took a held lease");
     let lease_fence = lease_held.fence();
     lease_held.release().await.unwrap();
@@ -155,9 +170,19 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
     let Some(server) = server() else { return };
     let base = Postgres::url(&server);
     let admin = admin(&server).await;
-    for (query, table) in [("?table=fresh_locks", "fresh_locks"), ("?mode=session&table=fresh_fences", "fresh_fences")] {
+    for (query, table) in [
+        ("?table=fresh_locks", "fresh_locks"),
+        ("?mode=session&table=fresh_fences", "fresh_fences"),
+    ] {
         let locks = dlock::connect(&format!("{base}{query}")).await.unwrap();
-        locks.mutex("x").acquire().await.unwrap().release().await.unwrap();
+        locks
+            .mutex("x")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
         let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(table)
             .fetch_one(&admin)
@@ -173,7 +198,11 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
         .execute(&admin)
         .await
         .unwrap();
-    for query in ["?table=foreign_t", "?mode=session&table=foreign_t", "?mode=session&table=typed_t"] {
+    for query in [
+        "?table=foreign_t",
+        "?mode=session&table=foreign_t",
+        "?mode=session&table=typed_t",
+    ] {
         let err = dlock::connect(&format!("{base}{query}")).await.unwrap_err();
         assert!(
             matches!(err, Error::WrongType { ref key, .. } if key.ends_with("_t")),
@@ -187,14 +216,23 @@ async fn users_without_rights_get_typed_errors() {
     let Some(server) = server() else { return };
     let admin = admin(&server).await;
     // PostgreSQL 15 no longer lets every user create tables in `public`.
-    sqlx::query("CREATE ROLE nopriv LOGIN").execute(&admin).await.unwrap();
-    sqlx::query("REVOKE CREATE ON SCHEMA public FROM PUBLIC").execute(&admin).await.unwrap();
+    sqlx::query("CREATE ROLE nopriv LOGIN")
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        .execute(&admin)
+        .await
+        .unwrap();
     let url = format!("postgres://nopriv@127.0.0.1:{}/postgres", server.port());
     let err = dlock::connect(&url).await.unwrap_err();
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
     // A table it can read but not write: the first acquisition says so.
     dlock::connect(&Postgres::url(&server)).await.unwrap();
-    sqlx::query("GRANT SELECT ON dlock_locks TO nopriv").execute(&admin).await.unwrap();
+    sqlx::query("GRANT SELECT ON dlock_locks TO nopriv")
+        .execute(&admin)
+        .await
+        .unwrap();
     let read_only = dlock::connect(&url).await.unwrap();
     let err = read_only.mutex("x").no_wait().acquire().await.unwrap_err();
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");

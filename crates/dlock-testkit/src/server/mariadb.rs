@@ -84,8 +84,15 @@ impl ServerKind for Mariadb {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
             .arg(format!("--log-error={}", self.log_path(dir).display()))
-            .args(["--skip-log-bin", "--skip-name-resolve", "--max-connections=1000"])
-            .args(["--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M"])
+            .args([
+                "--skip-log-bin",
+                "--skip-name-resolve",
+                "--max-connections=1000",
+            ])
+            .args([
+                "--innodb-buffer-pool-size=64M",
+                "--innodb-log-file-size=16M",
+            ])
             .args(["--innodb-flush-log-at-trx-commit=2"])
             .args(&self.extra_args);
         if template::current_uid() == 0 {

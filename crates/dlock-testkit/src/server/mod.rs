@@ -819,7 +819,11 @@ fn descendants(pid: u32) -> Vec<u32> {
     };
     let mut parent_of = Vec::new();
     for entry in entries.flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {

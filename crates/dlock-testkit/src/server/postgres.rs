@@ -79,7 +79,7 @@ impl ServerKind for Postgres {
                     .collect()
             })
             .unwrap_or_default();
-        dirs.sort_by(|a, b| b.0.cmp(&a.0));
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
         dirs.into_iter().map(|(_, dir)| dir).collect()
     }
 

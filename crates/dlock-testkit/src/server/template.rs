@@ -23,11 +23,20 @@ pub(crate) fn cached(
     static MEMO: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let meta = fs::metadata(bin)?;
     let mut hasher = DefaultHasher::new();
-    (bin, meta.len(), meta.mtime(), meta.mtime_nsec(), current_uid()).hash(&mut hasher);
+    (
+        bin,
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        current_uid(),
+    )
+        .hash(&mut hasher);
     let key = format!("{kind}-{:016x}", hasher.finish());
     let memo = MEMO.get_or_init(Mutex::default);
     // One builder at a time in this process; other processes race through the rename below.
-    let mut memo = memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut memo = memo
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(dir) = memo.get(&key) {
         return Ok(dir.clone());
     }

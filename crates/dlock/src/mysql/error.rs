@@ -65,8 +65,9 @@ pub(crate) fn from_sqlx(error: sqlx::Error) -> DlockError {
             },
             // too many connections, lock wait timeout, deadlock, interrupted, killed,
             // shutting down, server gone, network errors, read-only
-            1040 | 1053 | 1152..=1161 | 1203 | 1205 | 1213 | 1317 | 1836 | 1927 | 2006
-            | 2013 => unavailable(error),
+            1040 | 1053 | 1152..=1161 | 1203 | 1205 | 1213 | 1317 | 1836 | 1927 | 2006 | 2013 => {
+                unavailable(error)
+            }
             _ => DlockError::Backend {
                 backend: BACKEND,
                 source: Box::new(error),

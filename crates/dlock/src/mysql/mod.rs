@@ -162,8 +162,13 @@ impl MysqlBuilder {
         let table = config.table_name().to_owned();
         let store = match config.mode {
             Mode::Lease => {
-                schema::ensure(&pool, &table, &schema::lease_ddl(&table), schema::LEASE_SHAPE)
-                    .await?;
+                schema::ensure(
+                    &pool,
+                    &table,
+                    &schema::lease_ddl(&table),
+                    schema::LEASE_SHAPE,
+                )
+                .await?;
                 Store::Lease(LeaseStore::new(
                     pool,
                     &table,
@@ -171,8 +176,13 @@ impl MysqlBuilder {
                 ))
             }
             Mode::Session => {
-                schema::ensure(&pool, &table, &schema::fence_ddl(&table), schema::FENCE_SHAPE)
-                    .await?;
+                schema::ensure(
+                    &pool,
+                    &table,
+                    &schema::fence_ddl(&table),
+                    schema::FENCE_SHAPE,
+                )
+                .await?;
                 Store::Session(SessionStore::new(pool, &table, config.check_interval))
             }
         };

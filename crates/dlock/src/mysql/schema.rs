@@ -77,7 +77,10 @@ pub(super) async fn ensure(
         found = columns(pool, table).await?;
     }
     for (column, data_type) in shape {
-        match found.iter().find(|(name, _)| name.eq_ignore_ascii_case(column)) {
+        match found
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(column))
+        {
             Some((_, found_type)) if found_type.eq_ignore_ascii_case(data_type) => {}
             Some((_, found_type)) => {
                 return Err(Error::Foreign {

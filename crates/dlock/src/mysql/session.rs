@@ -77,12 +77,11 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
         Wait::Until(at) => at.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
         _ => Duration::ZERO,
     };
-    let lock = sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(format!(
-        "SELECT GET_LOCK({KEY}, ?)"
-    )))
-    .bind(req.name.as_str())
-    .bind(slice.as_secs_f64())
-    .fetch_one(&mut *conn);
+    let lock =
+        sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(format!("SELECT GET_LOCK({KEY}, ?)")))
+            .bind(req.name.as_str())
+            .bind(slice.as_secs_f64())
+            .fetch_one(&mut *conn);
     let got = match tokio::time::timeout(slice + Duration::from_secs(2), lock).await {
         Ok(Ok(got)) => got == Some(1),
         Ok(Err(e)) => {

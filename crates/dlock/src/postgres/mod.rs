@@ -154,13 +154,23 @@ impl PostgresBuilder {
         let table = config.table_name().to_owned();
         let store = match config.mode {
             Mode::Lease => {
-                schema::ensure(&pool, &table, &schema::lease_ddl(&table), schema::LEASE_SHAPE)
-                    .await?;
+                schema::ensure(
+                    &pool,
+                    &table,
+                    &schema::lease_ddl(&table),
+                    schema::LEASE_SHAPE,
+                )
+                .await?;
                 Store::Lease(LeaseStore::new(pool, &table))
             }
             Mode::Session => {
-                schema::ensure(&pool, &table, &schema::fence_ddl(&table), schema::FENCE_SHAPE)
-                    .await?;
+                schema::ensure(
+                    &pool,
+                    &table,
+                    &schema::fence_ddl(&table),
+                    schema::FENCE_SHAPE,
+                )
+                .await?;
                 Store::Session(SessionStore::new(pool, &table, config.check_interval))
             }
         };

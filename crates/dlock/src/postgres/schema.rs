@@ -60,10 +60,18 @@ async fn columns(pool: &PgPool, table: &str) -> Result<Vec<(String, String)>, Er
 
 /// Creates `table` if it is missing, then checks that every column dlock uses is there with
 /// its type.
-pub(super) async fn ensure(pool: &PgPool, table: &str, ddl: &str, shape: Shape) -> Result<(), Error> {
+pub(super) async fn ensure(
+    pool: &PgPool,
+    table: &str,
+    ddl: &str,
+    shape: Shape,
+) -> Result<(), Error> {
     let mut found = columns(pool, table).await?;
     if found.is_empty() {
-        match sqlx::query(AssertSqlSafe(ddl.to_owned())).execute(pool).await {
+        match sqlx::query(AssertSqlSafe(ddl.to_owned()))
+            .execute(pool)
+            .await
+        {
             Ok(_) => {}
             // Two clients creating the table at once: one of them loses on the catalog's
             // unique index; the table is there either way.

@@ -80,14 +80,14 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     }
     .filter(|slice| *slice >= Duration::from_millis(1));
     let got = match slice {
-        None => sqlx::query_scalar::<_, bool>(
-            "SELECT pg_try_advisory_lock(hashtextextended($1, $2))",
-        )
-        .bind(req.name.as_str())
-        .bind(KEY_SEED)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(from_sqlx)?,
+        None => {
+            sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock(hashtextextended($1, $2))")
+                .bind(req.name.as_str())
+                .bind(KEY_SEED)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(from_sqlx)?
+        }
         Some(slice) => {
             let wait = async {
                 sqlx::query("SELECT set_config('lock_timeout', $1, false)")
