@@ -4,8 +4,8 @@
 //! # Highlights
 //!
 //! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`
-//!   or `"memory://"` today; Redis, Redlock, ZooKeeper, etcd, PostgreSQL and MySQL are planned
-//!   behind the same API.
+//!   or `"memory://"`, `"postgres://…"`, `"mysql://…"` today; Redis, Redlock, ZooKeeper and
+//!   etcd are planned behind the same API.
 //! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
 //!   protected resource can reject a holder that was paused past its lease.
 //! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
