@@ -267,6 +267,7 @@ impl Wakers {
     }
 
     /// Wakes every waiter (after a gap in which notifications may have been missed).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn wake_all(&self) {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|_, sender| {
