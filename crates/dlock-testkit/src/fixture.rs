@@ -147,6 +147,152 @@ impl dlock::Backend for Masked {
     }
 }
 
+/// The two ways the SQL backends hold a lock, as a fixture parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlMode {
+    /// A row per lock in a lease table (the default, `?mode=lease`).
+    Lease,
+    /// A server-side session lock on a dedicated connection (`?mode=session`).
+    Session,
+}
+
+impl SqlMode {
+    fn query(self) -> &'static str {
+        match self {
+            SqlMode::Lease => "",
+            SqlMode::Session => "?mode=session",
+        }
+    }
+}
+
+/// Starts a server of `kind` for fixtures, or says why not: `Ok(None)` when its binary is
+/// missing and `DLOCK_TEST_REQUIRE` does not ask for it (the backend is skipped, loudly).
+fn start_shared_server(
+    kind: impl crate::server::ServerKind,
+) -> anyhow::Result<Option<Arc<std::sync::Mutex<crate::server::ServerProcess>>>> {
+    let name = kind.name();
+    match crate::server::ServerProcess::start(kind) {
+        Ok(server) => Ok(Some(Arc::new(std::sync::Mutex::new(server)))),
+        Err(e) if e.is_not_found() && !crate::server::required(name) => {
+            eprintln!("skipping the {name} backend: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
+}
+
+/// The PostgreSQL backend in one mode, on a server the test kit started (shared by the
+/// fixtures of both modes, stopped when the last one is dropped).
+#[derive(Debug)]
+pub struct PostgresFixture {
+    mode: SqlMode,
+    url: String,
+    server: Arc<std::sync::Mutex<crate::server::ServerProcess>>,
+}
+
+impl PostgresFixture {
+    /// Starts one PostgreSQL server and returns a fixture per mode; empty when `postgres` is
+    /// not installed and not required.
+    ///
+    /// # Errors
+    ///
+    /// The server could not be started, or is missing while `DLOCK_TEST_REQUIRE` requires it.
+    pub fn start_both() -> anyhow::Result<Vec<Arc<PostgresFixture>>> {
+        let Some(server) = start_shared_server(crate::server::Postgres::default())? else {
+            return Ok(Vec::new());
+        };
+        let base = crate::server::Postgres::url(&server.lock().unwrap());
+        Ok([SqlMode::Lease, SqlMode::Session]
+            .into_iter()
+            .map(|mode| {
+                Arc::new(PostgresFixture {
+                    mode,
+                    url: format!("{base}{}", mode.query()),
+                    server: server.clone(),
+                })
+            })
+            .collect())
+    }
+
+    /// The server, for fault injection.
+    pub fn server(&self) -> &Arc<std::sync::Mutex<crate::server::ServerProcess>> {
+        &self.server
+    }
+}
+
+impl Fixture for PostgresFixture {
+    fn backend(&self) -> &'static str {
+        match self.mode {
+            SqlMode::Lease => "postgres",
+            SqlMode::Session => "postgres-session",
+        }
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
+/// The MySQL/MariaDB backend in one mode, on a MariaDB server the test kit started (shared
+/// by the fixtures of both modes).
+#[derive(Debug)]
+pub struct MysqlFixture {
+    mode: SqlMode,
+    url: String,
+    server: Arc<std::sync::Mutex<crate::server::ServerProcess>>,
+}
+
+impl MysqlFixture {
+    /// Starts one MariaDB server and returns a fixture per mode; empty when `mariadbd` is not
+    /// installed and not required.
+    ///
+    /// # Errors
+    ///
+    /// The server could not be started, or is missing while `DLOCK_TEST_REQUIRE` requires it.
+    pub fn start_both() -> anyhow::Result<Vec<Arc<MysqlFixture>>> {
+        let Some(server) = start_shared_server(crate::server::Mariadb::default())? else {
+            return Ok(Vec::new());
+        };
+        let base = crate::server::Mariadb::url(&server.lock().unwrap());
+        Ok([SqlMode::Lease, SqlMode::Session]
+            .into_iter()
+            .map(|mode| {
+                Arc::new(MysqlFixture {
+                    mode,
+                    url: format!("{base}{}", mode.query()),
+                    server: server.clone(),
+                })
+            })
+            .collect())
+    }
+
+    /// The server, for fault injection.
+    pub fn server(&self) -> &Arc<std::sync::Mutex<crate::server::ServerProcess>> {
+        &self.server
+    }
+}
+
+impl Fixture for MysqlFixture {
+    fn backend(&self) -> &'static str {
+        match self.mode {
+            SqlMode::Lease => "mariadb",
+            SqlMode::Session => "mariadb-session",
+        }
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
 /// A real `redis-server` started by the test kit on a free loopback port.
 #[derive(Debug)]
 pub struct RedisFixture {

@@ -13,4 +13,6 @@ pub mod fixture;
 pub mod server;
 pub mod tls;
 
-pub use fixture::{Fixture, MemoryFixture, MinimalFixture, SqliteFixture};
+pub use fixture::{
+    Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode, SqliteFixture,
+};

@@ -4,8 +4,8 @@
 //! # Highlights
 //!
 //! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`
-//!   or `"memory://"` today; Redis, Redlock, ZooKeeper, etcd, PostgreSQL and MySQL are planned
-//!   behind the same API.
+//!   or `"memory://"`, `"postgres://…"`, `"mysql://…"` today; Redis, Redlock, ZooKeeper and
+//!   etcd are planned behind the same API.
 //! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
 //!   protected resource can reject a holder that was paused past its lease.
 //! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
@@ -44,6 +44,14 @@
     feature = "sqlite",
     doc = "* [`sqlite`]: the embedded default, one file shared by the processes of a machine."
 )]
+#![cfg_attr(
+    feature = "postgres",
+    doc = "* [`postgres`]: PostgreSQL, as a lease table (LISTEN/NOTIFY wake-ups) or advisory locks."
+)]
+#![cfg_attr(
+    feature = "mysql",
+    doc = "* [`mysql`]: MySQL and MariaDB, as a lease table or `GET_LOCK` session locks."
+)]
 //!
 //! # Guarantees
 //!
@@ -70,6 +78,8 @@
 //!
 //! * `sqlite` (default): the SQLite backend (bundled SQLite, no system library).
 //! * `blocking` (default): [`blocking`], the synchronous facade.
+//! * `postgres`: the PostgreSQL backend (sqlx, rustls).
+//! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -83,9 +93,15 @@ mod registry;
 mod ttl;
 
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod sql_common;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod wait;
@@ -112,6 +128,8 @@ pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
 /// |---|---|
 /// | `memory://` or `memory://NAME` | [`memory`]: one process |
 /// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | `sqlite`: processes of one machine |
+/// | `postgres://user@host/db[?mode=session]` | `postgres`: lease table or advisory locks |
+/// | `mysql://user@host/db[?mode=session]`, `mariadb://…` | `mysql`: lease table or `GET_LOCK` |
 ///
 /// # Errors
 ///

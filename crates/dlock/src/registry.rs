@@ -8,10 +8,6 @@ const PLANNED: &[(&str, &str)] = &[
     ("redlock", "Redlock"),
     ("zk", "ZooKeeper"),
     ("etcd", "etcd"),
-    ("postgres", "PostgreSQL"),
-    ("postgresql", "PostgreSQL"),
-    ("mysql", "MySQL"),
-    ("mariadb", "MariaDB"),
 ];
 
 /// The schemes this build can connect to.
@@ -22,6 +18,10 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes.extend_from_slice(crate::sqlite::SQLITE_SCHEMES);
     #[cfg(feature = "redis")]
     schemes.extend_from_slice(crate::redis::REDIS_SCHEMES);
+    #[cfg(feature = "postgres")]
+    schemes.extend_from_slice(crate::postgres::POSTGRES_SCHEMES);
+    #[cfg(feature = "mysql")]
+    schemes.extend_from_slice(crate::mysql::MYSQL_SCHEMES);
     schemes
 }
 
@@ -54,6 +54,24 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         #[cfg(not(feature = "redis"))]
         "redis" | "rediss" => Err(invalid(format!(
             "the redis backend is not part of this build (cargo feature `redis`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Locks::new(
+            crate::postgres::PostgresBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(invalid(format!(
+            "the postgres backend is not part of this build (cargo feature `postgres`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Ok(Locks::new(
+            crate::mysql::MysqlBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "mysql"))]
+        "mysql" | "mariadb" => Err(invalid(format!(
+            "the mysql backend is not part of this build (cargo feature `mysql`); enabled: {}",
             enabled_schemes().join(", ")
         ))),
         other => match PLANNED.iter().find(|(planned, _)| *planned == other) {

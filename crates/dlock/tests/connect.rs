@@ -123,6 +123,8 @@ fn handles_and_guards_are_send_sync_and_static() {
     }
     #[cfg(feature = "sqlite")]
     movable::<dlock::sqlite::SqliteBackend>();
+    #[cfg(feature = "redis")]
+    movable::<dlock::redis::RedisBackend>();
     movable::<dlock::memory::MemoryBackend>();
 }
 
@@ -142,6 +144,30 @@ fn every_backend_exports_the_fixed_set() {
         config::<dlock::sqlite::SqliteConfig>();
         let _: fn(&dlock::sqlite::SqliteBackend) -> &std::path::Path =
             dlock::sqlite::SqliteBackend::path;
+    }
+    #[cfg(feature = "redis")]
+    {
+        let _: &[&str] = dlock::redis::REDIS_SCHEMES;
+        let _ = dlock::redis::RedisBuilder::new("redis://h:6379/0");
+        config::<dlock::redis::RedisConfig>();
+        let _: fn(&dlock::redis::RedisBackend) -> &dlock::redis::RedisConfig =
+            dlock::redis::RedisBackend::config;
+    }
+    #[cfg(feature = "postgres")]
+    {
+        let _: &[&str] = dlock::postgres::POSTGRES_SCHEMES;
+        let _ = dlock::postgres::PostgresBuilder::new("postgres://h/db");
+        config::<dlock::postgres::PostgresConfig>();
+        let _: fn(&dlock::postgres::PostgresBackend) -> &dlock::postgres::PostgresConfig =
+            dlock::postgres::PostgresBackend::config;
+    }
+    #[cfg(feature = "mysql")]
+    {
+        let _: &[&str] = dlock::mysql::MYSQL_SCHEMES;
+        let _ = dlock::mysql::MysqlBuilder::new("mysql://h/db");
+        config::<dlock::mysql::MysqlConfig>();
+        let _: fn(&dlock::mysql::MysqlBackend) -> &dlock::mysql::MysqlConfig =
+            dlock::mysql::MysqlBackend::config;
     }
     for scheme in dlock::enabled_schemes() {
         assert!(!scheme.is_empty());

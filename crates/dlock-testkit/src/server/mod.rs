@@ -21,10 +21,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod mariadb;
 pub mod port;
+pub mod postgres;
 pub mod redis;
+mod template;
 
+pub use mariadb::Mariadb;
 pub use port::free_port;
+pub use postgres::Postgres;
 pub use redis::{
     Redis, RedisNodes, RedisTls, redis_command, redis_command_with_timeout, redis_get,
 };
@@ -85,6 +90,24 @@ pub trait ServerKind: Send + Sync + fmt::Debug + 'static {
     /// harness also uses for stdout+stderr).
     fn log_path(&self, dir: &Path) -> PathBuf {
         dir.join(CONSOLE_LOG)
+    }
+
+    /// Directories searched for [`binary`](Self::binary) after `PATH` and the sbin
+    /// directories (e.g. `/usr/lib/postgresql/15/bin`, which Debian keeps off `PATH`).
+    fn search_dirs(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// Whether pause, resume and kill must reach every descendant one by one, because the
+    /// server's children leave its process group (PostgreSQL backends call `setsid()`).
+    fn signals_descendants(&self) -> bool {
+        false
+    }
+
+    /// The signal for a clean stop when the server is dropped (`SIGINT` for PostgreSQL's fast
+    /// shutdown); `None` kills it at once. The harness falls back to SIGKILL after 5 s.
+    fn stop_signal(&self) -> Option<libc::c_int> {
+        None
     }
 }
 
@@ -197,7 +220,12 @@ pub fn find_binary(kind: &dyn ServerKind) -> Option<PathBuf> {
         // An explicit override that is wrong must not silently fall back to PATH.
         return found;
     }
-    search_path(kind.binary().as_ref())
+    search_path(kind.binary().as_ref()).or_else(|| {
+        kind.search_dirs()
+            .into_iter()
+            .map(|dir| dir.join(kind.binary()))
+            .find(|candidate| is_executable(candidate))
+    })
 }
 
 /// What [`ServerError::NotFound`] reports as the binary looked for.
@@ -436,7 +464,17 @@ impl ServerProcess {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
+        let stragglers = if self.kind.signals_descendants() {
+            descendants(child.id())
+        } else {
+            Vec::new()
+        };
         kill_and_reap(&mut child).map_err(ServerError::io(self.kind.name()))?;
+        // Children that left the group (PostgreSQL backends) would otherwise outlive the
+        // server and keep its shared memory, so a restart could not start.
+        for pid in stragglers {
+            signal_pid(pid, libc::SIGKILL);
+        }
         tracing::info!(
             kind = self.kind.name(),
             port = self.port,
@@ -503,12 +541,38 @@ impl ServerProcess {
             });
         }
         let pid = self.pid().unwrap_or_default();
+        // Descendants first when pausing, so none is still answering when the leader stops.
+        if self.kind.signals_descendants() {
+            for child in descendants(pid) {
+                signal_pid(child, sig);
+            }
+        }
         signal_group(pid, sig).map_err(ServerError::io(name))
     }
 }
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        if let (Some(sig), Some(child)) = (self.kind.stop_signal(), self.child.as_mut()) {
+            // A paused server cannot act on the stop signal.
+            if self.kind.signals_descendants() {
+                for pid in descendants(child.id()) {
+                    signal_pid(pid, libc::SIGCONT);
+                }
+            }
+            let _ = signal_group(child.id(), libc::SIGCONT);
+            signal_pid(child.id(), sig);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                match child.try_wait() {
+                    Ok(Some(_)) | Err(_) => {
+                        self.child = None;
+                        break;
+                    }
+                    Ok(None) => thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        }
         if let Some(mut child) = self.child.take()
             && let Err(e) = kill_and_reap(&mut child)
         {
@@ -749,6 +813,60 @@ fn die_with_parent(cmd: &mut Command) {
 /// No parent-death signal outside Linux: Drop is the only cleanup there.
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_cmd: &mut Command) {}
+
+/// Every live descendant of `pid` (children, their children, …), read from `/proc`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of = Vec::new();
+    for entry in entries.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`: comm may contain spaces, so parse after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((child, ppid));
+        }
+    }
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for &(child, ppid) in &parent_of {
+            if ppid == parent && !found.contains(&child) {
+                found.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Sends `sig` to one process, ignoring errors (it may have exited already).
+#[allow(unsafe_code)]
+fn signal_pid(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    if pid > 1 {
+        // SAFETY: kill takes plain integers; the pid is a descendant of our child that was
+        // alive when /proc was read (at worst the signal misses).
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
 
 /// Sends `sig` to the process group `pgid` (our children are group leaders,
 /// so their pid is the pgid).

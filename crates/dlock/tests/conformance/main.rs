@@ -20,5 +20,14 @@ fn main() {
     if let Some(redis) = dlock_testkit::fixture::RedisFixture::start().expect("redis-server") {
         fixtures.push(redis);
     }
+    // One server per store, shared by the fixtures of both modes (lease table, session locks).
+    #[cfg(feature = "postgres")]
+    for fx in dlock_testkit::fixture::PostgresFixture::start_both().expect("PostgreSQL server") {
+        fixtures.push(fx);
+    }
+    #[cfg(feature = "mysql")]
+    for fx in dlock_testkit::fixture::MysqlFixture::start_both().expect("MariaDB server") {
+        fixtures.push(fx);
+    }
     conformance::main(fixtures)
 }

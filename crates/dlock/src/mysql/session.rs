@@ -1,0 +1,161 @@
+//! Session mode: `GET_LOCK`, each lock held by a dedicated connection. Lock names on the
+//! server are limited to 64 characters and compared case-insensitively, so the server-side
+//! name is `dlock:` and the first 58 hex digits of the name's SHA-256. Waits happen inside the
+//! server (`GET_LOCK(name, timeout)`); the lock is gone when its connection is, which the
+//! holder's task notices at a cadence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, Connection, MySql, MySqlPool};
+use tokio::time::Instant;
+
+use crate::backend::{AcquireRequest, Lease, Wait};
+use crate::error::{Error, Result};
+use crate::sql_common::{SessionConn, SessionLease, detached_attempt};
+use crate::wait::{Attempt, acquire_loop};
+
+use super::error::from_sqlx;
+
+/// The server-side lock name: short, and free of case (hex digits), whatever the name is.
+pub(super) const KEY: &str = "CONCAT('dlock:', LEFT(SHA2(?, 256), 58))";
+
+/// Longest single wait inside the server; longer waits are cut into slices so a dead server
+/// or connection is noticed (each slice also has a client-side timeout).
+const WAIT_SLICE: Duration = Duration::from_secs(5);
+
+/// The session-lock store of one client.
+#[derive(Debug)]
+pub(super) struct SessionStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pool: MySqlPool,
+    fence_sql: Arc<str>,
+    check_interval: Duration,
+}
+
+impl SessionStore {
+    pub(super) fn new(pool: MySqlPool, table: &str, check_interval: Duration) -> SessionStore {
+        // Run on the lock's own connection while it holds the lock, so increments of one
+        // name are serialized by the lock itself; LAST_INSERT_ID carries the new value back.
+        let fence_sql = format!(
+            "INSERT INTO {table} (name, fence) VALUES (?, LAST_INSERT_ID(1))
+             ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
+        );
+        SessionStore {
+            shared: Arc::new(Shared {
+                pool,
+                fence_sql: fence_sql.into(),
+                check_interval,
+            }),
+        }
+    }
+
+    pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        let shared = &self.shared;
+        acquire_loop(
+            req.wait,
+            None,
+            || detached_attempt(try_acquire(shared.clone(), req.clone())),
+            // The wait happened inside the server: try again at once.
+            || std::future::ready(()),
+        )
+        .await
+    }
+}
+
+async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt> {
+    let start = Instant::now();
+    let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
+    let slice = match req.wait {
+        Wait::Forever => WAIT_SLICE,
+        Wait::Until(at) => at.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
+        _ => Duration::ZERO,
+    };
+    let lock =
+        sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(format!("SELECT GET_LOCK({KEY}, ?)")))
+            .bind(req.name.as_str())
+            .bind(slice.as_secs_f64())
+            .fetch_one(&mut *conn);
+    let got = match tokio::time::timeout(slice + Duration::from_secs(2), lock).await {
+        Ok(Ok(got)) => got == Some(1),
+        Ok(Err(e)) => {
+            conn.close_on_drop();
+            return Err(from_sqlx(e));
+        }
+        // No answer in time: the server may be paused or the connection dead. Closing the
+        // connection also frees a grant that arrives late.
+        Err(_) => {
+            conn.close_on_drop();
+            return Err(Error::Unavailable {
+                backend: "mysql",
+                source: "no answer to a lock wait".into(),
+            });
+        }
+    };
+    if !got {
+        return Ok(Attempt::Busy { free_in: None });
+    }
+    let fence = sqlx::query(AssertSqlSafe(shared.fence_sql.clone()))
+        .bind(req.name.as_str())
+        .execute(&mut *conn)
+        .await;
+    let fence = match fence {
+        Ok(done) => i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
+        Err(e) => {
+            // Closing the connection frees the lock.
+            conn.close_on_drop();
+            return Err(from_sqlx(e));
+        }
+    };
+    let name = req.name.as_str().to_owned();
+    Ok(Attempt::Acquired(Arc::new(SessionLease::start(
+        Held {
+            conn,
+            name: name.clone(),
+        },
+        name,
+        fence,
+        start,
+        req.ttl,
+        shared.check_interval,
+    ))))
+}
+
+/// The connection holding one `GET_LOCK` lock.
+struct Held {
+    conn: PoolConnection<MySql>,
+    name: String,
+}
+
+#[async_trait]
+impl SessionConn for Held {
+    async fn ping(&mut self) -> Result<()> {
+        self.conn.ping().await.map_err(from_sqlx)
+    }
+
+    async fn unlock(&mut self) -> Result<bool> {
+        let released = sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(format!(
+            "SELECT RELEASE_LOCK({KEY})"
+        )))
+        .bind(&self.name)
+        .fetch_one(&mut *self.conn)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(released == Some(1))
+    }
+
+    fn recycle(self) {
+        drop(self.conn);
+    }
+
+    fn discard(mut self) {
+        self.conn.close_on_drop();
+        drop(self.conn);
+    }
+}

@@ -1,0 +1,394 @@
+//! Lease-table mode: a row per lock with an owner token, a fence and an expiry computed by
+//! the database's clock; every change is one atomic statement, so it works through
+//! transaction-mode poolers. Waiters are woken by NOTIFY on release, heard by one LISTEN
+//! connection per client.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use sqlx::postgres::PgListener;
+use sqlx::{AssertSqlSafe, PgPool, Row};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo};
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
+use crate::sql_common::{Wakers, detached_attempt, fence, ms};
+use crate::wait::{Attempt, acquire_loop};
+
+use super::error::from_sqlx;
+
+/// The statements, with the table name spliced in once.
+#[derive(Debug)]
+struct Statements {
+    acquire: Arc<str>,
+    release: Arc<str>,
+    extend: Arc<str>,
+    force_release: Arc<str>,
+    inspect: Arc<str>,
+    list: Arc<str>,
+}
+
+impl Statements {
+    fn new(t: &str) -> Statements {
+        // `l.*` is the row before the change. Re-entry (same token, still live, reentrant)
+        // keeps the fence and counts a hold; anything else that passes the WHERE is a fresh
+        // hold of a free or expired row: the fence goes up.
+        let acquire = format!(
+            "WITH granted AS (
+                INSERT INTO {t} AS l (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
+                VALUES ($1, 1, $2, 1, now() + $3 * interval '1 millisecond', now(), $4, $5, $6)
+                ON CONFLICT (name) DO UPDATE SET
+                    fence = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
+                                 THEN l.fence ELSE l.fence + 1 END,
+                    holds = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
+                                 THEN l.holds + 1 ELSE 1 END,
+                    expires_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
+                                 THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
+                    acquired_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
+                                 THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
+                    token = EXCLUDED.token, owner_label = EXCLUDED.owner_label,
+                    host = EXCLUDED.host, pid = EXCLUDED.pid
+                WHERE l.token IS NULL OR l.expires_at <= now()
+                   OR ($7 AND l.token = EXCLUDED.token)
+                RETURNING fence
+            )
+            SELECT (SELECT fence FROM granted),
+                   (SELECT GREATEST(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
+                      FROM {t} WHERE name = $1 AND token IS NOT NULL)"
+        );
+        // NOTIFY is sent at commit, so a woken waiter finds the row already free.
+        let release = format!(
+            "WITH released AS (
+                UPDATE {t} SET holds = holds - 1,
+                    token = CASE WHEN holds > 1 THEN token END,
+                    expires_at = CASE WHEN holds > 1 THEN expires_at ELSE now() END
+                WHERE name = $1 AND token = $2 AND fence = $3 AND expires_at > now()
+                RETURNING holds
+            )
+            SELECT holds, CASE WHEN holds = 0 THEN (SELECT 1 FROM pg_notify($4, $1)) END
+            FROM released"
+        );
+        let extend = format!(
+            "UPDATE {t} SET expires_at = GREATEST(expires_at, now() + $4 * interval '1 millisecond')
+             WHERE name = $1 AND token = $2 AND fence = $3 AND expires_at > now()"
+        );
+        let force_release = format!(
+            "WITH broken AS (
+                UPDATE {t} SET token = NULL, holds = 0, expires_at = now()
+                WHERE name = $1 AND token IS NOT NULL AND expires_at > now()
+                RETURNING name
+            )
+            SELECT (SELECT 1 FROM pg_notify($2, $1)) FROM broken"
+        );
+        let columns = "name, fence, holds,
+            (extract(epoch FROM acquired_at) * 1000000)::bigint,
+            GREATEST(0, floor(extract(epoch FROM expires_at - now()) * 1000))::bigint,
+            owner_label, host, pid";
+        let inspect = format!(
+            "SELECT {columns} FROM {t}
+             WHERE name = $1 AND token IS NOT NULL AND expires_at > now()"
+        );
+        let list = format!(
+            "SELECT {columns} FROM {t}
+             WHERE name >= $1 AND name > $2 AND starts_with(name, $1)
+               AND token IS NOT NULL AND expires_at > now()
+             ORDER BY name LIMIT $3"
+        );
+        Statements {
+            acquire: acquire.into(),
+            release: release.into(),
+            extend: extend.into(),
+            force_release: force_release.into(),
+            inspect: inspect.into(),
+            list: list.into(),
+        }
+    }
+}
+
+/// The lease-table store of one client.
+#[derive(Debug)]
+pub(super) struct LeaseStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pool: PgPool,
+    sql: Statements,
+    /// The NOTIFY channel: the table's name.
+    channel: String,
+    wakers: Arc<Wakers>,
+    listener: Mutex<Option<JoinHandle<()>>>,
+    /// Stops the listener when the client is dropped.
+    _stop: DropGuard,
+    stop: CancellationToken,
+}
+
+impl LeaseStore {
+    pub(super) fn new(pool: PgPool, table: &str) -> LeaseStore {
+        let stop = CancellationToken::new();
+        LeaseStore {
+            shared: Arc::new(Shared {
+                pool,
+                sql: Statements::new(table),
+                channel: table.to_owned(),
+                wakers: Arc::default(),
+                listener: Mutex::new(None),
+                _stop: stop.clone().drop_guard(),
+                stop,
+            }),
+        }
+    }
+
+    pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        let shared = &self.shared;
+        acquire_loop(
+            req.wait,
+            None,
+            || detached_attempt(try_acquire(shared.clone(), req.clone())),
+            || {
+                shared.ensure_listener();
+                let mut changed = shared.wakers.subscribe(req.name.as_str());
+                async move {
+                    let _ = changed.changed().await;
+                }
+            },
+        )
+        .await
+    }
+
+    pub(super) async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let row = sqlx::query(AssertSqlSafe(self.shared.sql.inspect.clone()))
+            .bind(name.as_str())
+            .fetch_optional(&self.shared.pool)
+            .await
+            .map_err(from_sqlx)?;
+        row.map(|r| to_info(&r)).transpose()
+    }
+
+    pub(super) async fn list_page(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+        let rows = sqlx::query(AssertSqlSafe(self.shared.sql.list.clone()))
+            .bind(prefix)
+            .bind(cursor.unwrap_or_default())
+            .bind(limit)
+            .fetch_all(&self.shared.pool)
+            .await
+            .map_err(from_sqlx)?;
+        let locks = rows.iter().map(to_info).collect::<Result<Vec<_>>>()?;
+        let full = i64::try_from(locks.len()).unwrap_or(i64::MAX) >= limit;
+        let next = full.then(|| locks.last().map(|l| l.name.clone())).flatten();
+        Ok(ListPage::new(locks, next))
+    }
+
+    pub(super) async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let rows = sqlx::query(AssertSqlSafe(self.shared.sql.force_release.clone()))
+            .bind(name.as_str())
+            .bind(&self.shared.channel)
+            .fetch_all(&self.shared.pool)
+            .await
+            .map_err(from_sqlx)?;
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        self.shared.wakers.wake(name.as_str());
+        Ok(true)
+    }
+}
+
+impl Shared {
+    /// Starts the LISTEN task with the first waiter, and again if it ended (its runtime
+    /// shut down under it).
+    fn ensure_listener(self: &Arc<Self>) {
+        let mut slot = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        *slot = Some(runtime.spawn(listen(
+            self.pool.clone(),
+            self.channel.clone(),
+            Arc::downgrade(&self.wakers),
+            self.stop.clone(),
+        )));
+    }
+}
+
+/// Hears every release of the table (NOTIFY carries the name) and wakes this client's waiters
+/// of that name. After any gap (connecting, reconnecting) it wakes every waiter, since
+/// notifications may have been missed; the waiters' own timers cover the rest.
+async fn listen(pool: PgPool, channel: String, wakers: Weak<Wakers>, stop: CancellationToken) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let connected = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen(&channel).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = tokio::select! {
+            () = stop.cancelled() => return,
+            connected = connected => match connected {
+                Ok(listener) => listener,
+                Err(error) => {
+                    tracing::debug!(%error, "LISTEN failed; waiters poll until it is back");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            },
+        };
+        pause = Duration::from_millis(50);
+        let Some(w) = wakers.upgrade() else { return };
+        w.wake_all();
+        drop(w);
+        loop {
+            let received = tokio::select! {
+                () = stop.cancelled() => return,
+                received = listener.try_recv() => received,
+            };
+            let Some(w) = wakers.upgrade() else { return };
+            match received {
+                Ok(Some(notification)) => w.wake(notification.payload()),
+                // The connection dropped; the next call reconnects and listens again.
+                Ok(None) => w.wake_all(),
+                Err(error) => {
+                    tracing::debug!(%error, "LISTEN connection lost");
+                    w.wake_all();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// One attempt: a single INSERT … ON CONFLICT DO UPDATE … WHERE statement.
+async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt> {
+    let start = Instant::now();
+    let row = sqlx::query(AssertSqlSafe(shared.sql.acquire.clone()))
+        .bind(req.name.as_str())
+        .bind(&req.token)
+        .bind(ms(req.ttl))
+        .bind(req.owner.label.as_deref())
+        .bind(&req.owner.host)
+        .bind(i64::from(req.owner.pid))
+        .bind(req.reentrant)
+        .fetch_one(&shared.pool)
+        .await
+        .map_err(from_sqlx)?;
+    let granted: Option<i64> = row.try_get(0).map_err(from_sqlx)?;
+    let free_in: Option<i64> = row.try_get(1).map_err(from_sqlx)?;
+    Ok(match granted {
+        Some(fence) => Attempt::Acquired(Arc::new(TableLease {
+            shared,
+            name: req.name.as_str().to_owned(),
+            token: req.token,
+            fence,
+            lost: CancellationToken::new(),
+            start,
+        })),
+        None => Attempt::Busy {
+            free_in: free_in.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        },
+    })
+}
+
+fn to_info(row: &sqlx::postgres::PgRow) -> Result<LockInfo> {
+    let get = |e: sqlx::Error| from_sqlx(e);
+    let name: String = row.try_get(0).map_err(get)?;
+    let fence_value: i64 = row.try_get(1).map_err(get)?;
+    let holds: i32 = row.try_get(2).map_err(get)?;
+    let acquired_us: i64 = row.try_get(3).map_err(get)?;
+    let left_ms: i64 = row.try_get(4).map_err(get)?;
+    let label: Option<String> = row.try_get(5).map_err(get)?;
+    let host: Option<String> = row.try_get(6).map_err(get)?;
+    let pid: Option<i64> = row.try_get(7).map_err(get)?;
+    Ok(LockInfo::new(
+        name,
+        fence(fence_value),
+        Owner::new(
+            label,
+            host.unwrap_or_default(),
+            pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        ),
+        UNIX_EPOCH + Duration::from_micros(u64::try_from(acquired_us).unwrap_or(0)),
+        Some(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
+        u32::try_from(holds).unwrap_or(0),
+    ))
+}
+
+/// One hold of a row in the lease table.
+#[derive(Debug)]
+struct TableLease {
+    shared: Arc<Shared>,
+    name: String,
+    token: String,
+    fence: i64,
+    lost: CancellationToken,
+    start: Instant,
+}
+
+#[async_trait]
+impl Lease for TableLease {
+    fn fence(&self) -> FencingToken {
+        fence(self.fence)
+    }
+
+    fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    fn lease_start(&self) -> Instant {
+        self.start
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        let done = sqlx::query(AssertSqlSafe(self.shared.sql.extend.clone()))
+            .bind(&self.name)
+            .bind(&self.token)
+            .bind(self.fence)
+            .bind(ms(ttl))
+            .execute(&self.shared.pool)
+            .await
+            .map_err(from_sqlx)?;
+        if done.rows_affected() == 0 {
+            return Err(Error::not_owned(&self.name));
+        }
+        Ok(())
+    }
+
+    async fn release(&self) -> Result<()> {
+        let left: Option<i32> = sqlx::query_scalar(AssertSqlSafe(self.shared.sql.release.clone()))
+            .bind(&self.name)
+            .bind(&self.token)
+            .bind(self.fence)
+            .bind(&self.shared.channel)
+            .fetch_optional(&self.shared.pool)
+            .await
+            .map_err(from_sqlx)?;
+        match left {
+            None => Err(Error::not_owned(&self.name)),
+            Some(left) => {
+                if left == 0 {
+                    // NOTIFY reaches the other clients; wake our own waiters at once.
+                    self.shared.wakers.wake(&self.name);
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod error;
+mod lease_table;
+mod schema;
+mod session;
+
+pub use crate::sql_common::Mode;
+pub use config::{POSTGRES_SCHEMES, PostgresConfig};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::backend::{
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
+};
+use crate::error::Result;
+use crate::name::LockName;
+
+use lease_table::LeaseStore;
+use session::SessionStore;
+
+const LEASE_INFO: BackendInfo = BackendInfo::new(
+    "postgres",
+    Capabilities {
+        reentrant: true,
+        fair: false,
+        native_wait: true,
+        native_loss_signal: false,
+        cross_process: true,
+        monitor: true,
+    },
+);
+
+const SESSION_INFO: BackendInfo = BackendInfo::new(
+    "postgres",
+    Capabilities {
+        reentrant: false,
+        fair: false,
+        native_wait: true,
+        native_loss_signal: true,
+        cross_process: true,
+        monitor: false,
+    },
+);
+
+/// Builds a [`PostgresBackend`] from options.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// use dlock::postgres::{Mode, PostgresBuilder};
+/// let backend = PostgresBuilder::new("postgres://app@db.internal/app")
+///     .mode(Mode::Session)
+///     .max_connections(50)
+///     .build()
+///     .await?;
+/// let locks = dlock::Locks::new(backend);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct PostgresBuilder {
+    config: PostgresConfig,
+}
+
+impl PostgresBuilder {
+    /// A builder for the database at `url` (a driver URL: no dlock options), other options
+    /// at their defaults.
+    pub fn new(url: impl Into<String>) -> PostgresBuilder {
+        PostgresBuilder {
+            config: PostgresConfig {
+                url: url.into(),
+                ..PostgresConfig::default()
+            },
+        }
+    }
+
+    /// A builder from a full config.
+    pub fn from_config(config: PostgresConfig) -> PostgresBuilder {
+        PostgresBuilder { config }
+    }
+
+    /// See [`PostgresConfig::mode`].
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
+    /// See [`PostgresConfig::table`].
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.config.table = Some(table.into());
+        self
+    }
+
+    /// See [`PostgresConfig::max_connections`].
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.config.max_connections = Some(max);
+        self
+    }
+
+    /// See [`PostgresConfig::connect_timeout`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// See [`PostgresConfig::check_interval`].
+    pub fn check_interval(mut self, interval: Duration) -> Self {
+        self.config.check_interval = interval;
+        self
+    }
+
+    /// Connects, and creates the table if it is missing (or checks that it is dlock's).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidUrl`](crate::Error::InvalidUrl) /
+    ///   [`Error::InvalidArgument`](crate::Error::InvalidArgument): bad options;
+    /// - [`Error::Unauthenticated`](crate::Error::Unauthenticated): the server refused the
+    ///   credentials;
+    /// - [`Error::PermissionDenied`](crate::Error::PermissionDenied): the user may not create
+    ///   or use the table;
+    /// - [`Error::WrongType`](crate::Error::WrongType): a table of that name exists with
+    ///   another shape;
+    /// - [`Error::Unavailable`](crate::Error::Unavailable): the server cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped build leaves at most an empty table behind.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::postgres::PostgresBuilder::new("postgres://app@db/app").build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<PostgresBackend> {
+        let config = self.config;
+        config.validate()?;
+        let options = config.connect_options()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_size())
+            .acquire_timeout(config.connect_timeout)
+            .idle_timeout(Duration::from_secs(60))
+            .connect_lazy_with(options);
+        let table = config.table_name().to_owned();
+        let store = match config.mode {
+            Mode::Lease => {
+                schema::ensure(
+                    &pool,
+                    &table,
+                    &schema::lease_ddl(&table),
+                    schema::LEASE_SHAPE,
+                )
+                .await?;
+                Store::Lease(LeaseStore::new(pool, &table))
+            }
+            Mode::Session => {
+                schema::ensure(
+                    &pool,
+                    &table,
+                    &schema::fence_ddl(&table),
+                    schema::FENCE_SHAPE,
+                )
+                .await?;
+                Store::Session(SessionStore::new(pool, &table, config.check_interval))
+            }
+        };
+        Ok(PostgresBackend {
+            inner: Arc::new(Inner { config, store }),
+        })
+    }
+}
+
+/// Locks in a PostgreSQL database: a lease table (default) or advisory locks
+/// (`?mode=session`).
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("postgres://app@db.internal:5432/app").await?;
+/// let guard = locks.mutex("nightly-report").acquire().await?;
+/// println!("fence {}", guard.fence());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: PostgresConfig,
+    store: Store,
+}
+
+#[derive(Debug)]
+enum Store {
+    Lease(LeaseStore),
+    Session(SessionStore),
+}
+
+impl PostgresBackend {
+    /// Connects to the database named by a `postgres://` URL; see
+    /// [`PostgresConfig::from_url`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresConfig::from_url`] and [`PostgresBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::postgres::PostgresBackend::connect_url("postgres://app@db/app?mode=session").await?;
+    /// let locks = dlock::Locks::new(backend);
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_url(url: &str) -> Result<PostgresBackend> {
+        PostgresBuilder::from_config(PostgresConfig::from_url(url)?)
+            .build()
+            .await
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &PostgresConfig {
+        &self.inner.config
+    }
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    fn info(&self) -> &BackendInfo {
+        match self.inner.store {
+            Store::Lease(_) => &LEASE_INFO,
+            Store::Session(_) => &SESSION_INFO,
+        }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        match &self.inner.store {
+            Store::Lease(store) => store.acquire(req).await,
+            Store::Session(store) => store.acquire(req).await,
+        }
+    }
+
+    fn monitor(&self) -> Option<&dyn MonitorStore> {
+        match self.inner.store {
+            Store::Lease(_) => Some(self),
+            Store::Session(_) => None,
+        }
+    }
+}
+
+#[async_trait]
+impl MonitorStore for PostgresBackend {
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        match &self.inner.store {
+            Store::Lease(store) => store.inspect(name).await,
+            Store::Session(_) => Err(unsupported()),
+        }
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        match &self.inner.store {
+            Store::Lease(store) => store.list_page(prefix, cursor, limit).await,
+            Store::Session(_) => Err(unsupported()),
+        }
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        match &self.inner.store {
+            Store::Lease(store) => store.force_release(name).await,
+            Store::Session(_) => Err(unsupported()),
+        }
+    }
+}
+
+fn unsupported() -> crate::Error {
+    crate::Error::Unsupported {
+        operation: "inspection in session mode",
+        backend: "postgres",
+    }
+}

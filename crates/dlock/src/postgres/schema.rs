@@ -1,0 +1,109 @@
+//! Tables created on first use, and the check that an existing table is dlock's.
+
+use sqlx::{AssertSqlSafe, PgPool};
+
+use super::error::Error;
+
+/// Column name and `information_schema` data type, in table order.
+pub(super) type Shape = &'static [(&'static str, &'static str)];
+
+/// The lease table: a row per lock name, never deleted, so the fence only grows.
+pub(super) const LEASE_SHAPE: Shape = &[
+    ("name", "text"),
+    ("fence", "bigint"),
+    ("token", "text"),
+    ("holds", "integer"),
+    ("expires_at", "timestamp with time zone"),
+    ("acquired_at", "timestamp with time zone"),
+    ("owner_label", "text"),
+    ("host", "text"),
+    ("pid", "bigint"),
+];
+
+pub(super) fn lease_ddl(table: &str) -> String {
+    format!(
+        r#"CREATE TABLE IF NOT EXISTS {table} (
+    name        text COLLATE "C" PRIMARY KEY,  -- byte-wise: case-sensitive, ordered for prefixes
+    fence       bigint NOT NULL,               -- only ever incremented
+    token       text,                          -- holder's token; NULL when free
+    holds       integer NOT NULL DEFAULT 0,    -- reentrant hold count
+    expires_at  timestamptz NOT NULL,          -- the database's clock
+    acquired_at timestamptz NOT NULL,
+    owner_label text,
+    host        text,
+    pid         bigint
+)"#
+    )
+}
+
+/// Session mode's fence counters: one row per name, incremented by each holder.
+pub(super) const FENCE_SHAPE: Shape = &[("name", "text"), ("fence", "bigint")];
+
+pub(super) fn fence_ddl(table: &str) -> String {
+    format!(
+        r#"CREATE TABLE IF NOT EXISTS {table} (
+    name  text COLLATE "C" PRIMARY KEY,
+    fence bigint NOT NULL
+)"#
+    )
+}
+
+async fn columns(pool: &PgPool, table: &str) -> Result<Vec<(String, String)>, Error> {
+    Ok(sqlx::query_as(
+        "SELECT column_name::text, data_type::text FROM information_schema.columns
+         WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
+    )
+    .bind(table)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Creates `table` if it is missing, then checks that every column dlock uses is there with
+/// its type.
+pub(super) async fn ensure(
+    pool: &PgPool,
+    table: &str,
+    ddl: &str,
+    shape: Shape,
+) -> Result<(), Error> {
+    let mut found = columns(pool, table).await?;
+    if found.is_empty() {
+        match sqlx::query(AssertSqlSafe(ddl.to_owned()))
+            .execute(pool)
+            .await
+        {
+            Ok(_) => {}
+            // Two clients creating the table at once: one of them loses on the catalog's
+            // unique index; the table is there either way.
+            Err(sqlx::Error::Database(db))
+                if matches!(db.code().as_deref(), Some("23505" | "42P07")) => {}
+            Err(e) => return Err(e.into()),
+        }
+        found = columns(pool, table).await?;
+    }
+    for (column, data_type) in shape {
+        match found.iter().find(|(name, _)| name == column) {
+            Some((_, found_type)) if found_type == data_type => {}
+            Some((_, found_type)) => {
+                return Err(Error::Foreign {
+                    table: table.to_owned(),
+                    detail: format!("column {column} is {found_type}, dlock needs {data_type}"),
+                });
+            }
+            None => {
+                return Err(Error::Foreign {
+                    table: table.to_owned(),
+                    detail: format!(
+                        "no column {column} (found: {}); use ?table= to pick another name",
+                        found
+                            .iter()
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,294 @@
+#![cfg(feature = "mysql")]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+//! What is specific to MySQL/MariaDB, on real MariaDB servers started by the test kit: killed
+//! sessions, server restarts, table creation and checks, permissions, names, URL options.
+
+use std::time::Duration;
+
+use dlock::Error;
+use dlock_testkit::server::{Mariadb, ServerProcess, find_binary, required};
+use sqlx::MySqlPool;
+
+/// A fresh server, or `None` (skip) when MariaDB is not installed and not required.
+fn server() -> Option<ServerProcess> {
+    if find_binary(&Mariadb::default()).is_none() {
+        assert!(
+            !required("mariadb"),
+            "mariadbd not found, but DLOCK_TEST_REQUIRE requires it"
+        );
+        eprintln!("skipping: mariadbd not found (set DLOCK_TEST_MARIADB_BIN)");
+        return None;
+    }
+    Some(tokio::task::block_in_place(|| {
+        ServerProcess::start(Mariadb::default()).unwrap_or_else(|e| panic!("{e}"))
+    }))
+}
+
+async fn admin(server: &ServerProcess) -> MySqlPool {
+    MySqlPool::connect(&Mariadb::url(server)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
+    let Some(server) = server() else { return };
+    let url = format!(
+        "{}?mode=session&check_interval=100ms",
+        Mariadb::url(&server)
+    );
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let held = a.mutex("jobs/killed").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        b.mutex("jobs/killed")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    let admin = admin(&server).await;
+    let holder: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(IS_USED_LOCK(CONCAT('dlock:', LEFT(SHA2(?, 256), 58))) AS SIGNED)",
+    )
+    .bind("jobs/killed")
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    let holder = holder.expect("nobody holds the server-side lock");
+    sqlx::query(sqlx::AssertSqlSafe(format!("KILL {holder}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .expect("the lost signal did not fire after KILL");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter did not get the lock")
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > held.fence());
+    assert!(matches!(held.release().await, Err(Error::NotOwned { .. })));
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_survives_its_connections_being_killed() {
+    let Some(server) = server() else { return };
+    let url = Mariadb::url(&server);
+    let a = dlock::connect(&url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(Duration::from_millis(900))
+        .unwrap();
+    let held = a.mutex("jobs/pooled").acquire().await.unwrap();
+    let admin = admin(&server).await;
+    for _ in 0..3 {
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST
+             WHERE ID <> CONNECTION_ID() AND USER = 'root'",
+        )
+        .fetch_all(&admin)
+        .await
+        .unwrap();
+        for id in ids {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL {id}")))
+                .execute(&admin)
+                .await;
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert!(!held.is_lost(), "a lease was lost with its connection");
+    let b = dlock::connect(&url).await.unwrap();
+    assert!(
+        b.mutex("jobs/pooled")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_during_holds_and_waits() {
+    let Some(mut server) = server() else { return };
+    let lease_url = Mariadb::url(&server);
+    let session_url = format!("{lease_url}?mode=session&check_interval=100ms");
+    let lease = dlock::connect(&lease_url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(Duration::from_secs(6))
+        .unwrap();
+    let session = dlock::connect(&session_url).await.unwrap();
+    let lease_held = lease.mutex("restart/lease").acquire().await.unwrap();
+    let session_held = session.mutex("restart/session").acquire().await.unwrap();
+    let (lease_b, session_b) = (
+        dlock::connect(&lease_url).await.unwrap(),
+        dlock::connect(&session_url).await.unwrap(),
+    );
+    let lease_waiter = tokio::spawn(async move {
+        lease_b
+            .mutex("restart/lease")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    let session_waiter = tokio::spawn(async move {
+        session_b
+            .mutex("restart/session")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| server.restart().unwrap());
+    tokio::time::timeout(Duration::from_secs(5), session_held.lost())
+        .await
+        .expect("the session lock was not reported lost after the restart");
+    let session_next = tokio::time::timeout(Duration::from_secs(20), session_waiter)
+        .await
+        .expect("the session waiter did not get the lock after the restart")
+        .unwrap()
+        .unwrap();
+    assert!(session_next.fence() > session_held.fence());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !lease_held.is_lost(),
+        "the lease was lost over a short restart"
+    );
+    assert!(!lease_waiter.is_finished(), "the waiter took a held lease");
+    let lease_fence = lease_held.fence();
+    lease_held.release().await.unwrap();
+    let lease_next = tokio::time::timeout(Duration::from_secs(5), lease_waiter)
+        .await
+        .expect("the lease waiter did not get the lock after the release")
+        .unwrap()
+        .unwrap();
+    assert!(lease_next.fence() > lease_fence);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_is_created_and_a_foreign_one_refused() {
+    let Some(server) = server() else { return };
+    let base = Mariadb::url(&server);
+    let admin = admin(&server).await;
+    for (query, table) in [
+        ("?table=fresh_locks", "fresh_locks"),
+        ("?mode=session&table=fresh_fences", "fresh_fences"),
+    ] {
+        let locks = dlock::connect(&format!("{base}{query}")).await.unwrap();
+        locks
+            .mutex("x")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let exists: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.TABLES
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+        )
+        .bind(table)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert_eq!(exists, 1, "{table} was not created");
+    }
+    sqlx::query("CREATE TABLE foreign_t (id INT PRIMARY KEY, name TEXT)")
+        .execute(&admin)
+        .await
+        .unwrap();
+    // Right columns, but a case-insensitive name column: refused too.
+    sqlx::query("CREATE TABLE typed_t (name VARCHAR(100) PRIMARY KEY, fence BIGINT NOT NULL)")
+        .execute(&admin)
+        .await
+        .unwrap();
+    for query in [
+        "?table=foreign_t",
+        "?mode=session&table=foreign_t",
+        "?mode=session&table=typed_t",
+    ] {
+        let err = dlock::connect(&format!("{base}{query}")).await.unwrap_err();
+        assert!(
+            matches!(err, Error::WrongType { ref key, .. } if key.ends_with("_t")),
+            "{query}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_without_rights_get_typed_errors() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    for statement in [
+        "CREATE DATABASE app",
+        "CREATE USER 'nopriv'@'%'",
+        "GRANT SELECT ON app.* TO 'nopriv'@'%'",
+    ] {
+        sqlx::query(statement).execute(&admin).await.unwrap();
+    }
+    let url = format!("mysql://nopriv@127.0.0.1:{}/app", server.port());
+    let err = dlock::connect(&url).await.unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+    // A table it can read but not write: the first acquisition says so.
+    dlock::connect(&format!("mysql://root@127.0.0.1:{}/app", server.port()))
+        .await
+        .unwrap();
+    let read_only = dlock::connect(&url).await.unwrap();
+    let err = read_only.mutex("x").no_wait().acquire().await.unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+    let wrong = format!("mysql://root:wrong@127.0.0.1:{}/app", server.port());
+    let err = dlock::connect(&wrong).await.unwrap_err();
+    assert!(matches!(err, Error::Unauthenticated { .. }), "{err:?}");
+    assert!(!format!("{err:?}").contains(":wrong@"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_differing_in_case_or_trailing_spaces_stay_distinct() {
+    let Some(server) = server() else { return };
+    for query in ["", "?mode=session"] {
+        let locks = dlock::connect(&format!("{}{query}", Mariadb::url(&server)))
+            .await
+            .unwrap();
+        let mut guards = Vec::new();
+        for name in ["Report", "report", "report ", "REPORT", "repört"] {
+            let guard = locks.mutex(name).try_acquire().await.unwrap();
+            guards.push(guard.unwrap_or_else(|| panic!("{query}: {name:?} collided")));
+        }
+        for guard in guards {
+            guard.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_unavailable() {
+    let Some(mut server) = server() else { return };
+    let url = format!("{}?connect_timeout=500ms", Mariadb::url(&server));
+    let locks = dlock::connect(&url).await.unwrap();
+    tokio::task::block_in_place(|| server.kill().unwrap());
+    let err = locks.mutex("x").no_wait().acquire().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    let err = dlock::connect(&url).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn bad_url_options_are_invalid_urls() {
+    for url in [
+        "mysql://u:hunter2@127.0.0.1:1/db?mode=exclusive",
+        "mariadb://u:hunter2@127.0.0.1:1/db?table=a-b",
+        "mysql://u:hunter2@127.0.0.1:1/db?ssl-mode=maybe",
+        "mysql://u:hunter2@127.0.0.1:1/db?colour=blue",
+        "mysql://u:hunter2@127.0.0.1:1/db?poll_min=1s&poll_max=10ms",
+        "mariadb://u:hunter2@127.0.0.1:1/db?max_connections=lots",
+    ] {
+        let err = dlock::connect(url).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err:?}");
+        assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    }
+}
