@@ -133,6 +133,9 @@ pub struct Uncontended {
     pub p50_us: Spread,
     /// 99th percentile pair latency, µs.
     pub p99_us: Spread,
+    /// Pairs per second as a fraction of the floor's, run by run (blocks of the two
+    /// alternate, so both see the same machine).
+    pub ratio_to_floor: Option<Spread>,
 }
 
 /// Results of the hand-off scenario.
@@ -201,10 +204,14 @@ pub struct WatchdogScale {
 #[derive(Debug, Serialize)]
 #[non_exhaustive]
 pub struct Floor {
-    /// Transaction pairs per second.
+    /// What a pair is.
+    pub what: &'static str,
+    /// Pairs per second.
     pub pairs_per_sec: Spread,
     /// Median pair latency, µs.
     pub p50_us: Spread,
+    /// 99th percentile pair latency, µs.
+    pub p99_us: Spread,
 }
 
 /// Runs `dlock bench` (or one hand-off worker, with `--worker`).
@@ -233,26 +240,23 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         "dlock bench on {} ({} runs per scenario, median (min, max))",
         report.backend, args.repeat
     );
-    if matches!(args.scenario, Scenario::All | Scenario::Floor)
-        && let Some((result, what)) = match report.backend.as_str() {
-            "sqlite" => Some((floor(url, &args)?, "SQLite write-transaction pairs")),
-            "redis" => Some((
-                redis_floor(url, &args).await?,
-                "redis-rs SET NX PX + DEL round-trip pairs",
-            )),
-            _ => None,
+    if matches!(
+        args.scenario,
+        Scenario::All | Scenario::Floor | Scenario::Uncontended
+    ) {
+        let floor = floor_pair(url, &report.backend).await?;
+        if let Some(floor) = &floor {
+            println!(
+                "floor: {} with no lock logic, measured in blocks alternating with the lock's",
+                floor.what
+            );
         }
-    {
-        println!(
-            "floor: {what} with no lock logic, {} pairs per run",
-            args.pairs
-        );
-        println!("  pairs/s      {}", result.pairs_per_sec);
-        println!("  p50 µs       {}", result.p50_us);
-        report.floor = Some(result);
-    }
-    if matches!(args.scenario, Scenario::All | Scenario::Uncontended) {
-        let result = uncontended(&locks, &args).await?;
+        let (result, floor_result) = uncontended(&locks, floor, &args).await?;
+        if let Some(floor) = &floor_result {
+            println!("  pairs/s      {}", floor.pairs_per_sec);
+            println!("  p50 µs       {}", floor.p50_us);
+            println!("  p99 µs       {}", floor.p99_us);
+        }
         println!(
             "uncontended acquire+release, 1 task, {} pairs per run",
             args.pairs
@@ -260,7 +264,11 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         println!("  pairs/s      {}", result.pairs_per_sec);
         println!("  p50 µs       {}", result.p50_us);
         println!("  p99 µs       {}", result.p99_us);
+        if let Some(ratio) = &result.ratio_to_floor {
+            println!("  / floor      {ratio}");
+        }
         report.uncontended = Some(result);
+        report.floor = floor_result;
     }
     if matches!(args.scenario, Scenario::All | Scenario::Handoff) {
         if !locks.info().capabilities.cross_process {
@@ -313,44 +321,92 @@ fn unique_name(what: &str) -> String {
     format!("dlock-bench/{what}/{}-{nanos}", std::process::id())
 }
 
-async fn uncontended(locks: &dlock::Locks, args: &BenchArgs) -> anyhow::Result<Uncontended> {
-    let (mut rates, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
+/// Pairs measured per block; lock and floor blocks alternate, so both see the same machine.
+const BLOCK: u32 = 100;
+
+async fn lock_pair(locks: &dlock::Locks, name: &str) -> anyhow::Result<()> {
+    locks
+        .mutex(name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await?
+        .release()
+        .await?;
+    Ok(())
+}
+
+/// Latencies in µs → (pairs/s over the time spent, p50, p99).
+fn summarize(mut latencies: Vec<f64>) -> (f64, f64, f64) {
+    let spent_s: f64 = latencies.iter().sum::<f64>() / 1e6;
+    latencies.sort_by(f64::total_cmp);
+    (
+        latencies.len() as f64 / spent_s,
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+    )
+}
+
+async fn uncontended(
+    locks: &dlock::Locks,
+    mut floor: Option<FloorPair>,
+    args: &BenchArgs,
+) -> anyhow::Result<(Uncontended, Option<Floor>)> {
     let name = unique_name("uncontended");
-    // Warm-up: connection, prepared statements, page cache.
+    // Warm-up: connection, scripts or prepared statements, page cache.
     for _ in 0..50 {
-        locks
-            .mutex(&name)
-            .ttl(Duration::from_secs(30))
-            .acquire()
-            .await?
-            .release()
-            .await?;
-    }
-    for _ in 0..args.repeat.max(1) {
-        let mut latencies = Vec::with_capacity(args.pairs as usize);
-        let start = Instant::now();
-        for _ in 0..args.pairs {
-            let t = Instant::now();
-            locks
-                .mutex(&name)
-                .ttl(Duration::from_secs(30))
-                .acquire()
-                .await?
-                .release()
-                .await?;
-            latencies.push(t.elapsed().as_secs_f64() * 1e6);
+        lock_pair(locks, &name).await?;
+        if let Some(floor) = &mut floor {
+            (floor.pair)().await?;
         }
-        let elapsed = start.elapsed().as_secs_f64();
-        latencies.sort_by(f64::total_cmp);
-        rates.push(f64::from(args.pairs) / elapsed);
-        p50s.push(percentile(&latencies, 0.50));
-        p99s.push(percentile(&latencies, 0.99));
     }
-    Ok(Uncontended {
-        pairs_per_sec: Spread::of(rates),
-        p50_us: Spread::of(p50s),
-        p99_us: Spread::of(p99s),
-    })
+    let mut lock_m: [Vec<f64>; 3] = Default::default();
+    let mut floor_m: [Vec<f64>; 3] = Default::default();
+    let mut ratios = Vec::new();
+    for _ in 0..args.repeat.max(1) {
+        let mut lock_latencies = Vec::with_capacity(args.pairs as usize);
+        let mut floor_latencies = Vec::with_capacity(args.pairs as usize);
+        while lock_latencies.len() < args.pairs as usize {
+            for _ in 0..BLOCK.min(args.pairs) {
+                let t = Instant::now();
+                lock_pair(locks, &name).await?;
+                lock_latencies.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            if let Some(floor) = &mut floor {
+                for _ in 0..BLOCK.min(args.pairs) {
+                    let t = Instant::now();
+                    (floor.pair)().await?;
+                    floor_latencies.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+        }
+        let (rate, p50, p99) = summarize(lock_latencies);
+        lock_m[0].push(rate);
+        lock_m[1].push(p50);
+        lock_m[2].push(p99);
+        if floor.is_some() {
+            let (floor_rate, floor_p50, floor_p99) = summarize(floor_latencies);
+            floor_m[0].push(floor_rate);
+            floor_m[1].push(floor_p50);
+            floor_m[2].push(floor_p99);
+            ratios.push(rate / floor_rate);
+        }
+    }
+    let [rates, p50s, p99s] = lock_m;
+    let [floor_rates, floor_p50s, floor_p99s] = floor_m;
+    Ok((
+        Uncontended {
+            pairs_per_sec: Spread::of(rates),
+            p50_us: Spread::of(p50s),
+            p99_us: Spread::of(p99s),
+            ratio_to_floor: (!ratios.is_empty()).then(|| Spread::of(ratios)),
+        },
+        floor.map(|floor| Floor {
+            what: floor.what,
+            pairs_per_sec: Spread::of(floor_rates),
+            p50_us: Spread::of(floor_p50s),
+            p99_us: Spread::of(floor_p99s),
+        }),
+    ))
 }
 
 /// One hold as a worker reports it: `fence acquired_ns released_ns waited_ns`.
@@ -550,88 +606,101 @@ async fn redis_commands(server: &str) -> anyhow::Result<u64> {
         .sum())
 }
 
-/// The Redis floor: the pairs of plain round trips an acquire + release needs at least, with
-/// the same client library and I/O mode (a multiplexed redis-rs connection) as the backend.
-async fn redis_floor(url: &str, args: &BenchArgs) -> anyhow::Result<Floor> {
-    let server = redis_server(url).context("not a redis URL")?;
-    let mut conn = redis::aio::ConnectionManager::new(redis::Client::open(server)?).await?;
-    let key = unique_name("floor");
-    let pair = |mut conn: redis::aio::ConnectionManager, key: String| async move {
-        let _: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg("token")
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query_async(&mut conn)
-            .await?;
-        let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
-        anyhow::Ok(())
-    };
-    for _ in 0..50 {
-        pair(conn.clone(), key.clone()).await?;
-    }
-    let (mut rates, mut p50s) = (Vec::new(), Vec::new());
-    for _ in 0..args.repeat.max(1) {
-        let mut latencies = Vec::with_capacity(args.pairs as usize);
-        let start = Instant::now();
-        for _ in 0..args.pairs {
-            let t = Instant::now();
-            pair(conn.clone(), key.clone()).await?;
-            latencies.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        rates.push(f64::from(args.pairs) / start.elapsed().as_secs_f64());
-        latencies.sort_by(f64::total_cmp);
-        p50s.push(percentile(&latencies, 0.5));
-    }
-    let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
-    Ok(Floor {
-        pairs_per_sec: Spread::of(rates),
-        p50_us: Spread::of(p50s),
+/// One pair of plain store operations with no lock logic: what an acquire + release costs at
+/// least on this store, through the same client library and settings.
+struct FloorPair {
+    what: &'static str,
+    pair: Box<dyn FnMut() -> futures::future::BoxFuture<'static, anyhow::Result<()>> + Send>,
+}
+
+/// The floor of a backend, where there is one.
+async fn floor_pair(url: &str, backend: &str) -> anyhow::Result<Option<FloorPair>> {
+    Ok(match backend {
+        "sqlite" => Some(sqlite_floor(url)?),
+        "redis" => Some(redis_floor(url).await?),
+        _ => None,
     })
 }
 
-fn floor(url: &str, args: &BenchArgs) -> anyhow::Result<Floor> {
-    let config = dlock::sqlite::SqliteConfig::from_url(url)?;
-    let mut scratch = config.path.clone().into_os_string();
-    scratch.push(format!(".floor-{}", std::process::id()));
-    let scratch = std::path::PathBuf::from(scratch);
-    let result = (|| -> anyhow::Result<Floor> {
-        let conn = rusqlite::Connection::open(&scratch)?;
-        let _: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS t (name TEXT PRIMARY KEY, fence INTEGER NOT NULL, token TEXT) WITHOUT ROWID",
-        )?;
-        let (mut rates, mut p50s) = (Vec::new(), Vec::new());
-        for _ in 0..args.repeat.max(1) {
-            let mut latencies = Vec::with_capacity(args.pairs as usize);
-            let start = Instant::now();
-            for _ in 0..args.pairs {
-                let t = Instant::now();
-                conn.prepare_cached(
-                    "INSERT INTO t VALUES ('x', 1, 'a') ON CONFLICT (name) DO UPDATE SET fence = fence + 1, token = 'a'",
-                )?
-                .execute([])?;
-                conn.prepare_cached("UPDATE t SET token = NULL WHERE name = 'x'")?
-                    .execute([])?;
-                latencies.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            rates.push(f64::from(args.pairs) / start.elapsed().as_secs_f64());
-            latencies.sort_by(f64::total_cmp);
-            p50s.push(percentile(&latencies, 0.5));
+/// The Redis floor: `SET NX PX` + `DEL`, the two plain round trips an acquire + release needs
+/// at least, through a multiplexed redis-rs connection as the backend's.
+async fn redis_floor(url: &str) -> anyhow::Result<FloorPair> {
+    let server = redis_server(url).context("not a redis URL")?;
+    let conn = redis::aio::ConnectionManager::new(redis::Client::open(server)?).await?;
+    let key = unique_name("floor");
+    Ok(FloorPair {
+        what: "redis-rs SET NX PX + DEL round-trip pairs",
+        pair: Box::new(move || {
+            let (mut conn, key) = (conn.clone(), key.clone());
+            Box::pin(async move {
+                let _: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg("token")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut conn)
+                    .await?;
+                let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+                Ok(())
+            })
+        }),
+    })
+}
+
+/// A scratch SQLite database beside the lock file, removed on drop.
+struct Scratch {
+    conn: rusqlite::Connection,
+    path: std::path::PathBuf,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.path.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
         }
-        Ok(Floor {
-            pairs_per_sec: Spread::of(rates),
-            p50_us: Spread::of(p50s),
-        })
-    })();
-    for suffix in ["", "-wal", "-shm"] {
-        let mut path = scratch.clone().into_os_string();
-        path.push(suffix);
-        let _ = std::fs::remove_file(path);
     }
-    result
+}
+
+/// The SQLite floor: two write transactions of the same shape as an acquire and a release, on
+/// a scratch database with the backend's settings (WAL, synchronous=NORMAL).
+fn sqlite_floor(url: &str) -> anyhow::Result<FloorPair> {
+    let config = dlock::sqlite::SqliteConfig::from_url(url)?;
+    let mut path = config.path.clone().into_os_string();
+    path.push(format!(".floor-{}", std::process::id()));
+    let path = std::path::PathBuf::from(path);
+    let conn = rusqlite::Connection::open(&path)?;
+    let scratch = Scratch { conn, path };
+    let _: String = scratch
+        .conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    scratch.conn.pragma_update(None, "synchronous", "NORMAL")?;
+    scratch.conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS t (name TEXT PRIMARY KEY, fence INTEGER NOT NULL, token TEXT) WITHOUT ROWID",
+    )?;
+    let scratch = std::sync::Mutex::new(scratch);
+    Ok(FloorPair {
+        what: "SQLite write-transaction pairs",
+        pair: Box::new(move || {
+            let done = (|| -> anyhow::Result<()> {
+                let scratch = scratch.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                scratch
+                    .conn
+                    .prepare_cached(
+                        "INSERT INTO t VALUES ('x', 1, 'a') ON CONFLICT (name) DO UPDATE SET fence = fence + 1, token = 'a'",
+                    )?
+                    .execute([])?;
+                scratch
+                    .conn
+                    .prepare_cached("UPDATE t SET token = NULL WHERE name = 'x'")?
+                    .execute([])?;
+                Ok(())
+            })();
+            Box::pin(async move { done })
+        }),
+    })
 }
 
 /// Counts the renewals that reach the store, by wrapping every lease.

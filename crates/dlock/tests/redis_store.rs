@@ -46,6 +46,13 @@ fn query<T: redis::FromRedisValue>(addr: SocketAddr, args: &[&str]) -> anyhow::R
     Ok(cmd.query(&mut admin(addr)?)?)
 }
 
+/// Whether the lock's value says free, with no waiter flagged (`token` and `queued` fields).
+fn locks_free(addr: SocketAddr, name: &str) -> anyhow::Result<bool> {
+    let value: Vec<u8> = query(addr, &["GET", &format!("dlock:lock:{name}")])?;
+    let fields: Vec<&[u8]> = value.split(|b| *b == 0).collect();
+    Ok(fields.len() >= 6 && fields[1].is_empty() && fields[4] == b"0")
+}
+
 /// Polls `check` until it holds, for up to 5 s (background clean-ups are asynchronous).
 async fn eventually(mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -61,10 +68,13 @@ async fn a_foreign_key_at_a_lock_name_is_a_type_error_at_once() -> anyhow::Resul
     let fx = redis_or_skip!();
     let addr = fx.addr();
     let locks = fx.connect().await?;
-    query::<()>(addr, &["SET", "dlock:lock:app-string", "v"])?;
     query::<()>(addr, &["HSET", "dlock:lock:app-hash", "field", "1"])?;
-    query::<()>(addr, &["LPUSH", "dlock:fence:app-list", "x"])?;
-    for name in ["app-string", "app-hash", "app-list"] {
+    // Even a string with NULs in it, as long as it is not a lock of this layout.
+    query::<()>(
+        addr,
+        &["SET", "dlock:lock:app-string", "v\0a\0b\0c\0d\0e\0f\0g\0h"],
+    )?;
+    for name in ["app-string", "app-hash"] {
         // An hour's wait: only an immediate error lets this test finish.
         let result = locks
             .mutex(name)
@@ -79,12 +89,34 @@ async fn a_foreign_key_at_a_lock_name_is_a_type_error_at_once() -> anyhow::Resul
             other => anyhow::bail!("{name}: expected WrongType, got {other:?}"),
         }
     }
+    // A foreign key where a waiter would queue: found when it first waits.
+    let holder = fx.connect().await?;
+    let guard = holder.mutex("app-list").acquire().await?;
+    query::<()>(addr, &["LPUSH", "dlock:queue:app-list", "x"])?;
+    let result = locks
+        .mutex("app-list")
+        .wait(Duration::from_secs(3600))
+        .acquire()
+        .await;
+    ensure!(matches!(result, Err(Error::WrongType { .. })), "{result:?}");
+    guard.release().await?;
     // The foreign values are untouched and no lock state was left behind.
-    ensure!(query::<String>(addr, &["GET", "dlock:lock:app-string"])? == "v");
-    ensure!(query::<String>(addr, &["HGET", "dlock:lock:app-hash", "field"])? == "1");
-    ensure!(query::<i64>(addr, &["EXISTS", "dlock:lock:app-list"])? == 0);
-    let queues: Vec<String> = query(addr, &["KEYS", "dlock:q*"])?;
-    ensure!(queues.is_empty(), "{queues:?}");
+    ensure!(
+        query::<String>(addr, &["GET", "dlock:lock:app-string"])? == "v\0a\0b\0c\0d\0e\0f\0g\0h"
+    );
+    ensure!(query::<Vec<String>>(addr, &["HKEYS", "dlock:lock:app-hash"])? == ["field"]);
+    ensure!(query::<Vec<String>>(addr, &["LRANGE", "dlock:queue:app-list", "0", "-1"])? == ["x"]);
+    ensure!(
+        query::<i64>(
+            addr,
+            &[
+                "EXISTS",
+                "dlock:qexp:app-list",
+                "dlock:qexp:app-string",
+                "dlock:qexp:app-hash"
+            ]
+        )? == 0
+    );
     Ok(())
 }
 
@@ -291,9 +323,10 @@ async fn abandoned_waits_leave_no_queue_entry_behind() -> anyhow::Result<()> {
     })
     .await?;
     guard.release().await?;
-    // Only the fence counter remains.
+    // Only the free lock's value remains: it keeps the last fence until the lease runs out.
     let keys: Vec<String> = query(addr, &["KEYS", "dlock:*"])?;
-    ensure!(keys == ["dlock:fence:abandoned"], "{keys:?}");
+    ensure!(keys == ["dlock:lock:abandoned"], "{keys:?}");
+    ensure!(locks_free(addr, "abandoned")?);
     Ok(())
 }
 

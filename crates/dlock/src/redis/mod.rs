@@ -24,7 +24,7 @@ use crate::backend::{
 use crate::error::{Error, Result, redact_url};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::wait::{Attempt, Backoff, STARVATION_THRESHOLD, acquire_loop};
+use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use error::{BACKEND, bad_reply, map};
 use scripts::Keys;
@@ -252,6 +252,13 @@ impl Inner {
     }
 }
 
+/// This machine's clock in ms since the Unix epoch: when a hold began, for inspection.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| ms(d))
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -331,6 +338,14 @@ impl Backend for RedisBackend {
         };
         let waiter = waits.then(|| inner.wakeups.waiter(&keys.channel, &req.token));
         let ttl_ms = ms(req.ttl);
+        // Written as is by the script and read back by inspection (`lock_info`).
+        let owner = format!(
+            "{}\0{}\0{}\0{}",
+            unix_ms(),
+            req.owner.host,
+            req.owner.pid,
+            req.owner.label.as_deref().unwrap_or_default()
+        );
         let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
         let acquired = acquire_loop(
             req.wait,
@@ -339,7 +354,6 @@ impl Backend for RedisBackend {
                 let mut conn = inner.conn.clone();
                 let mut invocation = scripts::ACQUIRE.key(&keys.lock);
                 invocation
-                    .key(&keys.fence)
                     .key(&keys.queue)
                     .key(&keys.qexp)
                     .arg(&req.token)
@@ -347,12 +361,8 @@ impl Backend for RedisBackend {
                     .arg(u8::from(req.reentrant))
                     .arg(u8::from(req.fair))
                     .arg(u8::from(waits))
-                    .arg(ms(WAITER_TTL))
-                    .arg(ms(STARVATION_THRESHOLD))
-                    .arg(req.owner.label.as_deref().unwrap_or_default())
-                    .arg(&req.owner.host)
-                    .arg(req.owner.pid)
-                    .arg(u8::from(leftovers.queued.load(Ordering::Relaxed)));
+                    .arg(u8::from(leftovers.queued.load(Ordering::Relaxed)))
+                    .arg(&owner);
                 let start = Instant::now();
                 leftovers.in_flight.store(true, Ordering::Relaxed);
                 let reply: Result<Vec<i64>> = invocation
@@ -473,32 +483,34 @@ fn lock_info(name: String, reply: Vec<Option<String>>) -> Result<Option<LockInfo
     if reply.is_empty() {
         return Ok(None);
     }
-    let [_token, fence, holds, label, host, pid, at, pttl] = reply.as_slice() else {
+    let [_token, fence, holds, owner, pttl] = reply.as_slice() else {
         return Err(bad_reply("inspect"));
     };
-    let number = |field: &Option<String>| field.as_deref().and_then(|v| v.parse::<i64>().ok());
-    let label = label.clone().filter(|l| !l.is_empty());
+    let number = |field: Option<&str>| field.and_then(|v| v.parse::<i64>().ok());
+    // at, host, pid, label: as `acquire` wrote them (the label last, as it may hold anything).
+    let mut parts = owner.as_deref().unwrap_or_default().splitn(4, '\0');
+    let (at, host, pid, label) = (parts.next(), parts.next(), parts.next(), parts.next());
     let owner = Owner::new(
-        label,
-        host.clone().unwrap_or_default(),
+        label.filter(|l| !l.is_empty()).map(str::to_owned),
+        host.unwrap_or_default(),
         number(pid).and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
     );
     let acquired_at = UNIX_EPOCH
         + Duration::from_millis(number(at).and_then(|a| u64::try_from(a).ok()).unwrap_or(0));
-    let ttl_left = number(pttl)
+    let ttl_left = number(pttl.as_deref())
         .and_then(|p| u64::try_from(p).ok())
         .map(Duration::from_millis);
     Ok(Some(LockInfo::new(
         name,
         FencingToken::new(
-            number(fence)
+            number(fence.as_deref())
                 .and_then(|f| u64::try_from(f).ok())
                 .unwrap_or(0),
         ),
         owner,
         acquired_at,
         ttl_left,
-        number(holds)
+        number(holds.as_deref())
             .and_then(|h| u32::try_from(h).ok())
             .unwrap_or(1),
     )))
@@ -533,7 +545,7 @@ impl MonitorStore for RedisBackend {
             .arg("COUNT")
             .arg(limit.max(10))
             .arg("TYPE")
-            .arg("hash")
+            .arg("string")
             .query_async(&mut conn)
             .await
             .map_err(|e| map(e, &pattern))?;

@@ -6,9 +6,14 @@ use std::sync::LazyLock;
 
 use ::redis::Script;
 
-/// Builds a script from `common.lua` followed by the operation's own body.
+/// Builds a script from the shared constants, `common.lua` and the operation's own body.
 fn script(body: &str) -> Script {
-    Script::new(&format!("{}\n{body}", include_str!("scripts/common.lua")))
+    Script::new(&format!(
+        "local WAITER_TTL = {}\nlocal STARVATION = {}\n{}\n{body}",
+        super::config::WAITER_TTL.as_millis(),
+        crate::wait::STARVATION_THRESHOLD.as_millis(),
+        include_str!("scripts/common.lua"),
+    ))
 }
 
 pub(super) static ACQUIRE: LazyLock<Script> =
@@ -28,7 +33,6 @@ pub(super) static INSPECT: LazyLock<Script> =
 #[derive(Clone, Debug)]
 pub(super) struct Keys {
     pub(super) lock: String,
-    pub(super) fence: String,
     pub(super) queue: String,
     pub(super) qexp: String,
     pub(super) channel: String,
@@ -38,7 +42,6 @@ impl Keys {
     pub(super) fn new(prefix: &str, name: &str) -> Keys {
         Keys {
             lock: lock_key(prefix, name),
-            fence: format!("{prefix}fence:{name}"),
             queue: format!("{prefix}queue:{name}"),
             qexp: format!("{prefix}qexp:{name}"),
             channel: channel(prefix, name),

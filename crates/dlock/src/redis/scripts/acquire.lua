@@ -1,63 +1,62 @@
--- KEYS: lock, fence, queue, qexp
--- ARGV: token, ttl_ms, reentrant, fair, waits, waiter_ttl_ms, starvation_ms, label, host, pid,
---       queued (an earlier attempt of this call put it in the queue)
+-- KEYS: lock, queue, qexp
+-- ARGV: token, ttl_ms, reentrant, fair, waits, queued (an earlier attempt of this call put it
+--       in the queue), owner (at, host, pid, label joined by NUL)
 -- Returns {1, fence, reentered} when granted, {0, free_in_ms} when busy (-1: unknown).
-local lock, fence_key, queue, qexp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, ttl = ARGV[1], tonumber(ARGV[2])
-local reentrant, fair, waits = ARGV[3] == '1', ARGV[4] == '1', ARGV[5] == '1'
-local waiter_ttl, starvation = tonumber(ARGV[6]), tonumber(ARGV[7])
-local now = now_ms()
-
-local function busy(free_in)
-  if waits then
-    redis.call('ZADD', queue, 'NX', now, token)
-    redis.call('ZADD', qexp, now + waiter_ttl, token)
-  end
-  return {0, free_in}
+-- The common case (a free lock that was used before) is two commands: GET and SET.
+local key, token, ttl = KEYS[1], ARGV[1], ARGV[2]
+local holder, fence, holds, queued, owner = read(key)
+if holder == false then
+  return fence
 end
 
-local held = redis.call('HMGET', lock, 'token', 'fence', 'holds')
-if held[1] then
-  if reentrant and held[1] == token then
-    redis.call('HINCRBY', lock, 'holds', 1)
-    if redis.call('PTTL', lock) < ttl then
-      redis.call('PEXPIRE', lock, ttl)
+if holder and holder ~= '' then
+  if ARGV[3] == '1' and holder == token then
+    redis.call('SET', key, encode(holder, fence, holds + 1, queued, owner), 'KEEPTTL')
+    redis.call('PEXPIRE', key, ttl, 'GT')
+    return {1, tonumber(fence), 1}
+  end
+  if ARGV[5] == '1' then
+    queue(KEYS[2], KEYS[3]).join(token, now_ms())
+    if queued ~= '1' then
+      redis.call('SET', key, encode(holder, fence, holds, '1', owner), 'KEEPTTL')
     end
-    return {1, tonumber(held[2]), 1}
   end
-  return busy(redis.call('PTTL', lock))
-end
-if redis.call('EXISTS', lock) == 1 then
-  return foreign(lock, 'a hash without a lock token')
+  return {0, redis.call('PTTL', key)}
 end
 
-local head, since = nil, nil
-if redis.call('EXISTS', queue) == 1 then
-  head, since = queue_head(queue, qexp, now)
-end
-if head and head ~= token and (fair or now - since >= starvation) then
-  local head_expiry = tonumber(redis.call('ZSCORE', qexp, head))
-  return busy(head_expiry - now)
+-- Free. Without a lock value the queue flag is unknown: look at the queue itself.
+local q = nil
+if queued == '1' or (not holder and redis.call('EXISTS', KEYS[2]) == 1) then
+  q = queue(KEYS[2], KEYS[3])
+  local now = now_ms()
+  local head, since = q.head(now)
+  if head and head ~= token and (ARGV[4] == '1' or now - since >= STARVATION) then
+    if ARGV[5] == '1' then
+      q.join(token, now)
+      if holder and queued ~= '1' then
+        redis.call('SET', key, encode(holder, fence, holds, '1', owner), 'KEEPTTL')
+      end
+    end
+    return {0, q.expiry(head) - now}
+  end
+  if ARGV[6] == '1' then
+    q.leave(token)
+  end
 end
 
--- The counter starts from the server clock (ms * 1024), so fences keep growing even after
--- the counter is lost (a restart without persistence, an eviction, its idle expiry).
-local fence = redis.pcall('INCR', fence_key)
-if type(fence) == 'table' and fence.err then
-  return foreign(fence_key, 'not a fence counter: ' .. fence.err)
+-- The fence continues from the last holder's. A lock value only disappears a lease after its
+-- last grant (or with the server's data), and fences never outrun the clock in ms * 1024 (a
+-- lock cannot change hands a thousand times a millisecond), so starting again from the clock
+-- keeps them growing.
+local next_fence
+if holder then
+  next_fence = tonumber(fence) + 1
+else
+  next_fence = now_ms() * 1024
 end
-local floor = now * 1024
-if fence < floor then
-  fence = floor
-  redis.call('SET', fence_key, integer(fence))
+local still_queued = '0'
+if q and q.exists() then
+  still_queued = '1'
 end
--- Idle counters go away; the clock floor above keeps fences growing when one is re-created.
-redis.call('PEXPIRE', fence_key, 86400000)
-redis.call('HSET', lock, 'token', token, 'fence', integer(fence), 'holds', 1,
-  'label', ARGV[8], 'host', ARGV[9], 'pid', ARGV[10], 'at', integer(now))
-redis.call('PEXPIRE', lock, ttl)
-if ARGV[11] == '1' then
-  redis.call('ZREM', queue, token)
-  redis.call('ZREM', qexp, token)
-end
-return {1, fence, 0}
+redis.call('SET', key, encode(token, integer(next_fence), 1, still_queued, ARGV[7]), 'PX', ttl)
+return {1, next_fence, 0}

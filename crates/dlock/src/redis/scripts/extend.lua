@@ -1,12 +1,14 @@
 -- KEYS: lock   ARGV: token, fence, ttl_ms
 -- Makes the lease last at least ttl_ms from now (never shorter); ttl 0 only checks ownership.
 -- Returns 1 when owned, 0 when not.
-local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
-if held[1] ~= ARGV[1] or held[2] ~= ARGV[2] then
+local holder, fence = read(KEYS[1])
+if holder == false then
+  return fence
+end
+if holder ~= ARGV[1] or fence ~= ARGV[2] then
   return 0
 end
-local ttl = tonumber(ARGV[3])
-if ttl > 0 and redis.call('PTTL', KEYS[1]) < ttl then
-  redis.call('PEXPIRE', KEYS[1], ttl)
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3], 'GT')
 end
 return 1

@@ -1,7 +1,9 @@
--- KEYS: lock  Returns {token, fence, holds, label, host, pid, at, pttl}, or {} when free.
-local held = redis.call('HMGET', KEYS[1], 'token', 'fence', 'holds', 'label', 'host', 'pid', 'at')
-if not held[1] then
+-- KEYS: lock  Returns {token, fence, holds, owner, ms left}, or {} when free.
+local holder, fence, holds, queued, owner = read(KEYS[1])
+if holder == false then
+  return fence
+end
+if not holder or holder == '' then
   return {}
 end
-held[8] = redis.call('PTTL', KEYS[1])
-return held
+return {holder, fence, holds, owner, integer(redis.call('PTTL', KEYS[1]))}

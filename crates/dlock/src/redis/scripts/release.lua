@@ -1,15 +1,20 @@
 -- KEYS: lock, queue, qexp   ARGV: token, fence, channel
--- Returns the holds left (0: the lock is free), or -1 when this hold is not the lock's.
-local lock = KEYS[1]
-local held = redis.call('HMGET', lock, 'token', 'fence', 'holds')
-if held[1] ~= ARGV[1] or held[2] ~= ARGV[2] then
+-- Returns the holds left (0: the lock is free), or -1 when this hold is not the lock's
+-- (released, expired, broken, taken over).
+local holder, fence, holds, queued, owner = read(KEYS[1])
+if holder == false then
+  return fence
+end
+if holder ~= ARGV[1] or fence ~= ARGV[2] then
   return -1
 end
-local holds = tonumber(held[3]) - 1
+holds = holds - 1
 if holds > 0 then
-  redis.call('HSET', lock, 'holds', holds)
+  redis.call('SET', KEYS[1], encode(holder, fence, holds, queued, owner), 'KEEPTTL')
   return holds
 end
-redis.call('DEL', lock)
-wake(KEYS[2], KEYS[3], ARGV[3])
+if queued == '1' then
+  queued = queue(KEYS[2], KEYS[3]).wake(ARGV[3])
+end
+redis.call('SET', KEYS[1], encode('', fence, 0, queued, owner), 'KEEPTTL')
 return 0
