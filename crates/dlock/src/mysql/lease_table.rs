@@ -84,10 +84,15 @@ impl Statements {
              VALUES (?, 1, ?, 1, {NOW} + ?, {NOW}, ?, ?, ?)"
         );
         // The holder's time left (NULL when free), and the queue's head and how long it has
-        // waited, both in µs.
+        // waited, both in µs; then how many live waiters are ahead of this one (all of them
+        // if it has no entry yet). Binds: the name, the token, the name, the token, the name.
         let busy = format!(
             "SELECT IF(l.token IS NOT NULL AND l.expires_at > {NOW}, l.expires_at - {NOW}, NULL),
-                    h.token, {NOW} - h.since
+                    h.token, {NOW} - h.since,
+                    (SELECT COUNT(*) FROM {w} a LEFT JOIN {w} me ON me.name = a.name AND me.token = ?
+                     WHERE a.name = ? AND a.seen > {NOW} - {stale} AND a.token <> ?
+                       AND (me.since IS NULL OR a.since < me.since
+                            OR (a.since = me.since AND a.token < me.token)))
              FROM {t} l LEFT JOIN ({head}) h ON TRUE
              WHERE l.name = ?"
         );
@@ -265,8 +270,8 @@ async fn leave_queue(shared: Arc<Shared>, name: String, token: String) {
 }
 
 /// How often the head of the queue polls: nothing wakes it when another client releases, so
-/// it looks often (one waiter per lock does this; the others refresh every
-/// `WAITER_REFRESH`).
+/// it looks often. The waiter `n` places behind polls `n + 1` times less often, and none
+/// less often than `WAITER_REFRESH` (which keeps its entry alive).
 const HEAD_POLL: Duration = Duration::from_millis(20);
 
 /// How often a queued waiter rewrites its entry; its polls in between are reads.
@@ -335,14 +340,17 @@ async fn try_acquire(
         let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
         return Ok(granted(conn, fence).await);
     }
-    type BusyRow = (Option<i64>, Option<String>, Option<i64>);
+    type BusyRow = (Option<i64>, Option<String>, Option<i64>, i64);
     let busy: Option<BusyRow> = sqlx::query_as(AssertSqlSafe(shared.sql.busy.clone()))
+        .bind(&req.token)
+        .bind(name)
+        .bind(&req.token)
         .bind(name)
         .bind(name)
         .fetch_optional(&mut *conn)
         .await
         .map_err(from_sqlx)?;
-    let Some((held_us, head, head_waited_us)) = busy else {
+    let Some((held_us, head, head_waited_us, ahead)) = busy else {
         let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
             .bind(name)
             .bind(&req.token)
@@ -382,10 +390,12 @@ async fn try_acquire(
             .map_err(from_sqlx)?;
         spot.set_queued(true);
     }
-    // Nobody live ahead (the entry just written may be the only one): this waiter is next.
-    let head_poll = (!head_is_other).then_some(HEAD_POLL.min(shared.poll.max));
+    // The head polls every HEAD_POLL, the next in line half as often, and so on: whoever
+    // will be next soon learns soon that it is, without every waiter polling hot.
+    let rank = u32::try_from(ahead).unwrap_or(u32::MAX).saturating_add(1);
+    let poll = HEAD_POLL.saturating_mul(rank).min(shared.poll.max);
     Ok(Attempt::Busy {
-        free_in: Some(queued_hint(held, head_poll)),
+        free_in: Some(queued_hint(held, Some(poll))),
     })
 }
 
