@@ -371,13 +371,19 @@ impl QueueSpot {
     pub(crate) fn set_queued(&self, queued: bool) {
         self.queued.store(queued, Ordering::SeqCst);
         if !queued {
-            *self.refreshed.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            *self
+                .refreshed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
         }
     }
 
     /// Whether the entry is due for a refresh, and if so, counts it as refreshed now.
     pub(crate) fn refresh_due(&self, every: Duration) -> bool {
-        let mut at = self.refreshed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut at = self
+            .refreshed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         if at.is_some_and(|at| now.duration_since(at) < every) && self.is_queued() {
             return false;

@@ -211,7 +211,9 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
         .execute(&admin)
         .await
         .unwrap();
-    let err = dlock::connect(&format!("{base}?table=w_locks")).await.unwrap_err();
+    let err = dlock::connect(&format!("{base}?table=w_locks"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::WrongType { ref key, .. } if key == "w_locks_waiters"),
         "{err:?}"
@@ -358,7 +360,15 @@ async fn the_waiter_queue_decides_who_gets_a_free_lock() {
     );
     // A head that has only just arrived: unfair newcomers may still pass it, fair ones not.
     plant_waiter(&admin, name, "elsewhere", 3600, 3600).await;
-    assert!(locks.mutex(name).fair().try_acquire().await.unwrap().is_none());
+    assert!(
+        locks
+            .mutex(name)
+            .fair()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
     let passed = locks.mutex(name).try_acquire().await.unwrap();
     passed
         .expect("an unfair newcomer waited behind a fresh waiter")
@@ -405,7 +415,11 @@ async fn a_waiter_leaves_the_queue_when_it_gives_up_or_gets_the_lock() {
             .await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(queued(&admin, "queue/held").await, 2, "the waiter did not queue");
+    assert_eq!(
+        queued(&admin, "queue/held").await,
+        2,
+        "the waiter did not queue"
+    );
     held.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
     assert_eq!(queued(&admin, "queue/held").await, 0);

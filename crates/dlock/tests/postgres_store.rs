@@ -200,7 +200,9 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
         .execute(&admin)
         .await
         .unwrap();
-    let err = dlock::connect(&format!("{base}?table=w_locks")).await.unwrap_err();
+    let err = dlock::connect(&format!("{base}?table=w_locks"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::WrongType { ref key, .. } if key == "w_locks_waiters"),
         "{err:?}"
@@ -329,14 +331,34 @@ async fn the_waiter_queue_decides_who_gets_a_free_lock() {
     );
     // A head that has only just arrived: unfair newcomers may still pass it, fair ones not.
     plant_waiter(&admin, name, "elsewhere", 3600.0, 3600.0).await;
-    assert!(locks.mutex(name).fair().try_acquire().await.unwrap().is_none());
+    assert!(
+        locks
+            .mutex(name)
+            .fair()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
     let passed = locks.mutex(name).try_acquire().await.unwrap();
-    passed.expect("an unfair newcomer waited behind a fresh waiter").release().await.unwrap();
+    passed
+        .expect("an unfair newcomer waited behind a fresh waiter")
+        .release()
+        .await
+        .unwrap();
     // A waiter that stopped refreshing is gone: it holds nobody back, and a grant sweeps it.
     plant_waiter(&admin, name, "elsewhere", -5.0, -2.0).await;
     let guard = locks.mutex(name).fair().try_acquire().await.unwrap();
-    guard.expect("a stale waiter stalled the queue").release().await.unwrap();
-    assert_eq!(queued(&admin, name).await, 0, "the grant did not sweep the stale entry");
+    guard
+        .expect("a stale waiter stalled the queue")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        queued(&admin, name).await,
+        0,
+        "the grant did not sweep the stale entry"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,7 +387,9 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_notifies() {
     let once = a.mutex("queue/free").acquire().await.unwrap();
     once.release().await.unwrap();
     plant_waiter(&admin, "queue/free", "elsewhere", -1.0, 3600.0).await;
-    let mut listener = sqlx::postgres::PgListener::connect_with(&admin).await.unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&admin)
+        .await
+        .unwrap();
     listener.listen("dlock_locks").await.unwrap();
     let err = b
         .mutex("queue/free")
@@ -380,7 +404,11 @@ async fn a_waiter_that_gives_up_leaves_the_queue_and_notifies() {
         .expect("no NOTIFY after a waiter left the queue of a free lock")
         .unwrap();
     assert_eq!(heard.payload(), "queue/free");
-    assert_eq!(queued(&admin, "queue/free").await, 1, "only the planted waiter is left");
+    assert_eq!(
+        queued(&admin, "queue/free").await,
+        1,
+        "only the planted waiter is left"
+    );
 }
 
 async fn wait_until_unqueued(admin: &PgPool, name: &str) {

@@ -17,8 +17,8 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::sql_common::{
-    LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers,
-    detached_attempt, fence, ms, queued_hint,
+    LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, detached_attempt, fence, ms,
+    queued_hint,
 };
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
@@ -100,9 +100,8 @@ impl Statements {
             "INSERT INTO {w} (name, token, since, seen) VALUES (?, ?, {NOW}, {NOW})
              ON DUPLICATE KEY UPDATE seen = {NOW}"
         );
-        let dequeue = format!(
-            "DELETE FROM {w} WHERE name = ? AND (token = ? OR seen <= {NOW} - {stale})"
-        );
+        let dequeue =
+            format!("DELETE FROM {w} WHERE name = ? AND (token = ? OR seen <= {NOW} - {stale})");
         let leave = format!("DELETE FROM {w} WHERE name = ? AND token = ?");
         // Token and expiry first (reading the old hold count), the count last.
         let release = format!(
@@ -371,7 +370,8 @@ async fn try_acquire(
     };
     let held = held_us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
     let head_is_other = head.as_ref().is_some_and(|h| *h != req.token);
-    let starving = head_waited_us.is_some_and(|us| u128::try_from(us).is_ok_and(|us| us >= STARVATION_US));
+    let starving =
+        head_waited_us.is_some_and(|us| u128::try_from(us).is_ok_and(|us| us >= STARVATION_US));
     if held.is_none() && !(head_is_other && (req.fair || starving)) {
         // Freed between the two statements: look again at once.
         return Ok(Attempt::Busy {

@@ -345,7 +345,11 @@ async fn leave_queue(shared: Arc<Shared>, name: String, token: String) {
 
 /// One attempt: a single statement that takes the lock if it is free and nobody queued
 /// comes first, and otherwise queues (or refreshes) this waiter.
-async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest, spot: Arc<QueueSpot>) -> Result<Attempt> {
+async fn try_acquire(
+    shared: Arc<Shared>,
+    req: AcquireRequest,
+    spot: Arc<QueueSpot>,
+) -> Result<Attempt> {
     let _gate = spot.gate.lock().await;
     let start = Instant::now();
     let waits = req.wait != crate::Wait::No;
