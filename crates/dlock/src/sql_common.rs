@@ -379,6 +379,7 @@ impl QueueSpot {
     }
 
     /// Whether the entry is due for a refresh, and if so, counts it as refreshed now.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn refresh_due(&self, every: Duration) -> bool {
         let mut at = self
             .refreshed
