@@ -198,6 +198,26 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
         .unwrap();
         assert_eq!(exists, 1, "{table} was not created");
     }
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'fresh_locks_waiters'",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(exists, 1, "the waiter queue was not created");
+    // A foreign table where the waiter queue would go is refused too.
+    sqlx::query("CREATE TABLE w_locks_waiters (id INT PRIMARY KEY, name TEXT)")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let err = dlock::connect(&format!("{base}?table=w_locks"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::WrongType { ref key, .. } if key == "w_locks_waiters"),
+        "{err:?}"
+    );
     sqlx::query("CREATE TABLE foreign_t (id INT PRIMARY KEY, name TEXT)")
         .execute(&admin)
         .await
@@ -291,4 +311,128 @@ async fn bad_url_options_are_invalid_urls() {
         assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err:?}");
         assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
     }
+}
+
+/// The database clock in µs since the epoch, as the lease table keeps it.
+const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// Puts an entry in the waiter queue of `name` as another client would, with arrival and
+/// last refresh `since_s` / `seen_s` seconds from now.
+async fn plant_waiter(admin: &MySqlPool, name: &str, token: &str, since_s: i64, seen_s: i64) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO dlock_locks_waiters (name, token, since, seen)
+         VALUES (?, ?, {NOW_US} + ? * 1000000, {NOW_US} + ? * 1000000)
+         ON DUPLICATE KEY UPDATE since = VALUES(since), seen = VALUES(seen)"
+    )))
+    .bind(name)
+    .bind(token)
+    .bind(since_s)
+    .bind(seen_s)
+    .execute(admin)
+    .await
+    .unwrap();
+}
+
+async fn queued(admin: &MySqlPool, name: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM dlock_locks_waiters WHERE name = ?")
+        .bind(name)
+        .fetch_one(admin)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_queue_decides_who_gets_a_free_lock() {
+    let Some(server) = server() else { return };
+    let locks = dlock::connect(&Mariadb::url(&server)).await.unwrap();
+    let admin = admin(&server).await;
+    let name = "queue/planted";
+    let once = locks.mutex(name).acquire().await.unwrap();
+    once.release().await.unwrap();
+    // A live waiter (its next refresh far ahead) that has waited a second heads the queue.
+    plant_waiter(&admin, name, "elsewhere", -1, 3600).await;
+    let fair = locks.mutex(name).fair().try_acquire().await.unwrap();
+    assert!(fair.is_none(), "a fair newcomer passed a queued waiter");
+    let unfair = locks.mutex(name).try_acquire().await.unwrap();
+    assert!(
+        unfair.is_none(),
+        "an unfair newcomer passed a waiter past the starvation threshold"
+    );
+    // A head that has only just arrived: unfair newcomers may still pass it, fair ones not.
+    plant_waiter(&admin, name, "elsewhere", 3600, 3600).await;
+    assert!(
+        locks
+            .mutex(name)
+            .fair()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let passed = locks.mutex(name).try_acquire().await.unwrap();
+    passed
+        .expect("an unfair newcomer waited behind a fresh waiter")
+        .release()
+        .await
+        .unwrap();
+    // A waiter that stopped refreshing is gone: it holds nobody back, and a grant to a
+    // queued waiter sweeps it.
+    plant_waiter(&admin, name, "elsewhere", -5, -2).await;
+    let guard = locks.mutex(name).fair().try_acquire().await.unwrap();
+    guard
+        .expect("a stale waiter stalled the queue")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_leaves_the_queue_when_it_gives_up_or_gets_the_lock() {
+    let Some(server) = server() else { return };
+    let url = Mariadb::url(&server);
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let admin = admin(&server).await;
+    let held = a.mutex("queue/held").acquire().await.unwrap();
+    let err = b
+        .mutex("queue/held")
+        .fair()
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    wait_until_unqueued(&admin, "queue/held").await;
+    // A waiter that gets the lock leaves too, and sweeps entries that went stale.
+    plant_waiter(&admin, "queue/held", "dead", -5, -2).await;
+    let waiter = tokio::spawn(async move {
+        b.mutex("queue/held")
+            .fair()
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        queued(&admin, "queue/held").await,
+        2,
+        "the waiter did not queue"
+    );
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert_eq!(queued(&admin, "queue/held").await, 0);
+    next.release().await.unwrap();
+}
+
+async fn wait_until_unqueued(admin: &MySqlPool, name: &str) {
+    // The leave runs in a task of its own once the call returns; a stale entry would stay.
+    for _ in 0..100 {
+        if queued(admin, name).await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the waiter's entry is still queued");
 }

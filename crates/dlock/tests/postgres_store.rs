@@ -190,6 +190,23 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
             .unwrap();
         assert!(exists, "{table} was not created");
     }
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('fresh_locks_waiters') IS NOT NULL")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(exists, "the waiter queue was not created");
+    // A foreign table where the waiter queue would go is refused too.
+    sqlx::query("CREATE TABLE w_locks_waiters (id int PRIMARY KEY, name text)")
+        .execute(&admin)
+        .await
+        .unwrap();
+    let err = dlock::connect(&format!("{base}?table=w_locks"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::WrongType { ref key, .. } if key == "w_locks_waiters"),
+        "{err:?}"
+    );
     sqlx::query("CREATE TABLE foreign_t (id int PRIMARY KEY, name text)")
         .execute(&admin)
         .await
@@ -229,7 +246,7 @@ async fn users_without_rights_get_typed_errors() {
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
     // A table it can read but not write: the first acquisition says so.
     dlock::connect(&Postgres::url(&server)).await.unwrap();
-    sqlx::query("GRANT SELECT ON dlock_locks TO nopriv")
+    sqlx::query("GRANT SELECT ON dlock_locks, dlock_locks_waiters TO nopriv")
         .execute(&admin)
         .await
         .unwrap();
@@ -268,4 +285,139 @@ async fn bad_url_options_are_invalid_urls() {
         assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err:?}");
         assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
     }
+}
+
+/// Puts an entry in the waiter queue of `name` as another client would, with arrival and
+/// last refresh `since_s` / `seen_s` seconds from now.
+async fn plant_waiter(admin: &PgPool, name: &str, token: &str, since_s: f64, seen_s: f64) {
+    sqlx::query(
+        "INSERT INTO dlock_locks_waiters (name, token, since, seen)
+         VALUES ($1, $2, now() + $3 * interval '1 second', now() + $4 * interval '1 second')
+         ON CONFLICT (name, token) DO UPDATE SET since = EXCLUDED.since, seen = EXCLUDED.seen",
+    )
+    .bind(name)
+    .bind(token)
+    .bind(since_s)
+    .bind(seen_s)
+    .execute(admin)
+    .await
+    .unwrap();
+}
+
+async fn queued(admin: &PgPool, name: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM dlock_locks_waiters WHERE name = $1")
+        .bind(name)
+        .fetch_one(admin)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_queue_decides_who_gets_a_free_lock() {
+    let Some(server) = server() else { return };
+    let locks = dlock::connect(&Postgres::url(&server)).await.unwrap();
+    let admin = admin(&server).await;
+    let name = "queue/planted";
+    let once = locks.mutex(name).acquire().await.unwrap();
+    once.release().await.unwrap();
+    // A live waiter (its next refresh far ahead) that has waited a second heads the queue.
+    plant_waiter(&admin, name, "elsewhere", -1.0, 3600.0).await;
+    let fair = locks.mutex(name).fair().try_acquire().await.unwrap();
+    assert!(fair.is_none(), "a fair newcomer passed a queued waiter");
+    let unfair = locks.mutex(name).try_acquire().await.unwrap();
+    assert!(
+        unfair.is_none(),
+        "an unfair newcomer passed a waiter past the starvation threshold"
+    );
+    // A head that has only just arrived: unfair newcomers may still pass it, fair ones not.
+    plant_waiter(&admin, name, "elsewhere", 3600.0, 3600.0).await;
+    assert!(
+        locks
+            .mutex(name)
+            .fair()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let passed = locks.mutex(name).try_acquire().await.unwrap();
+    passed
+        .expect("an unfair newcomer waited behind a fresh waiter")
+        .release()
+        .await
+        .unwrap();
+    // A waiter that stopped refreshing is gone: it holds nobody back, and a grant sweeps it.
+    plant_waiter(&admin, name, "elsewhere", -5.0, -2.0).await;
+    let guard = locks.mutex(name).fair().try_acquire().await.unwrap();
+    guard
+        .expect("a stale waiter stalled the queue")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        queued(&admin, name).await,
+        0,
+        "the grant did not sweep the stale entry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_queue_and_notifies() {
+    let Some(server) = server() else { return };
+    let url = Postgres::url(&server);
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let admin = admin(&server).await;
+    // Held: the waiter times out, and its entry is gone right after.
+    let held = a.mutex("queue/held").acquire().await.unwrap();
+    let err = b
+        .mutex("queue/held")
+        .fair()
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    wait_until_unqueued(&admin, "queue/held").await;
+    held.release().await.unwrap();
+    // Free, but a live planted waiter comes first: one leaving behind it tells the others
+    // the lock is free (it may have been the head they deferred to).
+    let once = a.mutex("queue/free").acquire().await.unwrap();
+    once.release().await.unwrap();
+    plant_waiter(&admin, "queue/free", "elsewhere", -1.0, 3600.0).await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&admin)
+        .await
+        .unwrap();
+    listener.listen("dlock_locks").await.unwrap();
+    let err = b
+        .mutex("queue/free")
+        .fair()
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("no NOTIFY after a waiter left the queue of a free lock")
+        .unwrap();
+    assert_eq!(heard.payload(), "queue/free");
+    assert_eq!(
+        queued(&admin, "queue/free").await,
+        1,
+        "only the planted waiter is left"
+    );
+}
+
+async fn wait_until_unqueued(admin: &PgPool, name: &str) {
+    // The leave runs in a task of its own once the call returns; a stale entry would stay.
+    for _ in 0..100 {
+        if queued(admin, name).await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the waiter's entry is still queued");
 }

@@ -16,7 +16,10 @@ use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::sql_common::{Wakers, detached_attempt, fence, ms};
+use crate::sql_common::{
+    LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, detached_attempt, fence, ms,
+    queued_hint,
+};
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use super::error::{from_sqlx, number};
@@ -30,6 +33,9 @@ struct Statements {
     take: Arc<str>,
     insert: Arc<str>,
     busy: Arc<str>,
+    queue: Arc<str>,
+    dequeue: Arc<str>,
+    leave: Arc<str>,
     release: Arc<str>,
     extend: Arc<str>,
     force_release: Arc<str>,
@@ -39,6 +45,21 @@ struct Statements {
 
 impl Statements {
     fn new(t: &str) -> Statements {
+        let w = super::schema::waiters_table(t);
+        let stale = WAITER_STALE_MS * 1000;
+        // The oldest live waiter; entries not refreshed for WAITER_STALE are ignored (and
+        // swept by the next grant).
+        let head = format!(
+            "SELECT token, since FROM {w}
+             WHERE name = ? AND seen > {NOW} - {stale} ORDER BY since, token LIMIT 1"
+        );
+        // Whether someone queued comes first: another waiter heads the queue and the lock is
+        // fair, or (unfair) that head has waited past the starvation threshold. Binds: the
+        // token, fair, the name.
+        let blocked = format!(
+            "COALESCE((SELECT h.token <> ? AND (? OR h.since <= {NOW} - {STARVATION_US})
+                       FROM ({head}) h), FALSE)"
+        );
         // `held_by_me`: re-entry of a live hold by the same token. MySQL evaluates SET from
         // left to right with the new values (MariaDB's SIMULTANEOUS_ASSIGNMENT with the old
         // ones): every condition reads only `token` and `expires_at`, which are assigned last,
@@ -55,15 +76,33 @@ impl Statements {
                 pid = IF({held_by_me}, pid, ?),
                 expires_at = IF({held_by_me}, GREATEST(expires_at, {NOW} + ?), {NOW} + ?),
                 token = ?
-             WHERE name = ? AND (token IS NULL OR expires_at <= {NOW} OR (? AND token <=> ?))"
+             WHERE name = ? AND (((token IS NULL OR expires_at <= {NOW}) AND NOT {blocked})
+                                 OR (? AND token <=> ? AND expires_at > {NOW}))"
         );
         let insert = format!(
             "INSERT INTO {t} (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
              VALUES (?, 1, ?, 1, {NOW} + ?, {NOW}, ?, ?, ?)"
         );
+        // The holder's time left (NULL when free), and the queue's head and how long it has
+        // waited, both in µs; then how many live waiters are ahead of this one (all of them
+        // if it has no entry yet). Binds: the name, the token, the name, the token, the name.
         let busy = format!(
-            "SELECT GREATEST(0, IF(token IS NULL, 0, expires_at - {NOW})) FROM {t} WHERE name = ?"
+            "SELECT IF(l.token IS NOT NULL AND l.expires_at > {NOW}, l.expires_at - {NOW}, NULL),
+                    h.token, {NOW} - h.since,
+                    (SELECT COUNT(*) FROM {w} a LEFT JOIN {w} me ON me.name = a.name AND me.token = ?
+                     WHERE a.name = ? AND a.seen > {NOW} - {stale} AND a.token <> ?
+                       AND (me.since IS NULL OR a.since < me.since
+                            OR (a.since = me.since AND a.token < me.token)))
+             FROM {t} l LEFT JOIN ({head}) h ON TRUE
+             WHERE l.name = ?"
         );
+        let queue = format!(
+            "INSERT INTO {w} (name, token, since, seen) VALUES (?, ?, {NOW}, {NOW})
+             ON DUPLICATE KEY UPDATE seen = {NOW}"
+        );
+        let dequeue =
+            format!("DELETE FROM {w} WHERE name = ? AND (token = ? OR seen <= {NOW} - {stale})");
+        let leave = format!("DELETE FROM {w} WHERE name = ? AND token = ?");
         // Token and expiry first (reading the old hold count), the count last.
         let release = format!(
             "UPDATE {t} SET
@@ -96,6 +135,9 @@ impl Statements {
             take: take.into(),
             insert: insert.into(),
             busy: busy.into(),
+            queue: queue.into(),
+            dequeue: dequeue.into(),
+            leave: leave.into(),
             release: release.into(),
             extend: extend.into(),
             force_release: force_release.into(),
@@ -137,10 +179,19 @@ impl LeaseStore {
 
     pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
-        acquire_loop(
+        let spot = Arc::new(QueueSpot::default());
+        let leave = LeaveQueue::new(
+            spot.clone(),
+            leave_queue(
+                shared.clone(),
+                req.name.as_str().to_owned(),
+                req.token.clone(),
+            ),
+        );
+        let acquired = acquire_loop(
             req.wait,
             Some(shared.poll),
-            || detached_attempt(try_acquire(shared.clone(), req.clone())),
+            || detached_attempt(try_acquire(shared.clone(), req.clone(), spot.clone())),
             || {
                 let mut changed = shared.wakers.subscribe(req.name.as_str());
                 async move {
@@ -148,7 +199,11 @@ impl LeaseStore {
                 }
             },
         )
-        .await
+        .await;
+        if matches!(acquired, Ok(Some(_))) {
+            leave.disarm();
+        }
+        acquired
     }
 
     pub(super) async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
@@ -196,12 +251,49 @@ impl LeaseStore {
     }
 }
 
-/// One attempt: take a free or expired row (or re-enter); create the row for a new name;
-/// otherwise report how long the holder's lease has left.
-async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt> {
+/// Removes a waiter that gave up, and wakes this client's other waiters of the name (the one
+/// leaving may have been the head they defer to; other clients notice at their next poll).
+async fn leave_queue(shared: Arc<Shared>, name: String, token: String) {
+    let left = sqlx::query(AssertSqlSafe(shared.sql.leave.clone()))
+        .bind(&name)
+        .bind(&token)
+        .execute(&shared.pool)
+        .await;
+    match left {
+        Ok(done) if done.rows_affected() > 0 => shared.wakers.wake(&name),
+        Ok(_) => {}
+        Err(error) => {
+            tracing::debug!(%error, %name, "leaving the waiter queue failed; the entry goes stale");
+        }
+    }
+}
+
+/// How often the head of the queue polls: nothing wakes it when another client releases, so
+/// it looks often. The waiter `n` places behind polls `n + 1` times less often, and none
+/// less often than `WAITER_REFRESH` (which keeps its entry alive).
+const HEAD_POLL: Duration = Duration::from_millis(20);
+
+/// How often a queued waiter rewrites its entry; its polls in between are reads.
+const QUEUE_REWRITE: Duration = Duration::from_millis(250);
+
+/// One attempt: take a free or expired row (or re-enter) unless a queued waiter comes first,
+/// in one `UPDATE`; create the row for a new name; otherwise read the holder's time left and
+/// the queue's head, and queue (or refresh) this waiter.
+///
+/// The grant is that single statement. A waiter granted after queueing deletes its entry
+/// with a second one rather than in a transaction around both: until then the entry only
+/// names the holder itself at the head, which defers nobody while it holds (and goes stale
+/// if it crashes in between). So a free lock is still one round trip.
+async fn try_acquire(
+    shared: Arc<Shared>,
+    req: AcquireRequest,
+    spot: Arc<QueueSpot>,
+) -> Result<Attempt> {
+    let _gate = spot.gate.lock().await;
     let start = Instant::now();
     let name = req.name.as_str();
     let ttl = us(req.ttl);
+    let waits = req.wait != crate::Wait::No;
     let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
     let mut take = sqlx::query(AssertSqlSafe(shared.sql.take.clone()));
     // One binding per `?`, in order: the six `held_by_me` tests interleave with the values.
@@ -212,53 +304,99 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     take = take.bind(&req.token).bind(&req.owner.host);
     take = take.bind(&req.token).bind(i64::from(req.owner.pid));
     take = take.bind(&req.token).bind(ttl).bind(ttl);
-    take = take
-        .bind(&req.token)
-        .bind(name)
-        .bind(req.reentrant)
-        .bind(&req.token);
+    take = take.bind(&req.token).bind(name);
+    take = take.bind(&req.token).bind(req.fair).bind(name); // blocked
+    take = take.bind(req.reentrant).bind(&req.token);
     let taken = take.execute(&mut *conn).await.map_err(from_sqlx)?;
-    let granted = |fence: i64| {
-        Attempt::Acquired(Arc::new(TableLease {
-            shared: shared.clone(),
-            name: name.to_owned(),
-            token: req.token.clone(),
-            fence,
-            lost: CancellationToken::new(),
-            start,
-        }))
+    let granted = |conn: sqlx::pool::PoolConnection<sqlx::MySql>, fence: i64| {
+        let shared = shared.clone();
+        let spot = spot.clone();
+        let token = req.token.clone();
+        async move {
+            let mut conn = conn;
+            if spot.is_queued() {
+                let dequeued = sqlx::query(AssertSqlSafe(shared.sql.dequeue.clone()))
+                    .bind(name)
+                    .bind(&token)
+                    .execute(&mut *conn)
+                    .await;
+                if let Err(error) = dequeued {
+                    tracing::debug!(%error, %name, "leaving the waiter queue failed; the entry goes stale");
+                }
+                spot.set_queued(false);
+            }
+            Attempt::Acquired(Arc::new(TableLease {
+                shared,
+                name: name.to_owned(),
+                token,
+                fence,
+                lost: CancellationToken::new(),
+                start,
+            }))
+        }
     };
     if taken.rows_affected() > 0 {
         let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
-        return Ok(granted(fence));
+        return Ok(granted(conn, fence).await);
     }
-    let left: Option<i64> = sqlx::query_scalar(AssertSqlSafe(shared.sql.busy.clone()))
+    type BusyRow = (Option<i64>, Option<String>, Option<i64>, i64);
+    let busy: Option<BusyRow> = sqlx::query_as(AssertSqlSafe(shared.sql.busy.clone()))
+        .bind(&req.token)
+        .bind(name)
+        .bind(&req.token)
+        .bind(name)
         .bind(name)
         .fetch_optional(&mut *conn)
         .await
         .map_err(from_sqlx)?;
-    if let Some(left_us) = left {
+    let Some((held_us, head, head_waited_us, ahead)) = busy else {
+        let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
+            .bind(name)
+            .bind(&req.token)
+            .bind(ttl)
+            .bind(req.owner.label.as_deref())
+            .bind(&req.owner.host)
+            .bind(i64::from(req.owner.pid))
+            .execute(&mut *conn)
+            .await;
+        return match inserted {
+            Ok(_) => Ok(granted(conn, 1).await),
+            // Another client created the row first: look again at once.
+            Err(e) if number(&e) == Some(1062) => Ok(Attempt::Busy {
+                free_in: Some(Duration::ZERO),
+            }),
+            Err(e) => Err(from_sqlx(e)),
+        };
+    };
+    let held = held_us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
+    let head_is_other = head.as_ref().is_some_and(|h| *h != req.token);
+    let starving =
+        head_waited_us.is_some_and(|us| u128::try_from(us).is_ok_and(|us| us >= STARVATION_US));
+    if held.is_none() && !(head_is_other && (req.fair || starving)) {
+        // Freed between the two statements: look again at once.
         return Ok(Attempt::Busy {
-            free_in: Some(Duration::from_micros(u64::try_from(left_us).unwrap_or(0))),
+            free_in: Some(Duration::ZERO),
         });
     }
-    let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
-        .bind(name)
-        .bind(&req.token)
-        .bind(ttl)
-        .bind(req.owner.label.as_deref())
-        .bind(&req.owner.host)
-        .bind(i64::from(req.owner.pid))
-        .execute(&mut *conn)
-        .await;
-    match inserted {
-        Ok(_) => Ok(granted(1)),
-        // Another client created the row first: look again at once.
-        Err(e) if number(&e) == Some(1062) => Ok(Attempt::Busy {
-            free_in: Some(Duration::ZERO),
-        }),
-        Err(e) => Err(from_sqlx(e)),
+    if !waits {
+        return Ok(Attempt::Busy { free_in: held });
     }
+    if spot.refresh_due(QUEUE_REWRITE) {
+        sqlx::query(AssertSqlSafe(shared.sql.queue.clone()))
+            .bind(name)
+            .bind(&req.token)
+            .execute(&mut *conn)
+            .await
+            .map_err(from_sqlx)?;
+        spot.set_queued(true);
+    }
+    // The head polls every HEAD_POLL, the next in line half as often, and so on: whoever
+    // will be next soon learns soon that it is, without every waiter polling hot.
+    let rank = u32::try_from(ahead).unwrap_or(u32::MAX).saturating_add(1);
+    let poll = HEAD_POLL.saturating_mul(rank).min(shared.poll.max);
+    Ok(Attempt::Busy {
+        free_in: Some(queued_hint(held, Some(poll))),
+    })
 }
 
 fn to_info(row: &MySqlRow) -> Result<LockInfo> {

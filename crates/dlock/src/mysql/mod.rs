@@ -29,7 +29,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
     "mysql",
     Capabilities {
         reentrant: true,
-        fair: false,
+        fair: true,
         native_wait: false,
         native_loss_signal: false,
         cross_process: true,
@@ -167,6 +167,14 @@ impl MysqlBuilder {
                     &table,
                     &schema::lease_ddl(&table),
                     schema::LEASE_SHAPE,
+                )
+                .await?;
+                let waiters = schema::waiters_table(&table);
+                schema::ensure(
+                    &pool,
+                    &waiters,
+                    &schema::waiters_ddl(&waiters),
+                    schema::WAITERS_SHAPE,
                 )
                 .await?;
                 Store::Lease(LeaseStore::new(

@@ -39,6 +39,32 @@ pub(super) fn lease_ddl(table: &str) -> String {
     )
 }
 
+/// The waiter queue beside a lease table: one row per waiting acquire call, refreshed while
+/// it waits; the oldest live entry is the head. Times as in the lease table.
+pub(super) const WAITERS_SHAPE: Shape = &[
+    ("name", "varbinary"),
+    ("token", "varchar"),
+    ("since", "bigint"),
+    ("seen", "bigint"),
+];
+
+/// The waiter queue of lease table `table`.
+pub(super) fn waiters_table(table: &str) -> String {
+    format!("{table}_waiters")
+}
+
+pub(super) fn waiters_ddl(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (
+    name  VARBINARY(512) NOT NULL,
+    token VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    since BIGINT NOT NULL,
+    seen  BIGINT NOT NULL,
+    PRIMARY KEY (name, token)
+) ENGINE=InnoDB"
+    )
+}
+
 /// Session mode's fence counters.
 pub(super) const FENCE_SHAPE: Shape = &[("name", "varbinary"), ("fence", "bigint")];
 

@@ -17,7 +17,10 @@ use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::sql_common::{Wakers, detached_attempt, fence, ms};
+use crate::sql_common::{
+    LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, detached_attempt, fence, ms,
+    queued_hint,
+};
 use crate::wait::{Attempt, acquire_loop};
 
 use super::error::from_sqlx;
@@ -26,6 +29,7 @@ use super::error::from_sqlx;
 #[derive(Debug)]
 struct Statements {
     acquire: Arc<str>,
+    leave: Arc<str>,
     release: Arc<str>,
     extend: Arc<str>,
     force_release: Arc<str>,
@@ -38,8 +42,18 @@ impl Statements {
         // `l.*` is the row before the change. Re-entry (same token, still live, reentrant)
         // keeps the fence and counts a hold; anything else that passes the WHERE is a fresh
         // hold of a free or expired row: the fence goes up.
+        let w = super::schema::waiters_table(t);
+        // The waiter queue: `head` is the oldest live waiter (entries not refreshed for
+        // WAITER_STALE are ignored, and swept by the next grant). A free lock goes to anyone
+        // only while nobody else heads the queue, or (unfair) while the head has waited
+        // under the starvation threshold. The snapshot read of the queue is enough: a waiter
+        // queueing concurrently arrived after this attempt.
         let acquire = format!(
-            "WITH granted AS (
+            "WITH head AS (
+                SELECT token, since FROM {w}
+                WHERE name = $1 AND seen > now() - interval '{WAITER_STALE_MS} milliseconds'
+                ORDER BY since, token LIMIT 1
+            ), granted AS (
                 INSERT INTO {t} AS l (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
                 VALUES ($1, 1, $2, 1, now() + $3 * interval '1 millisecond', now(), $4, $5, $6)
                 ON CONFLICT (name) DO UPDATE SET
@@ -53,13 +67,34 @@ impl Statements {
                                  THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
                     token = EXCLUDED.token, owner_label = EXCLUDED.owner_label,
                     host = EXCLUDED.host, pid = EXCLUDED.pid
-                WHERE l.token IS NULL OR l.expires_at <= now()
-                   OR ($7 AND l.token = EXCLUDED.token)
+                WHERE ((l.token IS NULL OR l.expires_at <= now())
+                       AND NOT EXISTS (SELECT 1 FROM head WHERE head.token <> $2
+                           AND ($8 OR head.since <= now() - interval '{STARVATION_US} microseconds')))
+                   OR ($7 AND l.token = EXCLUDED.token AND l.expires_at > now())
                 RETURNING fence
+            ), queued AS (
+                INSERT INTO {w} (name, token, since, seen)
+                SELECT $1, $2, now(), now() WHERE $9 AND NOT EXISTS (SELECT 1 FROM granted)
+                ON CONFLICT (name, token) DO UPDATE SET seen = EXCLUDED.seen
+                RETURNING 1
+            ), left_queue AS (
+                DELETE FROM {w}
+                WHERE name = $1 AND EXISTS (SELECT 1 FROM granted)
+                  AND (token = $2 OR seen <= now() - interval '{WAITER_STALE_MS} milliseconds')
             )
             SELECT (SELECT fence FROM granted),
                    (SELECT GREATEST(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
-                      FROM {t} WHERE name = $1 AND token IS NOT NULL)"
+                      FROM {t} WHERE name = $1 AND token IS NOT NULL AND expires_at > now()),
+                   EXISTS (SELECT 1 FROM queued)"
+        );
+        // A waiter giving up: if the lock is free, whoever is next may be waiting for it.
+        let leave = format!(
+            "WITH gone AS (
+                DELETE FROM {w} WHERE name = $1 AND token = $2 RETURNING name
+            )
+            SELECT (SELECT 1 FROM pg_notify($3, $1)) FROM gone
+            WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE name = $1 AND token IS NOT NULL
+                                                  AND expires_at > now())"
         );
         // NOTIFY is sent at commit, so a woken waiter finds the row already free.
         let release = format!(
@@ -101,6 +136,7 @@ impl Statements {
         );
         Statements {
             acquire: acquire.into(),
+            leave: leave.into(),
             release: release.into(),
             extend: extend.into(),
             force_release: force_release.into(),
@@ -147,10 +183,19 @@ impl LeaseStore {
 
     pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
-        acquire_loop(
+        let spot = Arc::new(QueueSpot::default());
+        let leave = LeaveQueue::new(
+            spot.clone(),
+            leave_queue(
+                shared.clone(),
+                req.name.as_str().to_owned(),
+                req.token.clone(),
+            ),
+        );
+        let acquired = acquire_loop(
             req.wait,
             None,
-            || detached_attempt(try_acquire(shared.clone(), req.clone())),
+            || detached_attempt(try_acquire(shared.clone(), req.clone(), spot.clone())),
             || {
                 shared.ensure_listener();
                 let mut changed = shared.wakers.subscribe(req.name.as_str());
@@ -159,7 +204,11 @@ impl LeaseStore {
                 }
             },
         )
-        .await
+        .await;
+        if matches!(acquired, Ok(Some(_))) {
+            leave.disarm();
+        }
+        acquired
     }
 
     pub(super) async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
@@ -276,9 +325,34 @@ async fn listen(pool: PgPool, channel: String, wakers: Weak<Wakers>, stop: Cance
     }
 }
 
-/// One attempt: a single INSERT … ON CONFLICT DO UPDATE … WHERE statement.
-async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt> {
+/// Removes a waiter that gave up; NOTIFY (in the statement) and a local wake-up tell the
+/// others when the lock is free, since the one leaving may have been the head they defer to.
+async fn leave_queue(shared: Arc<Shared>, name: String, token: String) {
+    let left = sqlx::query(AssertSqlSafe(shared.sql.leave.clone()))
+        .bind(&name)
+        .bind(&token)
+        .bind(&shared.channel)
+        .fetch_optional(&shared.pool)
+        .await;
+    match left {
+        Ok(Some(_)) => shared.wakers.wake(&name),
+        Ok(None) => {}
+        Err(error) => {
+            tracing::debug!(%error, %name, "leaving the waiter queue failed; the entry goes stale");
+        }
+    }
+}
+
+/// One attempt: a single statement that takes the lock if it is free and nobody queued
+/// comes first, and otherwise queues (or refreshes) this waiter.
+async fn try_acquire(
+    shared: Arc<Shared>,
+    req: AcquireRequest,
+    spot: Arc<QueueSpot>,
+) -> Result<Attempt> {
+    let _gate = spot.gate.lock().await;
     let start = Instant::now();
+    let waits = req.wait != crate::Wait::No;
     let row = sqlx::query(AssertSqlSafe(shared.sql.acquire.clone()))
         .bind(req.name.as_str())
         .bind(&req.token)
@@ -287,23 +361,36 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
         .bind(&req.owner.host)
         .bind(i64::from(req.owner.pid))
         .bind(req.reentrant)
+        .bind(req.fair)
+        .bind(waits)
         .fetch_one(&shared.pool)
         .await
         .map_err(from_sqlx)?;
     let granted: Option<i64> = row.try_get(0).map_err(from_sqlx)?;
     let free_in: Option<i64> = row.try_get(1).map_err(from_sqlx)?;
+    let queued: bool = row.try_get(2).map_err(from_sqlx)?;
+    let free_in = free_in.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
     Ok(match granted {
-        Some(fence) => Attempt::Acquired(Arc::new(TableLease {
-            shared,
-            name: req.name.as_str().to_owned(),
-            token: req.token,
-            fence,
-            lost: CancellationToken::new(),
-            start,
-        })),
-        None => Attempt::Busy {
-            free_in: free_in.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-        },
+        Some(fence) => {
+            // The same statement took this waiter out of the queue.
+            spot.set_queued(false);
+            Attempt::Acquired(Arc::new(TableLease {
+                shared,
+                name: req.name.as_str().to_owned(),
+                token: req.token,
+                fence,
+                lost: CancellationToken::new(),
+                start,
+            }))
+        }
+        None if queued => {
+            spot.set_queued(true);
+            // NOTIFY wakes a queued waiter; the hint only keeps its entry fresh.
+            Attempt::Busy {
+                free_in: Some(queued_hint(free_in, None)),
+            }
+        }
+        None => Attempt::Busy { free_in },
     })
 }
 

@@ -28,7 +28,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
     "postgres",
     Capabilities {
         reentrant: true,
-        fair: false,
+        fair: true,
         native_wait: true,
         native_loss_signal: false,
         cross_process: true,
@@ -159,6 +159,14 @@ impl PostgresBuilder {
                     &table,
                     &schema::lease_ddl(&table),
                     schema::LEASE_SHAPE,
+                )
+                .await?;
+                let waiters = schema::waiters_table(&table);
+                schema::ensure(
+                    &pool,
+                    &waiters,
+                    &schema::waiters_ddl(&waiters),
+                    schema::WAITERS_SHAPE,
                 )
                 .await?;
                 Store::Lease(LeaseStore::new(pool, &table))

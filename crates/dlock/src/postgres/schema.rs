@@ -36,6 +36,32 @@ pub(super) fn lease_ddl(table: &str) -> String {
     )
 }
 
+/// The waiter queue beside a lease table: one row per waiting acquire call, refreshed while
+/// it waits; the oldest live entry is the head.
+pub(super) const WAITERS_SHAPE: Shape = &[
+    ("name", "text"),
+    ("token", "text"),
+    ("since", "timestamp with time zone"),
+    ("seen", "timestamp with time zone"),
+];
+
+/// The waiter queue of lease table `table`.
+pub(super) fn waiters_table(table: &str) -> String {
+    format!("{table}_waiters")
+}
+
+pub(super) fn waiters_ddl(table: &str) -> String {
+    format!(
+        r#"CREATE TABLE IF NOT EXISTS {table} (
+    name  text COLLATE "C" NOT NULL,
+    token text NOT NULL,
+    since timestamptz NOT NULL,                -- arrival: the queue's order
+    seen  timestamptz NOT NULL,                -- last refresh: stale after a second
+    PRIMARY KEY (name, token)
+)"#
+    )
+}
+
 /// Session mode's fence counters: one row per name, incremented by each holder.
 pub(super) const FENCE_SHAPE: Shape = &[("name", "text"), ("fence", "bigint")];
 
