@@ -256,7 +256,7 @@ impl Inner {
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| ms(d))
+        .map_or(0, ms)
 }
 
 fn ms(d: Duration) -> u64 {
