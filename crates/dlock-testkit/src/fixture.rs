@@ -353,3 +353,64 @@ impl Fixture for RedisFixture {
         Some(self.url.clone())
     }
 }
+
+/// Redlock over five real `redis-server` processes started by the test kit.
+#[derive(Debug)]
+pub struct RedlockFixture {
+    nodes: std::sync::Mutex<crate::server::RedisNodes>,
+    url: String,
+}
+
+impl RedlockFixture {
+    /// Starts `n` servers; `Ok(None)` when `redis-server` is not installed and not required.
+    ///
+    /// # Errors
+    ///
+    /// A server could not start, or is required and missing.
+    pub fn start(n: usize) -> anyhow::Result<Option<Arc<RedlockFixture>>> {
+        use crate::server::{RedisNodes, required};
+        match RedisNodes::start(n) {
+            Ok(nodes) => {
+                let url = redlock_url(&nodes.addrs());
+                Ok(Some(Arc::new(RedlockFixture {
+                    nodes: std::sync::Mutex::new(nodes),
+                    url,
+                })))
+            }
+            Err(error) if error.is_not_found() && !required("redis") => {
+                eprintln!(
+                    "redlock: not tested ({error}); set DLOCK_TEST_REQUIRE=redis to fail instead"
+                );
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The servers, for fault injection (pause, kill, restart one node).
+    pub fn nodes(&self) -> std::sync::MutexGuard<'_, crate::server::RedisNodes> {
+        self.nodes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `redlock://a,b,c` for these node addresses.
+pub fn redlock_url(addrs: &[std::net::SocketAddr]) -> String {
+    let nodes: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    format!("redlock://{}", nodes.join(","))
+}
+
+impl Fixture for RedlockFixture {
+    fn backend(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}

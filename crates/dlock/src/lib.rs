@@ -100,6 +100,9 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redlock;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql_common;
 #[cfg(feature = "sqlite")]

@@ -4,11 +4,7 @@ use crate::error::{Error, Result, redact_url};
 use crate::locks::Locks;
 
 /// Schemes of backends that are planned but not part of dlock yet, with the store's name.
-const PLANNED: &[(&str, &str)] = &[
-    ("redlock", "Redlock"),
-    ("zk", "ZooKeeper"),
-    ("etcd", "etcd"),
-];
+const PLANNED: &[(&str, &str)] = &[("zk", "ZooKeeper"), ("etcd", "etcd")];
 
 /// The schemes this build can connect to.
 pub fn enabled_schemes() -> Vec<&'static str> {
@@ -18,6 +14,8 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes.extend_from_slice(crate::sqlite::SQLITE_SCHEMES);
     #[cfg(feature = "redis")]
     schemes.extend_from_slice(crate::redis::REDIS_SCHEMES);
+    #[cfg(feature = "redis")]
+    schemes.extend_from_slice(crate::redlock::REDLOCK_SCHEMES);
     #[cfg(feature = "postgres")]
     schemes.extend_from_slice(crate::postgres::POSTGRES_SCHEMES);
     #[cfg(feature = "mysql")]
@@ -51,8 +49,12 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         "redis" | "rediss" => Ok(Locks::new(
             crate::redis::RedisBackend::connect_url(url).await?,
         )),
+        #[cfg(feature = "redis")]
+        "redlock" | "redlocks" => Ok(Locks::new(
+            crate::redlock::RedlockBackend::connect_url(url).await?,
+        )),
         #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" => Err(invalid(format!(
+        "redis" | "rediss" | "redlock" | "redlocks" => Err(invalid(format!(
             "the redis backend is not part of this build (cargo feature `redis`); enabled: {}",
             enabled_schemes().join(", ")
         ))),

@@ -7,7 +7,7 @@ use crate::error::Error;
 pub(super) const BACKEND: &str = "redis";
 
 /// Maps a redis-rs error to dlock's; `key` names the lock key for type errors.
-pub(super) fn map(error: RedisError, key: &str) -> Error {
+pub(crate) fn map(error: RedisError, key: &str) -> Error {
     let code = error.code().unwrap_or_default();
     match code {
         // Our scripts' own error for a key that is not dlock's; the detail names the key.
@@ -74,7 +74,7 @@ pub(super) fn map(error: RedisError, key: &str) -> Error {
 }
 
 /// A reply whose shape is not what the script returns: a server speaking another dialect.
-pub(super) fn bad_reply(what: &str) -> Error {
+pub(crate) fn bad_reply(what: &str) -> Error {
     Error::Backend {
         backend: BACKEND,
         source: format!("unexpected reply to {what}").into(),

@@ -1,9 +1,10 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
-mod error;
+pub(crate) mod error;
+pub(crate) mod node;
 mod scripts;
-mod wake;
+pub(crate) mod wake;
 
 pub use config::{MAX_POLL, RedisConfig, WAITER_TTL};
 
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,12 +22,13 @@ use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
     Wait,
 };
-use crate::error::{Error, Result, redact_url};
+use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use error::{BACKEND, bad_reply, map};
+use node::Node;
 use scripts::Keys;
 use wake::Wakeups;
 
@@ -138,46 +140,12 @@ impl RedisBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn build(self) -> Result<RedisBackend> {
-        let config = self.config;
-        config.validate()?;
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: redact_url(&config.server),
-            reason,
-        };
-        let client = match &config.ca_file {
-            Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| {
-                    Error::invalid_argument("ca", format!("{}: {e}", path.display()))
-                })?;
-                ::redis::Client::build_with_tls(
-                    config.server.as_str(),
-                    ::redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            None => ::redis::Client::open(config.server.as_str()),
-        }
-        .map_err(|e| invalid(e.to_string()))?;
-        let manager = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let mut conn = ConnectionManager::new_with_config(client.clone(), manager)
-            .await
-            .map_err(|e| map(e, ""))?;
-        // Credentials are only checked by a command: fail here, not on the first lock.
-        ::redis::cmd("PING")
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| map(e, ""))?;
+        let node = Node::connect(&self.config, true).await?;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
-                conn,
-                wakeups: Wakeups::new(client),
-                config,
+                conn: node.conn,
+                wakeups: node.wakeups,
+                config: self.config,
             }),
         })
     }

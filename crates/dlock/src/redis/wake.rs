@@ -27,7 +27,7 @@ const RECONNECT_MAX: Duration = Duration::from_secs(1);
 
 /// The pub/sub side of one client.
 #[derive(Debug)]
-pub(super) struct Wakeups {
+pub(crate) struct Wakeups {
     shared: Arc<Shared>,
 }
 
@@ -71,7 +71,7 @@ struct Waiting {
 
 impl Wakeups {
     /// The pub/sub side of a client of `client`'s server; connects on the first wait.
-    pub(super) fn new(client: ::redis::Client) -> Wakeups {
+    pub(crate) fn new(client: ::redis::Client) -> Wakeups {
         let (requests, receiver) = mpsc::unbounded_channel();
         Wakeups {
             shared: Arc::new(Shared {
@@ -87,7 +87,7 @@ impl Wakeups {
 
     /// Registers a waiter for the lock whose channel is `channel`; it is woken by releases
     /// that name `token` or nobody in particular. Dropping the returned value unregisters.
-    pub(super) fn waiter(&self, channel: &str, token: &str) -> Waiter {
+    pub(crate) fn waiter(&self, channel: &str, token: &str) -> Waiter {
         let notify = Arc::new(Notify::new());
         let mut state = self.shared.lock();
         state.next_id += 1;
@@ -346,7 +346,7 @@ impl Shared {
 
 /// One waiting acquire call's registration.
 #[derive(Debug)]
-pub(super) struct Waiter {
+pub(crate) struct Waiter {
     shared: Arc<Shared>,
     channel: String,
     id: u64,
@@ -358,7 +358,7 @@ impl Waiter {
     /// Completes when the lock may have become free. The first call on a channel that is not
     /// yet subscribed completes once the subscription is confirmed, so the caller tries again
     /// and cannot miss a release that came before it.
-    pub(super) async fn woken(&self) {
+    pub(crate) async fn woken(&self) {
         let mut active = self.active.clone();
         if !*active.borrow_and_update() {
             self.shared.request(&self.channel);

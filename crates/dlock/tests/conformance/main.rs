@@ -20,6 +20,10 @@ fn main() {
     if let Some(redis) = dlock_testkit::fixture::RedisFixture::start().expect("redis-server") {
         fixtures.push(redis);
     }
+    #[cfg(feature = "redis")]
+    if let Some(redlock) = dlock_testkit::fixture::RedlockFixture::start(5).expect("redis-server") {
+        fixtures.push(redlock);
+    }
     // One server per store, shared by the fixtures of both modes (lease table, session locks).
     #[cfg(feature = "postgres")]
     for fx in dlock_testkit::fixture::PostgresFixture::start_both().expect("PostgreSQL server") {

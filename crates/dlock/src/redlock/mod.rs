@@ -1,0 +1,651 @@
+#![doc = include_str!("docs.md")]
+
+mod config;
+
+pub use config::{MAX_NODES, RedlockConfig};
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, UNIX_EPOCH};
+
+use ::redis::{FromRedisValue, Script};
+use async_trait::async_trait;
+use futures::future::join_all;
+use rand::Rng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{AcquireRequest, Backend, BackendInfo, Capabilities, Lease, Wait};
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::redis::error::{bad_reply, map};
+use crate::redis::node::Node;
+use crate::redis::wake::Waiter;
+use crate::wait::{Attempt, Backoff, acquire_loop};
+
+/// URL schemes served by this backend.
+pub const REDLOCK_SCHEMES: &[&str] = &["redlock", "redlocks"];
+
+const BACKEND: &str = "redlock";
+
+const INFO: BackendInfo = BackendInfo::new(
+    BACKEND,
+    Capabilities {
+        reentrant: false,
+        fair: false,
+        native_wait: true,
+        native_loss_signal: false,
+        cross_process: true,
+        monitor: false,
+    },
+);
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("scripts/common.lua")))
+}
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/acquire.lua")));
+static SYNC: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/sync.lua")));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/extend.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/release.lua")));
+
+/// Builds a [`RedlockBackend`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// use std::time::Duration;
+/// let backend = dlock::redlock::RedlockBuilder::new("redlock://a:6379,b:6379,c:6379")?
+///     .node_timeout(Duration::from_millis(20))
+///     .build()
+///     .await?;
+/// let locks = dlock::Locks::new(backend);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RedlockBuilder {
+    config: RedlockConfig,
+}
+
+impl RedlockBuilder {
+    /// A builder for the nodes of a `redlock://` URL; see [`RedlockConfig::from_url`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUrl`] as for [`RedlockConfig::from_url`].
+    pub fn new(url: &str) -> Result<RedlockBuilder> {
+        Ok(RedlockBuilder {
+            config: RedlockConfig::from_url(url)?,
+        })
+    }
+
+    /// A builder from a full config (nodes built with [`RedisConfig`](crate::redis::RedisConfig)).
+    pub fn from_config(config: RedlockConfig) -> RedlockBuilder {
+        RedlockBuilder { config }
+    }
+
+    /// See [`RedlockConfig::node_timeout`].
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = timeout;
+        self
+    }
+
+    /// Connects to every node and checks that a quorum answers. Nodes that are down are
+    /// connected to when they come back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] / [`Error::InvalidUrl`] for bad options;
+    /// [`Error::Unauthenticated`] when a node refuses the credentials; [`Error::Unavailable`]
+    /// when fewer than a quorum of nodes answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::redlock::RedlockBuilder::new("redlock://a:6379,b:6379,c:6379")?.build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<RedlockBackend> {
+        let config = self.config;
+        config.validate()?;
+        let mut nodes = Vec::with_capacity(config.nodes.len());
+        for node in &config.nodes {
+            nodes.push(Node::connect(node, false).await?);
+        }
+        let answers = join_all(nodes.iter().zip(&config.nodes).map(|(node, options)| {
+            tokio::time::timeout(
+                options.connect_timeout + options.response_timeout,
+                node.ping(),
+            )
+        }))
+        .await;
+        let mut up = 0;
+        let mut last_error = None;
+        for answer in answers {
+            match answer {
+                Ok(Ok(())) => up += 1,
+                Ok(Err(
+                    error @ (Error::Unauthenticated { .. } | Error::PermissionDenied { .. }),
+                )) => {
+                    return Err(error);
+                }
+                Ok(Err(error)) => last_error = Some(error),
+                Err(_) => last_error = Some(unavailable("a node did not answer PING in time")),
+            }
+        }
+        if up < config.quorum() {
+            return Err(last_error.unwrap_or_else(|| unavailable("no quorum")));
+        }
+        Ok(RedlockBackend {
+            inner: Arc::new(Inner { nodes, config }),
+        })
+    }
+}
+
+fn unavailable(reason: &str) -> Error {
+    Error::Unavailable {
+        backend: BACKEND,
+        source: reason.to_owned().into(),
+    }
+}
+
+/// One lock over N independent Redis nodes: the Redlock algorithm, with every node contacted
+/// in parallel, a per-node timeout, clock-drift allowance, fences that stay monotonic while a
+/// majority of nodes keep their data, and pub/sub hand-off.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379").await?;
+/// let guard = locks.mutex("billing/run").acquire().await?;
+/// println!("fence {}", guard.fence());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedlockBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    nodes: Vec<Node>,
+    config: RedlockConfig,
+}
+
+impl RedlockBackend {
+    /// Connects to the nodes of a `redlock://` URL; see [`RedlockConfig::from_url`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedlockConfig::from_url`] and [`RedlockBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let backend = dlock::redlock::RedlockBackend::connect_url("redlock://a:6379,b:6379,c:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_url(url: &str) -> Result<RedlockBackend> {
+        RedlockBuilder::new(url)?.build().await
+    }
+
+    /// The options this client runs with.
+    pub fn config(&self) -> &RedlockConfig {
+        &self.inner.config
+    }
+}
+
+/// The keys and channel of one lock name on every node.
+#[derive(Clone, Debug)]
+struct Keys {
+    lock: String,
+    fence: String,
+    channel: String,
+}
+
+impl Keys {
+    fn new(prefix: &str, name: &str) -> Keys {
+        Keys {
+            lock: format!("{prefix}rlock:{name}"),
+            fence: format!("{prefix}rfence:{name}"),
+            channel: format!("{prefix}wake:{name}"),
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What one node answered, within the per-node timeout.
+enum Answer<T> {
+    Reply(T),
+    Failed(Error),
+}
+
+impl Inner {
+    fn quorum(&self) -> usize {
+        self.config.quorum()
+    }
+
+    /// The per-node timeout for a lease of `ttl`: much smaller than the TTL.
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.config
+            .node_timeout
+            .min(ttl / 3)
+            .max(Duration::from_millis(1))
+    }
+
+    /// Runs `invocation` on every node at once, each bounded by `timeout`.
+    async fn on_all<T: FromRedisValue>(
+        &self,
+        timeout: Duration,
+        key: &str,
+        invocation: &::redis::ScriptInvocation<'_>,
+    ) -> Vec<Answer<T>> {
+        join_all(self.nodes.iter().map(|node| async move {
+            let mut conn = node.conn.clone();
+            match tokio::time::timeout(timeout, invocation.invoke_async::<T>(&mut conn)).await {
+                Ok(Ok(reply)) => Answer::Reply(reply),
+                Ok(Err(error)) => Answer::Failed(map(error, key)),
+                Err(_) => Answer::Failed(unavailable("the node did not answer in time")),
+            }
+        }))
+        .await
+    }
+
+    /// Releases `token` on every node at once (a release, or an abandoned acquire).
+    /// Returns (released, not ours, failed) counts.
+    async fn release_all(
+        &self,
+        keys: &Keys,
+        token: &str,
+        timeout: Duration,
+    ) -> (usize, usize, Vec<Error>) {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        self.release_on(&all, keys, token, timeout).await
+    }
+
+    /// Releases `token` on the nodes at `indexes`, at once.
+    async fn release_on(
+        &self,
+        indexes: &[usize],
+        keys: &Keys,
+        token: &str,
+        timeout: Duration,
+    ) -> (usize, usize, Vec<Error>) {
+        let mut invocation = RELEASE.key(&keys.lock);
+        invocation.arg(token).arg(&keys.channel);
+        let answers = join_all(indexes.iter().map(|&index| {
+            let invocation = &invocation;
+            async move {
+                let mut conn = self.nodes[index].conn.clone();
+                match tokio::time::timeout(timeout, invocation.invoke_async::<i64>(&mut conn)).await
+                {
+                    Ok(Ok(reply)) => Answer::Reply(reply),
+                    Ok(Err(error)) => Answer::Failed(map(error, &keys.lock)),
+                    Err(_) => Answer::Failed(unavailable("the node did not answer in time")),
+                }
+            }
+        }))
+        .await;
+        let mut counts = (0, 0, Vec::new());
+        for answer in answers {
+            match answer {
+                Answer::Reply(1) => counts.0 += 1,
+                Answer::Reply(_) => counts.1 += 1,
+                Answer::Failed(error) => counts.2.push(error),
+            }
+        }
+        counts
+    }
+
+    /// One Redlock round: ask every node, keep the lock if a quorum granted it in time.
+    async fn attempt(
+        self: &Arc<Self>,
+        keys: &Keys,
+        req: &AcquireRequest,
+        owner: &str,
+    ) -> Result<Attempt> {
+        let start = Instant::now();
+        let timeout = self.node_timeout(req.ttl);
+        let mut invocation = ACQUIRE.key(&keys.lock);
+        invocation
+            .key(&keys.fence)
+            .arg(&req.token)
+            .arg(ms(req.ttl))
+            .arg(owner);
+        let answers = self
+            .on_all::<Vec<i64>>(timeout, &keys.lock, &invocation)
+            .await;
+        let mut granted = Vec::new();
+        let mut busy_for = Vec::new();
+        let mut errors = Vec::new();
+        // Nodes that granted, or may have (no answer): a failed round lets go of these only,
+        // never of nodes that were busy (the same token may hold them from an earlier call).
+        let mut undo = Vec::new();
+        for (index, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Answer::Reply(reply) => match reply.as_slice() {
+                    [1, fence] => {
+                        granted.push((index, *fence));
+                        undo.push(index);
+                    }
+                    [0, left] => busy_for.push(*left),
+                    _ => errors.push(bad_reply("redlock acquire")),
+                },
+                Answer::Failed(error) => {
+                    errors.push(error);
+                    undo.push(index);
+                }
+            }
+        }
+        if let Some(error) = errors
+            .iter()
+            .position(|e| !e.is_retryable())
+            .map(|i| errors.swap_remove(i))
+        {
+            self.release_on(&undo, keys, &req.token, timeout).await;
+            return Err(error);
+        }
+        if granted.len() >= self.quorum()
+            && let Some(fence) = self.settle_fence(keys, req, owner, &granted, timeout).await
+        {
+            // Clock drift between this host and the nodes: 1 % of the TTL plus 2 ms, as the
+            // lease keeper also allows for.
+            let drift = Duration::from_millis(2) + req.ttl / 100;
+            if start.elapsed() + drift < req.ttl {
+                return Ok(Attempt::Acquired(Arc::new(RedlockLease {
+                    inner: self.clone(),
+                    keys: keys.clone(),
+                    token: req.token.clone(),
+                    owner: owner.to_owned(),
+                    fence,
+                    lost: CancellationToken::new(),
+                    start,
+                })));
+            }
+        }
+        // No quorum in time: let go at once, so a competitor can win.
+        self.release_on(&undo, keys, &req.token, timeout).await;
+        if errors.len() > self.nodes.len() - self.quorum() {
+            let reached = self.nodes.len() - errors.len();
+            let detail = errors.pop().map(|e| e.to_string()).unwrap_or_default();
+            return Err(unavailable(&format!(
+                "only {reached} of {} nodes answered, {} needed (last error: {detail})",
+                self.nodes.len(),
+                self.quorum()
+            )));
+        }
+        if !granted.is_empty() {
+            // A split vote: several clients each got a minority. Back off a random moment so
+            // one of them wins the next round.
+            let pause = rand::rng().random_range(0..=timeout.as_micros().min(5000) as u64);
+            tokio::time::sleep(Duration::from_micros(pause)).await;
+            return Ok(Attempt::Busy {
+                free_in: Some(Duration::ZERO),
+            });
+        }
+        busy_for.sort_unstable();
+        // The lock is free once a quorum of nodes has let it go.
+        let free_in = busy_for
+            .get(busy_for.len().saturating_sub(self.quorum()))
+            .and_then(|left| u64::try_from(*left).ok())
+            .map(Duration::from_millis);
+        Ok(Attempt::Busy { free_in })
+    }
+
+    /// The hold's fence: the highest any granting node gave, written back to the granting
+    /// nodes that gave less, so whoever wins next on any majority continues above it. `None`
+    /// when fewer than a quorum end up holding it at that fence.
+    async fn settle_fence(
+        &self,
+        keys: &Keys,
+        req: &AcquireRequest,
+        owner: &str,
+        granted: &[(usize, i64)],
+        timeout: Duration,
+    ) -> Option<i64> {
+        let fence = granted.iter().map(|(_, f)| *f).max()?;
+        let behind: Vec<usize> = granted
+            .iter()
+            .filter(|(_, f)| *f < fence)
+            .map(|(i, _)| *i)
+            .collect();
+        if behind.is_empty() {
+            return Some(fence);
+        }
+        let mut invocation = SYNC.key(&keys.lock);
+        invocation
+            .key(&keys.fence)
+            .arg(&req.token)
+            .arg(fence)
+            .arg(owner);
+        let synced = join_all(behind.iter().map(|&index| {
+            let invocation = &invocation;
+            async move {
+                let mut conn = self.nodes[index].conn.clone();
+                matches!(
+                    tokio::time::timeout(timeout, invocation.invoke_async::<i64>(&mut conn)).await,
+                    Ok(Ok(1))
+                )
+            }
+        }))
+        .await;
+        let failed = synced.iter().filter(|ok| !**ok).count();
+        (granted.len() - failed >= self.quorum()).then_some(fence)
+    }
+}
+
+#[async_trait]
+impl Backend for RedlockBackend {
+    fn info(&self) -> &BackendInfo {
+        &INFO
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        let inner = &self.inner;
+        let prefix = inner
+            .config
+            .nodes
+            .first()
+            .map(|n| n.prefix.as_str())
+            .unwrap_or_default();
+        let keys = Keys::new(prefix, req.name.as_str());
+        let owner = format!(
+            "{}\0{}\0{}\0{}",
+            std::time::SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| ms(d)),
+            req.owner.host,
+            req.owner.pid,
+            req.owner.label.as_deref().unwrap_or_default()
+        );
+        // A release on any node wakes the waiter.
+        let waiters: Vec<Waiter> = if req.wait == Wait::No {
+            Vec::new()
+        } else {
+            inner
+                .nodes
+                .iter()
+                .map(|node| node.wakeups.waiter(&keys.channel, &req.token))
+                .collect()
+        };
+        let poll = inner.config.nodes.first().map_or(
+            Backoff::new(Duration::from_millis(20), Duration::from_millis(250)),
+            |n| Backoff::new(n.poll_min, n.poll_max),
+        );
+        // Dropped mid-attempt, some nodes may have granted: let go of them in the background
+        // rather than at the end of the lease (the token is unique to this call).
+        let mut abandon = Abandon {
+            inner: inner.clone(),
+            keys: keys.clone(),
+            token: req.token.clone(),
+            armed: true,
+        };
+        let acquired = acquire_loop(
+            req.wait,
+            Some(poll),
+            || inner.attempt(&keys, req, &owner),
+            || async {
+                if waiters.is_empty() {
+                    std::future::pending::<()>().await;
+                } else {
+                    futures::future::select_all(waiters.iter().map(|w| Box::pin(w.woken()))).await;
+                }
+            },
+        )
+        .await;
+        // A finished round has already cleaned up after itself.
+        abandon.armed = false;
+        acquired
+    }
+}
+
+/// Lets go of the nodes an acquire call may hold when the call is dropped mid-round.
+struct Abandon {
+    inner: Arc<Inner>,
+    keys: Keys,
+    token: String,
+    armed: bool,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the leases expire on their own
+        };
+        let (inner, keys, token) = (
+            self.inner.clone(),
+            self.keys.clone(),
+            std::mem::take(&mut self.token),
+        );
+        runtime.spawn(async move {
+            let timeout = inner.node_timeout(Duration::from_secs(1));
+            inner.release_all(&keys, &token, timeout).await;
+        });
+    }
+}
+
+/// One hold of a Redlock lock.
+#[derive(Debug)]
+struct RedlockLease {
+    inner: Arc<Inner>,
+    keys: Keys,
+    token: String,
+    owner: String,
+    fence: i64,
+    lost: CancellationToken,
+    start: Instant,
+}
+
+impl RedlockLease {
+    fn name(&self) -> &str {
+        self.keys
+            .lock
+            .split_once("rlock:")
+            .map_or(self.keys.lock.as_str(), |(_, name)| name)
+    }
+}
+
+#[async_trait]
+impl Lease for RedlockLease {
+    fn fence(&self) -> FencingToken {
+        FencingToken::new(u64::try_from(self.fence).unwrap_or(0))
+    }
+
+    fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    fn lease_start(&self) -> Instant {
+        self.start
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        let inner = &self.inner;
+        let timeout = inner.node_timeout(ttl.max(Duration::from_millis(30)));
+        let invocation = |heal: bool| {
+            let mut invocation = EXTEND.key(&self.keys.lock);
+            invocation
+                .key(&self.keys.fence)
+                .arg(&self.token)
+                .arg(ms(ttl))
+                .arg(u8::from(heal))
+                .arg(self.fence)
+                .arg(&self.owner);
+            invocation
+        };
+        let (mut confirmed, mut refused, mut free, mut errors) = (0, 0, Vec::new(), Vec::new());
+        let check = invocation(false);
+        for (index, answer) in inner
+            .on_all::<i64>(timeout, &self.keys.lock, &check)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            match answer {
+                Answer::Reply(1) => confirmed += 1,
+                Answer::Reply(0) => free.push(index),
+                Answer::Reply(_) => refused += 1,
+                Answer::Failed(error) => errors.push(error),
+            }
+        }
+        if confirmed >= inner.quorum() {
+            if !ttl.is_zero() && !free.is_empty() {
+                // Nodes that lost the lock (restarted, missed the acquire) take it back: safe
+                // while the quorum holds it, and they are not counted towards it.
+                let heal = invocation(true);
+                join_all(free.iter().map(|&index| {
+                    let heal = &heal;
+                    async move {
+                        let mut conn = inner.nodes[index].conn.clone();
+                        let _ = tokio::time::timeout(timeout, heal.invoke_async::<i64>(&mut conn))
+                            .await;
+                    }
+                }))
+                .await;
+            }
+            return Ok(());
+        }
+        if refused + free.len() > inner.nodes.len() - inner.quorum() {
+            return Err(Error::not_owned(self.name()));
+        }
+        Err(errors
+            .pop()
+            .unwrap_or_else(|| unavailable("no quorum confirmed the lock")))
+    }
+
+    async fn release(&self) -> Result<()> {
+        let inner = &self.inner;
+        let timeout = inner.node_timeout(Duration::from_secs(1));
+        let (released, refused, mut errors) =
+            inner.release_all(&self.keys, &self.token, timeout).await;
+        if released > 0 && refused <= inner.nodes.len() - inner.quorum() {
+            return Ok(());
+        }
+        if refused > inner.nodes.len() - inner.quorum() || errors.is_empty() {
+            return Err(Error::not_owned(self.name()));
+        }
+        Err(errors.pop().unwrap_or_else(|| unavailable("release")))
+    }
+}
