@@ -472,7 +472,7 @@ impl Backend for RedlockBackend {
             "{}\0{}\0{}\0{}",
             std::time::SystemTime::now()
                 .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| ms(d)),
+                .map_or(0, ms),
             req.owner.host,
             req.owner.pid,
             req.owner.label.as_deref().unwrap_or_default()

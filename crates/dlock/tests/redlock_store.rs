@@ -1,0 +1,223 @@
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+//! What is specific to Redlock, on five real `redis-server` processes: nodes killed, paused
+//! and restarted empty. Everything every backend must do is in the conformance suite.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use dlock::Error;
+use dlock_testkit::fixture::redlock_url;
+use dlock_testkit::server::{RedisNodes, required};
+use tokio::time::{Instant, timeout};
+
+/// Five fresh nodes, or `None` when redis-server is missing and not required.
+fn nodes() -> anyhow::Result<Option<RedisNodes>> {
+    match RedisNodes::start(5) {
+        Ok(nodes) => Ok(Some(nodes)),
+        Err(e) if e.is_not_found() && !required("redis") => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+macro_rules! nodes_or_skip {
+    () => {
+        match nodes()? {
+            Some(nodes) => nodes,
+            None => return Ok(()),
+        }
+    };
+}
+
+fn url(nodes: &RedisNodes, options: &str) -> String {
+    format!("{}{options}", redlock_url(&nodes.addrs()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_nodes_down_still_lock_extend_and_release() -> anyhow::Result<()> {
+    let mut nodes = nodes_or_skip!();
+    let url = url(
+        &nodes,
+        "?node_timeout=50ms&connect_timeout=200ms&timeout=200ms",
+    );
+    let a = dlock::connect(&url).await?;
+    let before = a.mutex("job").acquire().await?;
+    let first_fence = before.fence();
+    before.release().await?;
+    nodes.nodes[1].kill()?;
+    nodes.nodes[3].kill()?;
+    // A client that starts now connects too: a majority answers.
+    let b = dlock::connect(&url).await?;
+    let guard = b.mutex("job").ttl(Duration::from_secs(2)).acquire().await?;
+    ensure!(
+        guard.fence() > first_fence,
+        "{} after {first_fence}",
+        guard.fence()
+    );
+    guard.extend(Duration::from_secs(5)).await?;
+    ensure!(guard.is_owned().await?);
+    ensure!(a.mutex("job").try_acquire().await?.is_none(), "two holders");
+    guard.release().await?;
+    let again = a.mutex("job").no_wait().acquire().await?;
+    ensure!(again.fence() > first_fence);
+    again.release().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_of_five_nodes_down_fail_acquires_and_lose_holds() -> anyhow::Result<()> {
+    let mut nodes = nodes_or_skip!();
+    let url = url(
+        &nodes,
+        "?node_timeout=50ms&connect_timeout=200ms&timeout=200ms",
+    );
+    let locks = dlock::connect(&url)
+        .await?
+        .with_watchdog_lease(Duration::from_millis(900))?;
+    let renewed = locks.mutex("held").acquire().await?;
+    let fixed = locks
+        .mutex("fixed")
+        .ttl(Duration::from_millis(900))
+        .acquire()
+        .await?;
+    for index in [0, 2, 4] {
+        nodes.nodes[index].kill()?;
+    }
+    let started = Instant::now();
+    let wait = Duration::from_secs(1);
+    let result = locks.mutex("other").wait(wait).acquire().await;
+    ensure!(
+        matches!(result, Err(Error::Unavailable { .. })),
+        "{result:?}"
+    );
+    // It gave up at its deadline, not later.
+    ensure!(
+        started.elapsed() < wait + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    for guard in [&renewed, &fixed] {
+        timeout(Duration::from_millis(900 + 500), guard.lost())
+            .await
+            .with_context(|| format!("{} not reported lost within its lease", guard.name()))?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_costs_no_more_than_the_node_timeout() -> anyhow::Result<()> {
+    let mut nodes = nodes_or_skip!();
+    // Commands may wait 5 s for a reply; only the per-node timeout keeps a lock call short.
+    let url = url(&nodes, "?node_timeout=50ms&timeout=5s");
+    let locks = dlock::connect(&url).await?;
+    locks.mutex("warm").acquire().await?.release().await?;
+    nodes.nodes[2].pause()?;
+    let started = Instant::now();
+    let guard = locks.mutex("paused").acquire().await?;
+    let took = started.elapsed();
+    guard.release().await?;
+    nodes.nodes[2].resume()?;
+    ensure!(
+        took < Duration::from_secs(1),
+        "acquire took {took:?} with a paused node"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_does_not_let_a_second_client_in() -> anyhow::Result<()> {
+    let mut nodes = nodes_or_skip!();
+    let url = url(
+        &nodes,
+        "?node_timeout=50ms&connect_timeout=200ms&timeout=500ms",
+    );
+    let a = dlock::connect(&url).await?;
+    let b = dlock::connect(&url).await?;
+    let guard = a
+        .mutex("kept")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    nodes.nodes[0].restart()?;
+    // Four of five nodes still hold it: the restarted one alone cannot make a quorum.
+    ensure!(
+        b.mutex("kept").try_acquire().await?.is_none(),
+        "a second client got the lock"
+    );
+    // Extending brings the lock back on the restarted node, once the client has reconnected
+    // to it (the first command after the restart finds the old connection dead).
+    let addr = nodes.nodes[0].addr();
+    let mut admin = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+    let mut healed = false;
+    for _ in 0..20 {
+        guard.extend(Duration::from_secs(10)).await?;
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg("dlock:rlock:kept")
+            .query(&mut admin)?;
+        if value.is_some() {
+            healed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ensure!(healed, "the restarted node was not healed");
+    // Even with two nodes restarted, the three that hold it keep b out.
+    nodes.nodes[1].restart()?;
+    ensure!(
+        b.mutex("kept").try_acquire().await?.is_none(),
+        "a second client got the lock"
+    );
+    let fence = guard.fence();
+    guard.release().await?;
+    let next = b.mutex("kept").no_wait().acquire().await?;
+    ensure!(next.fence() > fence, "{} after {fence}", next.fence());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_settle_on_the_quorum_highest() -> anyhow::Result<()> {
+    let nodes = nodes_or_skip!();
+    let url = url(&nodes, "");
+    // One node is far ahead (as after it served other clients' acquisitions on its own).
+    let addr = nodes.nodes[4].addr();
+    let mut admin = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+    redis::cmd("SET")
+        .arg("dlock:rfence:counted")
+        .arg(1000)
+        .query::<()>(&mut admin)?;
+    let locks = dlock::connect(&url).await?;
+    let first = locks.mutex("counted").acquire().await?;
+    ensure!(first.fence().get() == 1001, "{}", first.fence());
+    first.release().await?;
+    // Every node was brought to the quorum's fence, so the next holder continues from it
+    // whichever majority it gets.
+    for node in &nodes.nodes {
+        let mut admin =
+            redis::Client::open(format!("redis://{}", node.addr()))?.get_connection()?;
+        let counter: String = redis::cmd("GET")
+            .arg("dlock:rfence:counted")
+            .query(&mut admin)?;
+        ensure!(counter == "1001", "{counter}");
+    }
+    let second = locks.mutex("counted").acquire().await?;
+    ensure!(second.fence().get() == 1002, "{}", second.fence());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_are_rejected() -> anyhow::Result<()> {
+    for url in [
+        "redlock://",
+        "redlock://a:1,a:1",
+        "redlock://a:1?node_timeout=0s",
+        "redlock://a:1,b:2?nope=1",
+    ] {
+        let result = dlock::connect(url).await;
+        ensure!(
+            matches!(result, Err(Error::InvalidUrl { .. })),
+            "{url}: {result:?}"
+        );
+    }
+    Ok(())
+}
