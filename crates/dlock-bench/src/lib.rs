@@ -618,6 +618,7 @@ async fn floor_pair(url: &str, backend: &str) -> anyhow::Result<Option<FloorPair
     Ok(match backend {
         "sqlite" => Some(sqlite_floor(url)?),
         "redis" => Some(redis_floor(url).await?),
+        "redlock" => Some(one_node_of(url).await?),
         _ => None,
     })
 }
@@ -644,6 +645,21 @@ async fn redis_floor(url: &str) -> anyhow::Result<FloorPair> {
                 let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
                 Ok(())
             })
+        }),
+    })
+}
+
+/// Redlock's reference: the same acquire + release on the first node alone, as `redis://`.
+async fn one_node_of(url: &str) -> anyhow::Result<FloorPair> {
+    let config = dlock::redlock::RedlockConfig::from_url(url)?;
+    let node = config.nodes.first().context("no node")?;
+    let locks = dlock::connect(&node.server).await?;
+    let name = unique_name("one-node");
+    Ok(FloorPair {
+        what: "the same acquire+release on one of the nodes (redis://)",
+        pair: Box::new(move || {
+            let (locks, name) = (locks.clone(), name.clone());
+            Box::pin(async move { lock_pair(&locks, &name).await })
         }),
     })
 }

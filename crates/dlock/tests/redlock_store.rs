@@ -176,10 +176,13 @@ async fn a_node_restarted_empty_does_not_let_a_second_client_in() -> anyhow::Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fences_settle_on_the_quorum_highest() -> anyhow::Result<()> {
-    let nodes = nodes_or_skip!();
-    let url = url(&nodes, "");
-    // One node is far ahead (as after it served other clients' acquisitions on its own).
+async fn fences_keep_growing_across_different_majorities() -> anyhow::Result<()> {
+    let mut nodes = nodes_or_skip!();
+    let url = url(
+        &nodes,
+        "?node_timeout=50ms&connect_timeout=200ms&timeout=200ms",
+    );
+    // One node is far ahead, as after it served acquisitions the others missed.
     let addr = nodes.nodes[4].addr();
     let mut admin = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
     redis::cmd("SET")
@@ -187,21 +190,41 @@ async fn fences_settle_on_the_quorum_highest() -> anyhow::Result<()> {
         .arg(1000)
         .query::<()>(&mut admin)?;
     let locks = dlock::connect(&url).await?;
-    let first = locks.mutex("counted").acquire().await?;
-    ensure!(first.fence().get() == 1001, "{}", first.fence());
-    first.release().await?;
-    // Every node was brought to the quorum's fence, so the next holder continues from it
-    // whichever majority it gets.
-    for node in &nodes.nodes {
-        let mut admin =
-            redis::Client::open(format!("redis://{}", node.addr()))?.get_connection()?;
-        let counter: String = redis::cmd("GET")
-            .arg("dlock:rfence:counted")
-            .query(&mut admin)?;
-        ensure!(counter == "1001", "{counter}");
+    let mut fences = Vec::new();
+    let take = async |locks: &dlock::Locks| -> anyhow::Result<u64> {
+        let guard = locks.mutex("counted").acquire().await?;
+        let fence = guard.fence().get();
+        guard.release().await?;
+        Ok(fence)
+    };
+    fences.push(take(&locks).await?);
+    // With nodes 0 and 1 down, every majority includes node 4: the fence passes 1000, and
+    // nodes 2 and 3 are brought up to it.
+    nodes.nodes[0].kill()?;
+    nodes.nodes[1].kill()?;
+    fences.push(take(&locks).await?);
+    ensure!(fences[1] > 1000, "{fences:?}");
+    // Now a majority without node 4 (0 and 1 restarted empty): node 2 remembers, so the
+    // fences still grow.
+    nodes.nodes[0].restart()?;
+    nodes.nodes[1].restart()?;
+    nodes.nodes[3].kill()?;
+    nodes.nodes[4].kill()?;
+    for _ in 0..20 {
+        match take(&locks).await {
+            Ok(fence) => {
+                fences.push(fence);
+                break;
+            }
+            // The client reconnects to the restarted nodes on the first failed command.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
     }
-    let second = locks.mutex("counted").acquire().await?;
-    ensure!(second.fence().get() == 1002, "{}", second.fence());
+    ensure!(
+        fences.len() == 3,
+        "no lock from nodes 0, 1 and 2: {fences:?}"
+    );
+    ensure!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     Ok(())
 }
 

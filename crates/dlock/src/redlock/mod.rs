@@ -9,7 +9,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use ::redis::{FromRedisValue, Script};
 use async_trait::async_trait;
+use futures::StreamExt;
 use futures::future::join_all;
+use futures::stream::FuturesUnordered;
 use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -233,6 +235,9 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A script call with its keys and arguments, owned, so it can outlive the round that sent it.
+type Invocation = ::redis::ScriptInvocation<'static>;
+
 /// What one node answered, within the per-node timeout.
 enum Answer<T> {
     Reply(T),
@@ -252,34 +257,110 @@ impl Inner {
             .max(Duration::from_millis(1))
     }
 
-    /// Runs `invocation` on every node at once, each bounded by `timeout`.
-    async fn on_all<T: FromRedisValue>(
+    /// Runs `invocation` on every node at once, each bounded by `timeout`, and waits for
+    /// every answer.
+    async fn on_all<T: FromRedisValue + Send + 'static>(
         &self,
         timeout: Duration,
         key: &str,
-        invocation: &::redis::ScriptInvocation<'_>,
+        invocation: impl Fn() -> Invocation,
     ) -> Vec<Answer<T>> {
-        join_all(self.nodes.iter().map(|node| async move {
-            let mut conn = node.conn.clone();
-            match tokio::time::timeout(timeout, invocation.invoke_async::<T>(&mut conn)).await {
-                Ok(Ok(reply)) => Answer::Reply(reply),
-                Ok(Err(error)) => Answer::Failed(map(error, key)),
-                Err(_) => Answer::Failed(unavailable("the node did not answer in time")),
-            }
-        }))
-        .await
+        self.ask(timeout, key, invocation, |_| false)
+            .await
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| Answer::Failed(unavailable("no answer"))))
+            .collect()
     }
 
-    /// Releases `token` on every node at once (a release, or an abandoned acquire).
-    /// Returns (released, not ours, failed) counts.
+    /// Runs `invocation` on every node at once, each bounded by `timeout`, until `enough`
+    /// says the answers so far decide the round; the nodes still to answer (`None`) finish
+    /// in the background, so a slow node never holds up a decided round.
+    async fn ask<T: FromRedisValue + Send + 'static>(
+        &self,
+        timeout: Duration,
+        key: &str,
+        invocation: impl Fn() -> Invocation,
+        enough: impl Fn(&[Option<Answer<T>>]) -> bool,
+    ) -> Vec<Option<Answer<T>>> {
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let mut conn = node.conn.clone();
+                let invocation = invocation();
+                let key = key.to_owned();
+                async move {
+                    let answer = match tokio::time::timeout(
+                        timeout,
+                        invocation.invoke_async::<T>(&mut conn),
+                    )
+                    .await
+                    {
+                        Ok(Ok(reply)) => Answer::Reply(reply),
+                        Ok(Err(error)) => Answer::Failed(map(error, &key)),
+                        Err(_) => Answer::Failed(unavailable("the node did not answer in time")),
+                    };
+                    (index, answer)
+                }
+            })
+            .collect();
+        let mut answers: Vec<Option<Answer<T>>> = (0..self.nodes.len()).map(|_| None).collect();
+        while let Some((index, answer)) = pending.next().await {
+            answers[index] = Some(answer);
+            if enough(&answers) {
+                break;
+            }
+        }
+        if !pending.is_empty()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { while pending.next().await.is_some() {} });
+        }
+        answers
+    }
+
+    /// Releases `token` on every node at once (a release, or an abandoned acquire); returns
+    /// once a quorum let go (or too many refused for one to), the rest finish in the
+    /// background. Returns (released, not ours, failed) counts.
     async fn release_all(
         &self,
         keys: &Keys,
         token: &str,
         timeout: Duration,
     ) -> (usize, usize, Vec<Error>) {
-        let all: Vec<usize> = (0..self.nodes.len()).collect();
-        self.release_on(&all, keys, token, timeout).await
+        let (quorum, others) = (self.quorum(), self.nodes.len() - self.quorum());
+        let answers = self
+            .ask::<i64>(
+                timeout,
+                &keys.lock,
+                || {
+                    let mut invocation = RELEASE.key(&keys.lock);
+                    invocation.arg(token).arg(&keys.channel);
+                    invocation
+                },
+                |answers| {
+                    let released = answers
+                        .iter()
+                        .filter(|a| matches!(a, Some(Answer::Reply(1))))
+                        .count();
+                    let refused = answers
+                        .iter()
+                        .filter(|a| matches!(a, Some(Answer::Reply(r)) if *r != 1))
+                        .count();
+                    released >= quorum || refused > others
+                },
+            )
+            .await;
+        let mut counts = (0, 0, Vec::new());
+        for answer in answers.into_iter().flatten() {
+            match answer {
+                Answer::Reply(1) => counts.0 += 1,
+                Answer::Reply(_) => counts.1 += 1,
+                Answer::Failed(error) => counts.2.push(error),
+            }
+        }
+        counts
     }
 
     /// Releases `token` on the nodes at `indexes`, at once.
@@ -325,22 +406,46 @@ impl Inner {
     ) -> Result<Attempt> {
         let start = Instant::now();
         let timeout = self.node_timeout(req.ttl);
-        let mut invocation = ACQUIRE.key(&keys.lock);
-        invocation
-            .key(&keys.fence)
-            .arg(&req.token)
-            .arg(ms(req.ttl))
-            .arg(owner);
+        let invocation = || {
+            let mut invocation = ACQUIRE.key(&keys.lock);
+            invocation
+                .key(&keys.fence)
+                .arg(&req.token)
+                .arg(ms(req.ttl))
+                .arg(owner);
+            invocation
+        };
+        let quorum = self.quorum();
+        let others = self.nodes.len() - quorum;
+        // Decided once a quorum granted, or once too many refused or failed for one to.
         let answers = self
-            .on_all::<Vec<i64>>(timeout, &keys.lock, &invocation)
+            .ask::<Vec<i64>>(timeout, &keys.lock, invocation, |answers| {
+                let granted = answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Answer::Reply(r)) if r.first() == Some(&1)))
+                    .count();
+                let against = answers
+                    .iter()
+                    .filter(|a| {
+                        matches!(a, Some(Answer::Failed(_)))
+                            || matches!(a, Some(Answer::Reply(r)) if r.first() != Some(&1))
+                    })
+                    .count();
+                granted >= quorum || against > others
+            })
             .await;
         let mut granted = Vec::new();
         let mut busy_for = Vec::new();
         let mut errors = Vec::new();
-        // Nodes that granted, or may have (no answer): a failed round lets go of these only,
-        // never of nodes that were busy (the same token may hold them from an earlier call).
+        // Nodes that granted, or may have (no answer yet, or none in time): a failed round
+        // lets go of these only, never of nodes that were busy (the same token may hold them
+        // from an earlier call).
         let mut undo = Vec::new();
         for (index, answer) in answers.into_iter().enumerate() {
+            let Some(answer) = answer else {
+                undo.push(index);
+                continue;
+            };
             match answer {
                 Answer::Reply(reply) => match reply.as_slice() {
                     [1, fence] => {
@@ -384,7 +489,7 @@ impl Inner {
         }
         // No quorum in time: let go at once, so a competitor can win.
         self.release_on(&undo, keys, &req.token, timeout).await;
-        if errors.len() > self.nodes.len() - self.quorum() {
+        if errors.len() > others {
             let reached = self.nodes.len() - errors.len();
             let detail = errors.pop().map(|e| e.to_string()).unwrap_or_default();
             return Err(unavailable(&format!(
@@ -596,9 +701,8 @@ impl Lease for RedlockLease {
             invocation
         };
         let (mut confirmed, mut refused, mut free, mut errors) = (0, 0, Vec::new(), Vec::new());
-        let check = invocation(false);
         for (index, answer) in inner
-            .on_all::<i64>(timeout, &self.keys.lock, &check)
+            .on_all::<i64>(timeout, &self.keys.lock, || invocation(false))
             .await
             .into_iter()
             .enumerate()
