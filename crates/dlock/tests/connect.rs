@@ -153,6 +153,14 @@ fn every_backend_exports_the_fixed_set() {
         let _: fn(&dlock::redis::RedisBackend) -> &dlock::redis::RedisConfig =
             dlock::redis::RedisBackend::config;
     }
+    #[cfg(feature = "redis")]
+    {
+        let _: &[&str] = dlock::redlock::REDLOCK_SCHEMES;
+        let _ = dlock::redlock::RedlockBuilder::new("redlock://a:1,b:2,c:3");
+        config::<dlock::redlock::RedlockConfig>();
+        let _: fn(&dlock::redlock::RedlockBackend) -> &dlock::redlock::RedlockConfig =
+            dlock::redlock::RedlockBackend::config;
+    }
     #[cfg(feature = "postgres")]
     {
         let _: &[&str] = dlock::postgres::POSTGRES_SCHEMES;
