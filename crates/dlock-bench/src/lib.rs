@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// Watchdog lease in the watchdog scenario (renewed every third of it).
     #[arg(long, value_parser = parse_duration, default_value = "3s")]
     pub lease: Duration,
+    /// Runtime threads of the bench and its workers: 1 (the default) runs everything on one
+    /// thread, the lowest-latency setup for a single client.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Internal: run as a hand-off worker on this lock name and print one line per hold.
     #[arg(long, hide = true)]
     pub worker: Option<String>,
@@ -481,6 +485,8 @@ async fn handoff(url: &str, args: &BenchArgs) -> anyhow::Result<Handoff> {
                 .arg(format!("{}ms", args.duration.as_millis()))
                 .arg("--hold")
                 .arg(format!("{}us", args.hold.as_micros()))
+                .arg("--threads")
+                .arg(args.threads.to_string())
                 .stdout(Stdio::piped())
                 .spawn()
                 .context("spawn bench worker")?;

@@ -75,11 +75,22 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // The benchmark measures a client's latency, so it runs on one thread (no cross-thread
+    // wake-up per round trip), as a latency-sensitive application would; `--threads` changes it.
+    let builder = match &cli.command {
+        Command::Bench(args) if args.threads <= 1 => tokio::runtime::Builder::new_current_thread(),
+        Command::Bench(args) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(args.threads);
+            builder
+        }
+        _ => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(2);
+            builder
+        }
+    };
+    let runtime = match { builder }.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => std::process::exit(fail(&e.into())),
     };
