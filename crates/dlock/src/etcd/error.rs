@@ -19,6 +19,18 @@ pub(super) fn lease_gone(error: &EtcdError) -> bool {
     }
 }
 
+/// Whether the request failed before reaching any member (connection refused or reset while
+/// connecting), so sending it again cannot apply it twice.
+pub(super) fn never_sent(error: &EtcdError) -> bool {
+    match error {
+        EtcdError::GRpcStatus(status) => {
+            status.code() == Code::Unavailable && status.message().contains("connect error")
+        }
+        EtcdError::TransportError(_) => true,
+        _ => false,
+    }
+}
+
 /// Maps an etcd-client error to dlock's.
 pub(super) fn map(error: EtcdError) -> Error {
     let boxed = |error: EtcdError| -> crate::error::BoxError { Box::new(error) };

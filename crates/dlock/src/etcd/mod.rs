@@ -209,18 +209,31 @@ impl EtcdBuilder {
             inner: Arc::new(Inner { client, config }),
         };
         // The connection is lazy: fail here (unreachable, no right to read) rather than on the
-        // first lock.
-        backend
-            .inner
-            .client
-            .kv_client()
-            .get(
-                backend.inner.config.prefix.as_bytes(),
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            )
-            .await
-            .map_err(map)?;
-        Ok(backend)
+        // first lock. A request can land on a member that is down before the balancer has
+        // noticed, so an unreachable answer is tried once more per endpoint.
+        let mut tries = backend.inner.config.endpoints.len() + 1;
+        loop {
+            let prefix = backend.inner.config.prefix.as_bytes();
+            let checked = backend
+                .inner
+                .resend(|mut c| async move {
+                    c.get(
+                        prefix,
+                        Some(GetOptions::new().with_prefix().with_count_only()),
+                    )
+                    .await
+                })
+                .await
+                .map_err(map);
+            match checked {
+                Ok(_) => return Ok(backend),
+                Err(error) if error.is_retryable() && tries > 1 => {
+                    tries -= 1;
+                    tokio::time::sleep(RETRY_MIN).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 }
 
@@ -314,6 +327,26 @@ fn revision(header: Option<&etcd_client::ResponseHeader>, what: &str) -> Result<
 }
 
 impl Inner {
+    /// Runs `op`, again when its request never reached a member (connection refused): the
+    /// balancer may still pick a member that is down, and a request that was never sent is
+    /// safe to send again, whatever it does.
+    async fn resend<T, F, Fut>(&self, mut op: F) -> std::result::Result<T, etcd_client::Error>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let mut tries = 2 * self.config.endpoints.len();
+        loop {
+            match op(self.client.clone()).await {
+                Err(error) if tries > 0 && error::never_sent(&error) => {
+                    tries -= 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// `prefix + name + NUL`: every key of one lock starts with it. Names cannot contain NUL,
     /// so the keys of `a` and `a/b` never share this prefix.
     fn lock_prefix(&self, name: &str) -> Vec<u8> {
@@ -326,9 +359,7 @@ impl Inner {
 
     async fn grant(&self, secs: i64) -> Result<(i64, i64)> {
         let granted = self
-            .client
-            .lease_client()
-            .grant(secs, None)
+            .resend(|mut c| async move { c.lease_grant(secs, None).await })
             .await
             .map_err(map)?;
         Ok((granted.id(), granted.ttl()))
@@ -336,7 +367,8 @@ impl Inner {
 
     /// One keep-alive round trip: the lease's TTL starts again from its granted length.
     async fn keep_alive(&self, id: i64) -> std::result::Result<(), etcd_client::Error> {
-        self.client.lease_client().keep_alive(id).await.map(drop)
+        self.resend(|mut c| async move { c.lease_keep_alive(id).await.map(drop) })
+            .await
     }
 
     /// Revokes leases in the background (deleting their keys): clean-up that nobody waits for.
@@ -351,7 +383,10 @@ impl Inner {
         let inner = self.clone();
         runtime.spawn(async move {
             for id in ids {
-                match inner.client.lease_client().revoke(id).await {
+                match inner
+                    .resend(|mut c| async move { c.lease_revoke(id).await })
+                    .await
+                {
                     Ok(_) => {}
                     Err(error) if lease_gone(&error) => {}
                     Err(error) => {
@@ -368,15 +403,17 @@ impl Inner {
 
     /// A transaction whose "lease not found" the caller interprets.
     async fn raw_txn(&self, txn: Txn) -> std::result::Result<TxnResponse, etcd_client::Error> {
-        self.client.kv_client().txn(txn).await
+        self.resend(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
     }
 
     /// The holder of a lock: its key with the lowest create revision.
     async fn holder(&self, prefix: &[u8]) -> Result<Option<KeyValue>> {
         let mut reply = self
-            .client
-            .kv_client()
-            .get(prefix, Some(first_by_create()))
+            .resend(|mut c| async move { c.get(prefix, Some(first_by_create())).await })
             .await
             .map_err(map)?;
         Ok(reply.take_kvs().into_iter().next())
@@ -666,19 +703,20 @@ impl EtcdBackend {
         loop {
             let step = async {
                 let mut reply = inner
-                    .client
-                    .kv_client()
-                    .get(
-                        prefix,
-                        Some(
-                            GetOptions::new()
-                                .with_prefix()
-                                .with_max_create_revision(my_rev - 1)
-                                .with_sort(SortTarget::Create, SortOrder::Descend)
-                                .with_limit(1)
-                                .with_keys_only(),
-                        ),
-                    )
+                    .resend(|mut c| async move {
+                        c.get(
+                            prefix,
+                            Some(
+                                GetOptions::new()
+                                    .with_prefix()
+                                    .with_max_create_revision(my_rev - 1)
+                                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                                    .with_limit(1)
+                                    .with_keys_only(),
+                            ),
+                        )
+                        .await
+                    })
                     .await
                     .map_err(map)?;
                 let at = revision(reply.header(), "predecessor")?;
@@ -687,17 +725,19 @@ impl EtcdBackend {
                 };
                 // From the revision we read at: a deletion between the read and the watch is
                 // still delivered.
+                let before = before.key();
                 let stream = inner
-                    .client
-                    .watch_client()
-                    .watch(
-                        before.key(),
-                        Some(
-                            WatchOptions::new()
-                                .with_start_revision(at + 1)
-                                .with_filters([WatchFilterType::NoPut]),
-                        ),
-                    )
+                    .resend(|mut c| async move {
+                        c.watch(
+                            before,
+                            Some(
+                                WatchOptions::new()
+                                    .with_start_revision(at + 1)
+                                    .with_filters([WatchFilterType::NoPut]),
+                            ),
+                        )
+                        .await
+                    })
                     .await
                     .map_err(map)?;
                 Ok(Some(stream))
@@ -874,11 +914,10 @@ impl EtcdLease {
     }
 
     async fn check_owned(&self, lease: i64) -> Result<()> {
+        let key = &self.key;
         let reply = self
             .inner
-            .client
-            .kv_client()
-            .get(self.key.clone(), None)
+            .resend(|mut c| async move { c.get(key.as_slice(), None).await })
             .await
             .map_err(map)?;
         match reply.kvs().first() {
@@ -1006,9 +1045,7 @@ impl EtcdBackend {
         }
         let reply = self
             .inner
-            .client
-            .lease_client()
-            .time_to_live(lease, None)
+            .resend(|mut c| async move { c.lease_time_to_live(lease, None).await })
             .await
             .map_err(map)?;
         Ok(u64::try_from(reply.ttl()).ok().map(Duration::from_secs))
@@ -1049,19 +1086,21 @@ impl MonitorStore for EtcdBackend {
             scan_from = scan_from.max(from);
         }
         let limit = i64::try_from(limit.clamp(1, 10_000)).unwrap_or(256);
+        let (scan_from, scan_end) = (&scan_from, &scan_end);
         let reply = self
             .inner
-            .client
-            .kv_client()
-            .get(
-                scan_from,
-                Some(
-                    GetOptions::new()
-                        .with_range(scan_end)
-                        .with_limit(limit)
-                        .with_keys_only(),
-                ),
-            )
+            .resend(|mut c| async move {
+                c.get(
+                    scan_from.as_slice(),
+                    Some(
+                        GetOptions::new()
+                            .with_range(scan_end.as_slice())
+                            .with_limit(limit)
+                            .with_keys_only(),
+                    ),
+                )
+                .await
+            })
             .await
             .map_err(map)?;
         // Names in key order (a lock's keys are adjacent); each lock's holder is read on its
@@ -1122,11 +1161,10 @@ impl MonitorStore for EtcdBackend {
             .await?;
         if reply.succeeded() && holder.lease() != 0 {
             // The holder's keep-alive now fails, so it learns at its next renewal.
+            let lease = holder.lease();
             match self
                 .inner
-                .client
-                .lease_client()
-                .revoke(holder.lease())
+                .resend(|mut c| async move { c.lease_revoke(lease).await })
                 .await
             {
                 Ok(_) => {}
