@@ -414,3 +414,114 @@ impl Fixture for RedlockFixture {
         Some(self.url.clone())
     }
 }
+
+/// A real single-member etcd started by the test kit on free loopback ports.
+#[derive(Debug)]
+pub struct EtcdFixture {
+    server: std::sync::Mutex<crate::server::ServerProcess>,
+    url: String,
+}
+
+impl EtcdFixture {
+    /// Starts a member; `Ok(None)` when `etcd` is not installed and not required
+    /// (`DLOCK_TEST_REQUIRE`), so the caller can say it skipped the backend.
+    ///
+    /// # Errors
+    ///
+    /// The server could not start, or is required and missing.
+    pub fn start() -> anyhow::Result<Option<Arc<EtcdFixture>>> {
+        use crate::server::{Etcd, ServerProcess, required};
+        match ServerProcess::start(Etcd::single()?) {
+            Ok(server) => {
+                let url = format!("etcd://{}", server.addr());
+                Ok(Some(Arc::new(EtcdFixture {
+                    server: std::sync::Mutex::new(server),
+                    url,
+                })))
+            }
+            Err(error) if error.is_not_found() && !required("etcd") => {
+                eprintln!(
+                    "etcd: not tested ({error}); set DLOCK_TEST_REQUIRE=etcd to fail instead"
+                );
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The server process, for fault injection (pause, kill, restart).
+    pub fn server(&self) -> std::sync::MutexGuard<'_, crate::server::ServerProcess> {
+        self.server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Fixture for EtcdFixture {
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
+/// A real 3-member etcd cluster on loopback; clients get every member's address.
+#[derive(Debug)]
+pub struct EtcdClusterFixture {
+    cluster: std::sync::Mutex<crate::server::EtcdCluster>,
+    url: String,
+}
+
+impl EtcdClusterFixture {
+    /// Starts three members; `Ok(None)` when `etcd` is not installed and not required.
+    ///
+    /// # Errors
+    ///
+    /// A member could not start, or `etcd` is required and missing.
+    pub fn start() -> anyhow::Result<Option<Arc<EtcdClusterFixture>>> {
+        use crate::server::{EtcdCluster, required};
+        match EtcdCluster::start(3) {
+            Ok(cluster) => {
+                let url = cluster.url();
+                Ok(Some(Arc::new(EtcdClusterFixture {
+                    cluster: std::sync::Mutex::new(cluster),
+                    url,
+                })))
+            }
+            Err(error) if error.is_not_found() && !required("etcd") => {
+                eprintln!(
+                    "etcd-cluster: not tested ({error}); set DLOCK_TEST_REQUIRE=etcd to fail instead"
+                );
+                Ok(None)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The members, for fault injection (kill the leader, pause one).
+    pub fn cluster(&self) -> std::sync::MutexGuard<'_, crate::server::EtcdCluster> {
+        self.cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Fixture for EtcdClusterFixture {
+    fn backend(&self) -> &'static str {
+        "etcd-cluster"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}

@@ -49,6 +49,10 @@
     doc = "* [`postgres`]: PostgreSQL, as a lease table (LISTEN/NOTIFY wake-ups) or advisory locks."
 )]
 #![cfg_attr(
+    feature = "etcd",
+    doc = "* [`etcd`]: etcd, one lease per hold, waiters watching their predecessor, revision fences."
+)]
+#![cfg_attr(
     feature = "mysql",
     doc = "* [`mysql`]: MySQL and MariaDB, as a lease table or `GET_LOCK` session locks."
 )]
@@ -80,6 +84,7 @@
 //! * `blocking` (default): [`blocking`], the synchronous facade.
 //! * `postgres`: the PostgreSQL backend (sqlx, rustls).
 //! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
+//! * `etcd`: the etcd backend (etcd-client, rustls; needs `protoc` to build, so not in `full`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -92,6 +97,9 @@ mod name;
 mod registry;
 mod ttl;
 
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub mod etcd;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -133,6 +141,7 @@ pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
 /// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | `sqlite`: processes of one machine |
 /// | `postgres://user@host/db[?mode=session]` | `postgres`: lease table or advisory locks |
 /// | `mysql://user@host/db[?mode=session]`, `mariadb://…` | `mysql`: lease table or `GET_LOCK` |
+/// | `etcd://host:port[,host:port…]` | `etcd`: leases, revision-ordered hand-off |
 ///
 /// # Errors
 ///

@@ -4,7 +4,7 @@ use crate::error::{Error, Result, redact_url};
 use crate::locks::Locks;
 
 /// Schemes of backends that are planned but not part of dlock yet, with the store's name.
-const PLANNED: &[(&str, &str)] = &[("zk", "ZooKeeper"), ("etcd", "etcd")];
+const PLANNED: &[(&str, &str)] = &[("zk", "ZooKeeper")];
 
 /// The schemes this build can connect to.
 pub fn enabled_schemes() -> Vec<&'static str> {
@@ -20,6 +20,8 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes.extend_from_slice(crate::postgres::POSTGRES_SCHEMES);
     #[cfg(feature = "mysql")]
     schemes.extend_from_slice(crate::mysql::MYSQL_SCHEMES);
+    #[cfg(feature = "etcd")]
+    schemes.extend_from_slice(crate::etcd::ETCD_SCHEMES);
     schemes
 }
 
@@ -74,6 +76,15 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         #[cfg(not(feature = "mysql"))]
         "mysql" | "mariadb" => Err(invalid(format!(
             "the mysql backend is not part of this build (cargo feature `mysql`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(Locks::new(
+            crate::etcd::EtcdBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => Err(invalid(format!(
+            "the etcd backend is not part of this build (cargo feature `etcd`); enabled: {}",
             enabled_schemes().join(", ")
         ))),
         other => match PLANNED.iter().find(|(planned, _)| *planned == other) {

@@ -125,6 +125,8 @@ fn handles_and_guards_are_send_sync_and_static() {
     movable::<dlock::sqlite::SqliteBackend>();
     #[cfg(feature = "redis")]
     movable::<dlock::redis::RedisBackend>();
+    #[cfg(feature = "etcd")]
+    movable::<dlock::etcd::EtcdBackend>();
     movable::<dlock::memory::MemoryBackend>();
 }
 
@@ -176,6 +178,14 @@ fn every_backend_exports_the_fixed_set() {
         config::<dlock::mysql::MysqlConfig>();
         let _: fn(&dlock::mysql::MysqlBackend) -> &dlock::mysql::MysqlConfig =
             dlock::mysql::MysqlBackend::config;
+    }
+    #[cfg(feature = "etcd")]
+    {
+        let _: &[&str] = dlock::etcd::ETCD_SCHEMES;
+        let _ = dlock::etcd::EtcdBuilder::new("etcd://h:2379");
+        config::<dlock::etcd::EtcdConfig>();
+        let _: fn(&dlock::etcd::EtcdBackend) -> &dlock::etcd::EtcdConfig =
+            dlock::etcd::EtcdBackend::config;
     }
     for scheme in dlock::enabled_schemes() {
         assert!(!scheme.is_empty());

@@ -21,12 +21,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod etcd;
 pub mod mariadb;
 pub mod port;
 pub mod postgres;
 pub mod redis;
 mod template;
 
+pub use etcd::{Etcd, EtcdCluster, etcd_is_leader};
 pub use mariadb::Mariadb;
 pub use port::free_port;
 pub use postgres::Postgres;

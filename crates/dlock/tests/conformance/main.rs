@@ -33,5 +33,15 @@ fn main() {
     for fx in dlock_testkit::fixture::MysqlFixture::start_both().expect("MariaDB server") {
         fixtures.push(fx);
     }
+    #[cfg(feature = "etcd")]
+    if let Some(etcd) = dlock_testkit::fixture::EtcdFixture::start().expect("etcd") {
+        fixtures.push(etcd);
+    }
+    #[cfg(feature = "etcd")]
+    if let Some(cluster) =
+        dlock_testkit::fixture::EtcdClusterFixture::start().expect("etcd cluster")
+    {
+        fixtures.push(cluster);
+    }
     conformance::main(fixtures)
 }

@@ -1,0 +1,287 @@
+#![cfg(feature = "etcd")]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+//! What is specific to etcd, on real servers started by the test kit: a killed leader, a
+//! holder process paused past its lease, authentication, the queue left clean by a cancelled
+//! waiter, URL errors.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dlock::Error;
+use dlock_testkit::cli::Holder;
+use dlock_testkit::server::{Etcd, EtcdCluster, ServerProcess, find_binary, required};
+
+/// Whether etcd is installed; panics when it is required but missing.
+fn have_etcd() -> bool {
+    let found = Etcd::single().is_ok_and(|kind| find_binary(&kind).is_some());
+    if !found {
+        assert!(
+            !required("etcd"),
+            "etcd not found, but DLOCK_TEST_REQUIRE requires it"
+        );
+        eprintln!("skipping: etcd not found (set DLOCK_TEST_ETCD_BIN)");
+    }
+    found
+}
+
+/// A fresh single member, or `None` (skip) when etcd is not installed and not required.
+fn server() -> Option<ServerProcess> {
+    have_etcd().then(|| {
+        tokio::task::block_in_place(|| {
+            ServerProcess::start(Etcd::single().unwrap()).unwrap_or_else(|e| panic!("{e}"))
+        })
+    })
+}
+
+/// `etcdctl` against `endpoints`, returning stdout; panics on failure.
+fn etcdctl(endpoints: &str, args: &[&str]) -> String {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(endpoints)
+        .args(args)
+        .output()
+        .expect("etcdctl (Debian package etcd-client)");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The keys under the default prefix whose lock name is `name` (holder and waiters).
+fn lock_keys(endpoints: &str, name: &str) -> usize {
+    // Keys are `dlock/NAME \0 LEASE`; etcdctl cannot take a NUL, so ask for the range up to
+    // `NAME \x01` instead.
+    let (from, to) = (format!("dlock/{name}"), format!("dlock/{name}\u{1}"));
+    etcdctl(endpoints, &["get", "--keys-only", &from, &to])
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+#[tokio::test]
+async fn bad_urls_are_invalid_url_and_hide_the_password() {
+    for url in [
+        "etcd://",
+        "etcd://host-without-port",
+        "etcd://h:2379/a/path",
+        "etcd://h:2379?nonsense=1",
+        "etcd://h:99999",
+    ] {
+        assert!(
+            matches!(dlock::connect(url).await, Err(Error::InvalidUrl { .. })),
+            "{url}"
+        );
+    }
+    let err = dlock::connect("etcd://app:hunter2@h:2379?timeout=soon")
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(
+        matches!(err, Error::InvalidUrl { .. }) && !shown.contains("hunter2"),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_is_unavailable() {
+    let port = dlock_testkit::server::free_port().unwrap();
+    let err = dlock::connect(&format!(
+        "etcd://127.0.0.1:{port}?timeout=300ms&connect_timeout=200ms"
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_unauthenticated_and_a_user_without_rights_is_denied() {
+    let Some(server) = server() else { return };
+    let ep = server.addr().to_string();
+    etcdctl(&ep, &["user", "add", "root:rootpw"]);
+    etcdctl(&ep, &["user", "grant-role", "root", "root"]);
+    etcdctl(&ep, &["user", "add", "nobody:nobodypw"]);
+    etcdctl(&ep, &["auth", "enable"]);
+    let wrong = dlock::connect(&format!("etcd://root:wrong@{ep}")).await;
+    assert!(
+        matches!(wrong, Err(Error::Unauthenticated { .. })),
+        "{wrong:?}"
+    );
+    let denied = dlock::connect(&format!("etcd://nobody:nobodypw@{ep}")).await;
+    assert!(
+        matches!(denied, Err(Error::PermissionDenied { .. })),
+        "{denied:?}"
+    );
+    let locks = dlock::connect(&format!("etcd://root:rootpw@{ep}"))
+        .await
+        .unwrap();
+    let guard = locks.mutex("auth/ok").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_leaves_no_key_behind() {
+    let Some(server) = server() else { return };
+    let ep = server.addr().to_string();
+    let url = format!("etcd://{ep}");
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let name = "queue/cancelled";
+    let holder = a.mutex(name).acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.mutex(name).wait_forever().acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        tokio::task::block_in_place(|| lock_keys(&ep, name)),
+        2,
+        "holder and waiter"
+    );
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    // The waiter revokes its lease at once; its waiter lease alone would keep the key for
+    // about 2.5 s, so a key still there after 1 s means nothing cleaned up.
+    let start = Instant::now();
+    while tokio::task::block_in_place(|| lock_keys(&ep, name)) != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "the cancelled waiter's key is still queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A try that finds the lock busy leaves nothing either.
+    assert!(b.mutex(name).try_acquire().await.unwrap().is_none());
+    assert_eq!(tokio::task::block_in_place(|| lock_keys(&ep, name)), 1);
+    holder.release().await.unwrap();
+    assert_eq!(tokio::task::block_in_place(|| lock_keys(&ep, name)), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_keeps_held_locks_and_clients_continue() {
+    if !have_etcd() {
+        return;
+    }
+    let mut cluster =
+        tokio::task::block_in_place(|| EtcdCluster::start(3).unwrap_or_else(|e| panic!("{e}")));
+    let url = cluster.url();
+    let a = dlock::connect(&url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(Duration::from_secs(3))
+        .unwrap();
+    let b = dlock::connect(&url).await.unwrap();
+    let watched = a.mutex("leader/watchdog").acquire().await.unwrap();
+    let fixed = a
+        .mutex("leader/fixed")
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.mutex("leader/fixed")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let leader = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(i) = cluster.leader() {
+                return i;
+            }
+            assert!(Instant::now() < deadline, "no leader");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    tokio::task::block_in_place(|| cluster.nodes[leader].kill().unwrap());
+    // Two watchdog TTLs: renewals must go through the new leader.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        !watched.is_lost(),
+        "the watchdog lock was lost with the leader"
+    );
+    assert!(
+        !fixed.is_lost(),
+        "the fixed-TTL lock was lost with the leader"
+    );
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    assert!(
+        b.mutex("leader/watchdog")
+            .wait(Duration::from_secs(5))
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a held lock was granted to another client after the leader died"
+    );
+    let fence = fixed.fence();
+    fixed.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
+    watched.release().await.unwrap();
+    // New clients work against the two survivors.
+    let c = dlock::connect(&url).await.unwrap();
+    let fresh = c
+        .mutex("leader/after")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    fresh.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_lease_loses_to_the_next_waiter() {
+    let Some(server) = server() else { return };
+    let url = format!("etcd://{}", server.addr());
+    let name = "paused/holder";
+    let mut holder =
+        tokio::task::block_in_place(|| Holder::start(&url, name, &["--ttl", "2s"]).unwrap());
+    let pid = holder.child.id().to_string();
+    let signal = |sig: &str| {
+        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let locks = dlock::connect(&url).await.unwrap();
+    let next = locks
+        .mutex(name)
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        next.fence().get() > holder.fence,
+        "the new holder's fence {} is not above the paused one's {}",
+        next.fence(),
+        holder.fence
+    );
+    signal("-CONT");
+    // `dlock hold` exits 76 when its guard reports the lock lost.
+    let code = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = holder.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the resumed holder did not notice it lost the lock"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    assert_eq!(code, Some(76));
+    assert!(!next.is_lost());
+    next.release().await.unwrap();
+}
