@@ -1,0 +1,17 @@
+//! What the PostgreSQL and MySQL/MariaDB backends share: the mode and URL options, waiters'
+//! in-process wake-ups and queue, the undo of a grant whose caller went away, and the task
+//! that keeps a session lock's connection.
+
+mod attempt;
+mod options;
+mod queue;
+mod session;
+
+pub use options::Mode;
+
+pub(crate) use attempt::{detached_attempt, fence, ms};
+pub(crate) use options::{DLOCK_OPTIONS, Options, default_max_connections, split_url};
+pub(crate) use queue::{
+    LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
+};
+pub(crate) use session::{SessionConn, SessionLease};
