@@ -3,15 +3,19 @@
 //! that keeps a session lock's connection.
 
 mod attempt;
+mod error;
 mod options;
 mod queue;
+mod schema;
 mod session;
 
 pub use options::Mode;
 
 pub(crate) use attempt::{detached_attempt, fence, ms};
+pub(crate) use error::{ServerFailure, from_driver};
 pub(crate) use options::{DLOCK_OPTIONS, Options, default_max_connections, split_url};
 pub(crate) use queue::{
     LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
 };
+pub(crate) use schema::{Shape, check_shape, waiters_table};
 pub(crate) use session::{SessionConn, SessionLease};
