@@ -8,6 +8,7 @@ mod options;
 mod queue;
 mod schema;
 mod session;
+mod store;
 
 pub use options::Mode;
 
@@ -19,3 +20,4 @@ pub(crate) use queue::{
 };
 pub(crate) use schema::{Shape, check_shape, waiters_table};
 pub(crate) use session::{SessionConn, SessionLease};
+pub(crate) use store::{ModeStore, SqlStore};
