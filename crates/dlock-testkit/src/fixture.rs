@@ -181,90 +181,64 @@ fn start_shared_server(
     }
 }
 
-/// The PostgreSQL backend in one mode, on a server the test kit started (shared by the
+/// A server kind that a SQL backend runs on, with what its fixtures need to know about it.
+pub trait SqlServer: crate::server::ServerKind + Default {
+    /// The fixtures' backend names, in lease and in session mode.
+    const BACKENDS: [&'static str; 2];
+    /// The URL of a running server of this kind, without dlock's options.
+    fn base_url(server: &crate::server::ServerProcess) -> String;
+}
+
+impl SqlServer for crate::server::Postgres {
+    const BACKENDS: [&'static str; 2] = ["postgres", "postgres-session"];
+    fn base_url(server: &crate::server::ServerProcess) -> String {
+        crate::server::Postgres::url(server)
+    }
+}
+
+impl SqlServer for crate::server::Mariadb {
+    const BACKENDS: [&'static str; 2] = ["mariadb", "mariadb-session"];
+    fn base_url(server: &crate::server::ServerProcess) -> String {
+        crate::server::Mariadb::url(server)
+    }
+}
+
+/// A SQL backend in one mode, on a server of kind `K` the test kit started (shared by the
 /// fixtures of both modes, stopped when the last one is dropped).
 #[derive(Debug)]
-pub struct PostgresFixture {
+pub struct SqlFixture<K> {
     mode: SqlMode,
     url: String,
     server: Arc<std::sync::Mutex<crate::server::ServerProcess>>,
+    kind: std::marker::PhantomData<fn() -> K>,
 }
 
-impl PostgresFixture {
-    /// Starts one PostgreSQL server and returns a fixture per mode; empty when `postgres` is
-    /// not installed and not required.
-    ///
-    /// # Errors
-    ///
-    /// The server could not be started, or is missing while `DLOCK_TEST_REQUIRE` requires it.
-    pub fn start_both() -> anyhow::Result<Vec<Arc<PostgresFixture>>> {
-        let Some(server) = start_shared_server(crate::server::Postgres::default())? else {
-            return Ok(Vec::new());
-        };
-        let base = crate::server::Postgres::url(&server.lock().unwrap());
-        Ok([SqlMode::Lease, SqlMode::Session]
-            .into_iter()
-            .map(|mode| {
-                Arc::new(PostgresFixture {
-                    mode,
-                    url: format!("{base}{}", mode.query()),
-                    server: server.clone(),
-                })
-            })
-            .collect())
-    }
+/// The PostgreSQL backend in one mode, on a server the test kit started.
+pub type PostgresFixture = SqlFixture<crate::server::Postgres>;
 
-    /// The server, for fault injection.
-    pub fn server(&self) -> &Arc<std::sync::Mutex<crate::server::ServerProcess>> {
-        &self.server
-    }
-}
+/// The MySQL/MariaDB backend in one mode, on a MariaDB server the test kit started.
+pub type MysqlFixture = SqlFixture<crate::server::Mariadb>;
 
-impl Fixture for PostgresFixture {
-    fn backend(&self) -> &'static str {
-        match self.mode {
-            SqlMode::Lease => "postgres",
-            SqlMode::Session => "postgres-session",
-        }
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-}
-
-/// The MySQL/MariaDB backend in one mode, on a MariaDB server the test kit started (shared
-/// by the fixtures of both modes).
-#[derive(Debug)]
-pub struct MysqlFixture {
-    mode: SqlMode,
-    url: String,
-    server: Arc<std::sync::Mutex<crate::server::ServerProcess>>,
-}
-
-impl MysqlFixture {
-    /// Starts one MariaDB server and returns a fixture per mode; empty when `mariadbd` is not
+impl<K: SqlServer> SqlFixture<K> {
+    /// Starts one server and returns a fixture per mode; empty when the server is not
     /// installed and not required.
     ///
     /// # Errors
     ///
     /// The server could not be started, or is missing while `DLOCK_TEST_REQUIRE` requires it.
-    pub fn start_both() -> anyhow::Result<Vec<Arc<MysqlFixture>>> {
-        let Some(server) = start_shared_server(crate::server::Mariadb::default())? else {
+    pub fn start_both() -> anyhow::Result<Vec<Arc<SqlFixture<K>>>> {
+        let Some(server) = start_shared_server(K::default())? else {
             return Ok(Vec::new());
         };
-        let base = crate::server::Mariadb::url(&server.lock().unwrap());
+        let base = K::base_url(&server.lock().unwrap());
         Ok([SqlMode::Lease, SqlMode::Session]
             .into_iter()
             .map(|mode| {
-                Arc::new(MysqlFixture {
+                Arc::new(SqlFixture {
                     mode,
                     url: format!("{base}{}", mode.query()),
                     server: server.clone(),
+                    kind: std::marker::PhantomData,
                 })
             })
             .collect())
@@ -276,11 +250,11 @@ impl MysqlFixture {
     }
 }
 
-impl Fixture for MysqlFixture {
+impl<K: SqlServer> Fixture for SqlFixture<K> {
     fn backend(&self) -> &'static str {
         match self.mode {
-            SqlMode::Lease => "mariadb",
-            SqlMode::Session => "mariadb-session",
+            SqlMode::Lease => K::BACKENDS[0],
+            SqlMode::Session => K::BACKENDS[1],
         }
     }
 

@@ -3,25 +3,22 @@
 //! What is specific to MySQL/MariaDB, on real MariaDB servers started by the test kit: killed
 //! sessions, server restarts, table creation and checks, permissions, names, URL options.
 
+mod sql_support;
+
 use std::time::Duration;
 
 use dlock::Error;
-use dlock_testkit::server::{Mariadb, ServerProcess, find_binary, required};
+use dlock_testkit::server::{Mariadb, ServerProcess};
 use sqlx::MySqlPool;
 
 /// A fresh server, or `None` (skip) when MariaDB is not installed and not required.
 fn server() -> Option<ServerProcess> {
-    if find_binary(&Mariadb::default()).is_none() {
-        assert!(
-            !required("mariadb"),
-            "mariadbd not found, but DLOCK_TEST_REQUIRE requires it"
-        );
-        eprintln!("skipping: mariadbd not found (set DLOCK_TEST_MARIADB_BIN)");
-        return None;
-    }
-    Some(tokio::task::block_in_place(|| {
-        ServerProcess::start(Mariadb::default()).unwrap_or_else(|e| panic!("{e}"))
-    }))
+    sql_support::start_server(
+        Mariadb::default(),
+        "mariadb",
+        "mariadbd",
+        "DLOCK_TEST_MARIADB_BIN",
+    )
 }
 
 async fn admin(server: &ServerProcess) -> MySqlPool {
@@ -35,57 +32,29 @@ async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
         "{}?mode=session&check_interval=100ms",
         Mariadb::url(&server)
     );
-    let (a, b) = (
-        dlock::connect(&url).await.unwrap(),
-        dlock::connect(&url).await.unwrap(),
-    );
-    let held = a.mutex("jobs/killed").acquire().await.unwrap();
-    let waiter = tokio::spawn(async move {
-        b.mutex("jobs/killed")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished());
     let admin = admin(&server).await;
-    let holder: Option<i64> = sqlx::query_scalar(
-        "SELECT CAST(IS_USED_LOCK(CONCAT('dlock:', LEFT(SHA2(?, 256), 58))) AS SIGNED)",
-    )
-    .bind("jobs/killed")
-    .fetch_one(&admin)
-    .await
-    .unwrap();
-    let holder = holder.expect("nobody holds the server-side lock");
-    sqlx::query(sqlx::AssertSqlSafe(format!("KILL {holder}")))
-        .execute(&admin)
+    sql_support::a_killed_session_fires_lost(&url, async || {
+        let holder: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(IS_USED_LOCK(CONCAT('dlock:', LEFT(SHA2(?, 256), 58))) AS SIGNED)",
+        )
+        .bind("jobs/killed")
+        .fetch_one(&admin)
         .await
         .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), held.lost())
-        .await
-        .expect("the lost signal did not fire after KILL");
-    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter did not get the lock")
-        .unwrap()
-        .unwrap();
-    assert!(next.fence() > held.fence());
-    assert!(matches!(held.release().await, Err(Error::NotOwned { .. })));
-    next.release().await.unwrap();
+        let holder = holder.expect("nobody holds the server-side lock");
+        sqlx::query(sqlx::AssertSqlSafe(format!("KILL {holder}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_survives_its_connections_being_killed() {
     let Some(server) = server() else { return };
-    let url = Mariadb::url(&server);
-    let a = dlock::connect(&url)
-        .await
-        .unwrap()
-        .with_watchdog_lease(Duration::from_millis(900))
-        .unwrap();
-    let held = a.mutex("jobs/pooled").acquire().await.unwrap();
     let admin = admin(&server).await;
-    for _ in 0..3 {
+    sql_support::a_lease_survives_killed_connections(&Mariadb::url(&server), async || {
         let ids: Vec<i64> = sqlx::query_scalar(
             "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST
              WHERE ID <> CONNECTION_ID() AND USER = 'root'",
@@ -98,76 +67,15 @@ async fn a_lease_survives_its_connections_being_killed() {
                 .execute(&admin)
                 .await;
         }
-        tokio::time::sleep(Duration::from_millis(400)).await;
-    }
-    assert!(!held.is_lost(), "a lease was lost with its connection");
-    let b = dlock::connect(&url).await.unwrap();
-    assert!(
-        b.mutex("jobs/pooled")
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none()
-    );
-    held.release().await.unwrap();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_during_holds_and_waits() {
     let Some(mut server) = server() else { return };
-    let lease_url = Mariadb::url(&server);
-    let session_url = format!("{lease_url}?mode=session&check_interval=100ms");
-    let lease = dlock::connect(&lease_url)
-        .await
-        .unwrap()
-        .with_watchdog_lease(Duration::from_secs(6))
-        .unwrap();
-    let session = dlock::connect(&session_url).await.unwrap();
-    let lease_held = lease.mutex("restart/lease").acquire().await.unwrap();
-    let session_held = session.mutex("restart/session").acquire().await.unwrap();
-    let (lease_b, session_b) = (
-        dlock::connect(&lease_url).await.unwrap(),
-        dlock::connect(&session_url).await.unwrap(),
-    );
-    let lease_waiter = tokio::spawn(async move {
-        lease_b
-            .mutex("restart/lease")
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-    });
-    let session_waiter = tokio::spawn(async move {
-        session_b
-            .mutex("restart/session")
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    tokio::task::block_in_place(|| server.restart().unwrap());
-    tokio::time::timeout(Duration::from_secs(5), session_held.lost())
-        .await
-        .expect("the session lock was not reported lost after the restart");
-    let session_next = tokio::time::timeout(Duration::from_secs(20), session_waiter)
-        .await
-        .expect("the session waiter did not get the lock after the restart")
-        .unwrap()
-        .unwrap();
-    assert!(session_next.fence() > session_held.fence());
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        !lease_held.is_lost(),
-        "the lease was lost over a short restart"
-    );
-    assert!(!lease_waiter.is_finished(), "the waiter took a held lease");
-    let lease_fence = lease_held.fence();
-    lease_held.release().await.unwrap();
-    let lease_next = tokio::time::timeout(Duration::from_secs(5), lease_waiter)
-        .await
-        .expect("the lease waiter did not get the lock after the release")
-        .unwrap()
-        .unwrap();
-    assert!(lease_next.fence() > lease_fence);
+    let url = Mariadb::url(&server);
+    sql_support::a_restart_during_holds_and_waits(&mut server, &url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

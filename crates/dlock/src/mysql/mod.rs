@@ -22,11 +22,13 @@ use crate::error::Result;
 use crate::name::LockName;
 use crate::wait::Backoff;
 
+use crate::sql_common::SqlStore;
+use error::BACKEND;
 use lease_table::LeaseStore;
 use session::SessionStore;
 
 const LEASE_INFO: BackendInfo = BackendInfo::new(
-    "mysql",
+    BACKEND,
     Capabilities {
         reentrant: true,
         fair: true,
@@ -38,7 +40,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
 );
 
 const SESSION_INFO: BackendInfo = BackendInfo::new(
-    "mysql",
+    BACKEND,
     Capabilities {
         reentrant: false,
         fair: false,
@@ -177,7 +179,7 @@ impl MysqlBuilder {
                     schema::WAITERS_SHAPE,
                 )
                 .await?;
-                Store::Lease(LeaseStore::new(
+                SqlStore::Lease(LeaseStore::new(
                     pool,
                     &table,
                     Backoff::new(config.poll_min, config.poll_max),
@@ -191,7 +193,7 @@ impl MysqlBuilder {
                     schema::FENCE_SHAPE,
                 )
                 .await?;
-                Store::Session(SessionStore::new(pool, &table, config.check_interval))
+                SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
             }
         };
         Ok(MysqlBackend {
@@ -224,11 +226,7 @@ struct Inner {
     store: Store,
 }
 
-#[derive(Debug)]
-enum Store {
-    Lease(LeaseStore),
-    Session(SessionStore),
-}
+type Store = SqlStore<LeaseStore, SessionStore>;
 
 impl MysqlBackend {
     /// Connects to the database named by a `mysql://` or `mariadb://` URL; see
@@ -266,34 +264,22 @@ impl MysqlBackend {
 #[async_trait]
 impl Backend for MysqlBackend {
     fn info(&self) -> &BackendInfo {
-        match self.inner.store {
-            Store::Lease(_) => &LEASE_INFO,
-            Store::Session(_) => &SESSION_INFO,
-        }
+        self.inner.store.info(&LEASE_INFO, &SESSION_INFO)
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
-        match &self.inner.store {
-            Store::Lease(store) => store.acquire(req).await,
-            Store::Session(store) => store.acquire(req).await,
-        }
+        self.inner.store.acquire(req).await
     }
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
-        match self.inner.store {
-            Store::Lease(_) => Some(self),
-            Store::Session(_) => None,
-        }
+        self.inner.store.monitor()
     }
 }
 
 #[async_trait]
 impl MonitorStore for MysqlBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        match &self.inner.store {
-            Store::Lease(store) => store.inspect(name).await,
-            Store::Session(_) => Err(unsupported()),
-        }
+        self.inner.store.inspection(BACKEND)?.inspect(name).await
     }
 
     async fn list_page(
@@ -302,23 +288,15 @@ impl MonitorStore for MysqlBackend {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        match &self.inner.store {
-            Store::Lease(store) => store.list_page(prefix, cursor, limit).await,
-            Store::Session(_) => Err(unsupported()),
-        }
+        let store = self.inner.store.inspection(BACKEND)?;
+        store.list_page(prefix, cursor, limit).await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        match &self.inner.store {
-            Store::Lease(store) => store.force_release(name).await,
-            Store::Session(_) => Err(unsupported()),
-        }
-    }
-}
-
-fn unsupported() -> crate::Error {
-    crate::Error::Unsupported {
-        operation: "inspection in session mode",
-        backend: "mysql",
+        self.inner
+            .store
+            .inspection(BACKEND)?
+            .force_release(name)
+            .await
     }
 }

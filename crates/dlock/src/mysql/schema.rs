@@ -2,10 +2,11 @@
 
 use sqlx::{AssertSqlSafe, MySqlPool};
 
-use super::error::Error;
+use crate::error::Result;
+use crate::sql_common::check_shape;
+pub(super) use crate::sql_common::{Shape, waiters_table};
 
-/// Column name and `information_schema` data type, in table order.
-pub(super) type Shape = &'static [(&'static str, &'static str)];
+use super::error::{BACKEND, from_sqlx};
 
 /// The lease table: a row per lock name, never deleted, so the fence only grows. Names are
 /// `VARBINARY`: byte-wise, so case-sensitive and without PAD SPACE (a `_bin` collation would
@@ -48,11 +49,6 @@ pub(super) const WAITERS_SHAPE: Shape = &[
     ("seen", "bigint"),
 ];
 
-/// The waiter queue of lease table `table`.
-pub(super) fn waiters_table(table: &str) -> String {
-    format!("{table}_waiters")
-}
-
 pub(super) fn waiters_ddl(table: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {table} (
@@ -77,57 +73,27 @@ pub(super) fn fence_ddl(table: &str) -> String {
     )
 }
 
-async fn columns(pool: &MySqlPool, table: &str) -> Result<Vec<(String, String)>, Error> {
-    Ok(sqlx::query_as(
+async fn columns(pool: &MySqlPool, table: &str) -> Result<Vec<(String, String)>> {
+    sqlx::query_as(
         "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR) FROM information_schema.COLUMNS
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
     )
     .bind(table)
     .fetch_all(pool)
-    .await?)
+    .await
+    .map_err(from_sqlx)
 }
 
 /// Creates `table` if it is missing, then checks that every column dlock uses is there with
 /// its type.
-pub(super) async fn ensure(
-    pool: &MySqlPool,
-    table: &str,
-    ddl: &str,
-    shape: Shape,
-) -> Result<(), Error> {
+pub(super) async fn ensure(pool: &MySqlPool, table: &str, ddl: &str, shape: Shape) -> Result<()> {
     let mut found = columns(pool, table).await?;
     if found.is_empty() {
         sqlx::query(AssertSqlSafe(ddl.to_owned()))
             .execute(pool)
-            .await?;
+            .await
+            .map_err(from_sqlx)?;
         found = columns(pool, table).await?;
     }
-    for (column, data_type) in shape {
-        match found
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(column))
-        {
-            Some((_, found_type)) if found_type.eq_ignore_ascii_case(data_type) => {}
-            Some((_, found_type)) => {
-                return Err(Error::Foreign {
-                    table: table.to_owned(),
-                    detail: format!("column {column} is {found_type}, dlock needs {data_type}"),
-                });
-            }
-            None => {
-                return Err(Error::Foreign {
-                    table: table.to_owned(),
-                    detail: format!(
-                        "no column {column} (found: {}); use ?table= to pick another name",
-                        found
-                            .iter()
-                            .map(|(n, _)| n.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
-        }
-    }
-    Ok(())
+    check_shape(BACKEND, table, &found, shape, str::eq_ignore_ascii_case)
 }

@@ -13,13 +13,13 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo};
+use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::sql_common::{
-    LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, detached_attempt, fence, ms,
-    queued_hint,
+    LeaveQueue, ModeStore, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, detached_attempt,
+    fence, ms, queued_hint,
 };
 use crate::wait::{Attempt, acquire_loop};
 
@@ -180,8 +180,11 @@ impl LeaseStore {
             }),
         }
     }
+}
 
-    pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+#[async_trait]
+impl ModeStore for LeaseStore {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
         let spot = Arc::new(QueueSpot::default());
         let leave = LeaveQueue::new(
@@ -210,8 +213,11 @@ impl LeaseStore {
         }
         acquired
     }
+}
 
-    pub(super) async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+#[async_trait]
+impl MonitorStore for LeaseStore {
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let row = sqlx::query(AssertSqlSafe(self.shared.sql.inspect.clone()))
             .bind(name.as_str())
             .fetch_optional(&self.shared.pool)
@@ -220,7 +226,7 @@ impl LeaseStore {
         row.map(|r| to_info(&r)).transpose()
     }
 
-    pub(super) async fn list_page(
+    async fn list_page(
         &self,
         prefix: &str,
         cursor: Option<&str>,
@@ -240,7 +246,7 @@ impl LeaseStore {
         Ok(ListPage::new(locks, next))
     }
 
-    pub(super) async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
         let rows = sqlx::query(AssertSqlSafe(self.shared.sql.force_release.clone()))
             .bind(name.as_str())
             .bind(&self.shared.channel)

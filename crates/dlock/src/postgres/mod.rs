@@ -21,11 +21,13 @@ use crate::backend::{
 use crate::error::Result;
 use crate::name::LockName;
 
+use crate::sql_common::SqlStore;
+use error::BACKEND;
 use lease_table::LeaseStore;
 use session::SessionStore;
 
 const LEASE_INFO: BackendInfo = BackendInfo::new(
-    "postgres",
+    BACKEND,
     Capabilities {
         reentrant: true,
         fair: true,
@@ -37,7 +39,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
 );
 
 const SESSION_INFO: BackendInfo = BackendInfo::new(
-    "postgres",
+    BACKEND,
     Capabilities {
         reentrant: false,
         fair: false,
@@ -169,7 +171,7 @@ impl PostgresBuilder {
                     schema::WAITERS_SHAPE,
                 )
                 .await?;
-                Store::Lease(LeaseStore::new(pool, &table))
+                SqlStore::Lease(LeaseStore::new(pool, &table))
             }
             Mode::Session => {
                 schema::ensure(
@@ -179,7 +181,7 @@ impl PostgresBuilder {
                     schema::FENCE_SHAPE,
                 )
                 .await?;
-                Store::Session(SessionStore::new(pool, &table, config.check_interval))
+                SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
             }
         };
         Ok(PostgresBackend {
@@ -212,11 +214,7 @@ struct Inner {
     store: Store,
 }
 
-#[derive(Debug)]
-enum Store {
-    Lease(LeaseStore),
-    Session(SessionStore),
-}
+type Store = SqlStore<LeaseStore, SessionStore>;
 
 impl PostgresBackend {
     /// Connects to the database named by a `postgres://` URL; see
@@ -254,34 +252,22 @@ impl PostgresBackend {
 #[async_trait]
 impl Backend for PostgresBackend {
     fn info(&self) -> &BackendInfo {
-        match self.inner.store {
-            Store::Lease(_) => &LEASE_INFO,
-            Store::Session(_) => &SESSION_INFO,
-        }
+        self.inner.store.info(&LEASE_INFO, &SESSION_INFO)
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
-        match &self.inner.store {
-            Store::Lease(store) => store.acquire(req).await,
-            Store::Session(store) => store.acquire(req).await,
-        }
+        self.inner.store.acquire(req).await
     }
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
-        match self.inner.store {
-            Store::Lease(_) => Some(self),
-            Store::Session(_) => None,
-        }
+        self.inner.store.monitor()
     }
 }
 
 #[async_trait]
 impl MonitorStore for PostgresBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        match &self.inner.store {
-            Store::Lease(store) => store.inspect(name).await,
-            Store::Session(_) => Err(unsupported()),
-        }
+        self.inner.store.inspection(BACKEND)?.inspect(name).await
     }
 
     async fn list_page(
@@ -290,23 +276,15 @@ impl MonitorStore for PostgresBackend {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        match &self.inner.store {
-            Store::Lease(store) => store.list_page(prefix, cursor, limit).await,
-            Store::Session(_) => Err(unsupported()),
-        }
+        let store = self.inner.store.inspection(BACKEND)?;
+        store.list_page(prefix, cursor, limit).await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        match &self.inner.store {
-            Store::Lease(store) => store.force_release(name).await,
-            Store::Session(_) => Err(unsupported()),
-        }
-    }
-}
-
-fn unsupported() -> crate::Error {
-    crate::Error::Unsupported {
-        operation: "inspection in session mode",
-        backend: "postgres",
+        self.inner
+            .store
+            .inspection(BACKEND)?
+            .force_release(name)
+            .await
     }
 }

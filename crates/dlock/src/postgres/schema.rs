@@ -2,10 +2,11 @@
 
 use sqlx::{AssertSqlSafe, PgPool};
 
-use super::error::Error;
+use crate::error::Result;
+use crate::sql_common::check_shape;
+pub(super) use crate::sql_common::{Shape, waiters_table};
 
-/// Column name and `information_schema` data type, in table order.
-pub(super) type Shape = &'static [(&'static str, &'static str)];
+use super::error::{BACKEND, from_sqlx};
 
 /// The lease table: a row per lock name, never deleted, so the fence only grows.
 pub(super) const LEASE_SHAPE: Shape = &[
@@ -45,11 +46,6 @@ pub(super) const WAITERS_SHAPE: Shape = &[
     ("seen", "timestamp with time zone"),
 ];
 
-/// The waiter queue of lease table `table`.
-pub(super) fn waiters_table(table: &str) -> String {
-    format!("{table}_waiters")
-}
-
 pub(super) fn waiters_ddl(table: &str) -> String {
     format!(
         r#"CREATE TABLE IF NOT EXISTS {table} (
@@ -74,24 +70,20 @@ pub(super) fn fence_ddl(table: &str) -> String {
     )
 }
 
-async fn columns(pool: &PgPool, table: &str) -> Result<Vec<(String, String)>, Error> {
-    Ok(sqlx::query_as(
+async fn columns(pool: &PgPool, table: &str) -> Result<Vec<(String, String)>> {
+    sqlx::query_as(
         "SELECT column_name::text, data_type::text FROM information_schema.columns
          WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
     )
     .bind(table)
     .fetch_all(pool)
-    .await?)
+    .await
+    .map_err(from_sqlx)
 }
 
 /// Creates `table` if it is missing, then checks that every column dlock uses is there with
 /// its type.
-pub(super) async fn ensure(
-    pool: &PgPool,
-    table: &str,
-    ddl: &str,
-    shape: Shape,
-) -> Result<(), Error> {
+pub(super) async fn ensure(pool: &PgPool, table: &str, ddl: &str, shape: Shape) -> Result<()> {
     let mut found = columns(pool, table).await?;
     if found.is_empty() {
         match sqlx::query(AssertSqlSafe(ddl.to_owned()))
@@ -103,33 +95,9 @@ pub(super) async fn ensure(
             // unique index; the table is there either way.
             Err(sqlx::Error::Database(db))
                 if matches!(db.code().as_deref(), Some("23505" | "42P07")) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(from_sqlx(e)),
         }
         found = columns(pool, table).await?;
     }
-    for (column, data_type) in shape {
-        match found.iter().find(|(name, _)| name == column) {
-            Some((_, found_type)) if found_type == data_type => {}
-            Some((_, found_type)) => {
-                return Err(Error::Foreign {
-                    table: table.to_owned(),
-                    detail: format!("column {column} is {found_type}, dlock needs {data_type}"),
-                });
-            }
-            None => {
-                return Err(Error::Foreign {
-                    table: table.to_owned(),
-                    detail: format!(
-                        "no column {column} (found: {}); use ?table= to pick another name",
-                        found
-                            .iter()
-                            .map(|(n, _)| n.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
-        }
-    }
-    Ok(())
+    check_shape(BACKEND, table, &found, shape, |a, b| a == b)
 }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
-use crate::sql_common::{SessionConn, SessionLease, detached_attempt};
+use crate::sql_common::{ModeStore, SessionConn, SessionLease, detached_attempt};
 use crate::wait::{Attempt, acquire_loop};
 
 use super::error::{from_sqlx, is_lock_timeout};
@@ -56,8 +56,11 @@ impl SessionStore {
             }),
         }
     }
+}
 
-    pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+#[async_trait]
+impl ModeStore for SessionStore {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
         acquire_loop(
             req.wait,

@@ -1,0 +1,258 @@
+//! The options every SQL backend reads from its URL, and their checks.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result, redact_url};
+
+/// How a SQL backend holds a lock; chosen per client with the URL option `mode`.
+///
+/// # Examples
+///
+/// ```
+/// # #[cfg(feature = "postgres")] {
+/// use dlock::postgres::{Mode, PostgresConfig};
+/// let config = PostgresConfig::from_url("postgres://app@db/locks?mode=session").unwrap();
+/// assert_eq!(config.mode, Mode::Session);
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Mode {
+    /// A row per lock in a lease table (`mode=lease`, the default): expiry by the database's
+    /// clock, reentrant, works through transaction-mode connection poolers.
+    #[default]
+    Lease,
+    /// A server-side session lock (`mode=session`): PostgreSQL advisory locks or MySQL
+    /// `GET_LOCK`, held by a dedicated connection; freed by the server when that connection
+    /// dies.
+    Session,
+}
+
+/// Options every SQL backend reads from its URL, next to the driver's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Options {
+    pub(crate) mode: Mode,
+    pub(crate) table: Option<String>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_connections: Option<u32>,
+    pub(crate) check_interval: Duration,
+    pub(crate) poll_min: Duration,
+    pub(crate) poll_max: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: Mode::Lease,
+            table: None,
+            connect_timeout: Duration::from_secs(5),
+            max_connections: None,
+            check_interval: Duration::from_secs(1),
+            poll_min: Duration::from_millis(5),
+            poll_max: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The options dlock reads (and removes from the URL before the driver sees it).
+pub(crate) const DLOCK_OPTIONS: &[&str] = &[
+    "mode",
+    "table",
+    "connect_timeout",
+    "max_connections",
+    "check_interval",
+    "poll_min",
+    "poll_max",
+];
+
+/// Splits `url` into dlock's options and the URL the driver gets: `scheme` replaces the URL's
+/// scheme (`mariadb` → `mysql`), and only `driver_options` may remain in the query.
+pub(crate) fn split_url(
+    url: &str,
+    schemes: &[&str],
+    scheme: &str,
+    dlock_options: &[&str],
+    driver_options: &[&str],
+) -> Result<(Options, String)> {
+    let invalid = |reason: String| Error::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let (given, rest) = url
+        .split_once("://")
+        .ok_or_else(|| invalid(format!("expected {scheme}://USER@HOST:PORT/DATABASE")))?;
+    if !schemes.iter().any(|s| s.eq_ignore_ascii_case(given)) {
+        return Err(invalid(format!("expected one of the schemes {schemes:?}")));
+    }
+    if rest.contains(['\0', '#']) {
+        return Err(invalid("a NUL byte or a fragment in the URL".into()));
+    }
+    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if base.is_empty() {
+        return Err(invalid("missing host".into()));
+    }
+    let mut options = Options::default();
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if DLOCK_OPTIONS.contains(&key) && !dlock_options.contains(&key) {
+            return Err(invalid(format!(
+                "option {key:?} has no meaning for the {scheme} backend (its options: {})",
+                dlock_options.join(", ")
+            )));
+        }
+        let duration = || {
+            humantime::parse_duration(value)
+                .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 250ms or 5s)")))
+        };
+        match key {
+            "mode" => {
+                options.mode = match value {
+                    "lease" => Mode::Lease,
+                    "session" => Mode::Session,
+                    _ => {
+                        return Err(invalid(format!(
+                            "option mode={value:?}: expected lease or session"
+                        )));
+                    }
+                }
+            }
+            "table" => {
+                check_identifier(value)
+                    .map_err(|reason| invalid(format!("option table: {reason}")))?;
+                options.table = Some(value.to_owned());
+            }
+            "connect_timeout" => options.connect_timeout = duration()?,
+            "check_interval" => options.check_interval = duration()?,
+            "poll_min" => options.poll_min = duration()?,
+            "poll_max" => options.poll_max = duration()?,
+            "max_connections" => {
+                options.max_connections = Some(value.parse().map_err(|_| {
+                    invalid(format!(
+                        "option max_connections={value:?}: expected a number"
+                    ))
+                })?);
+            }
+            _ if driver_options.contains(&key) => kept.push(pair),
+            _ => {
+                return Err(invalid(format!(
+                    "unknown option {key:?} (dlock: {}; driver: {})",
+                    dlock_options.join(", "),
+                    driver_options.join(", ")
+                )));
+            }
+        }
+    }
+    options.validate().map_err(|e| invalid(e.to_string()))?;
+    let mut driver_url = format!("{scheme}://{base}");
+    if !kept.is_empty() {
+        driver_url.push('?');
+        driver_url.push_str(&kept.join("&"));
+    }
+    Ok((options, driver_url))
+}
+
+impl Options {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return Err(Error::invalid_argument(
+                "poll_min/poll_max",
+                "need 0 < poll_min <= poll_max",
+            ));
+        }
+        if self.poll_max > Duration::from_secs(10) {
+            return Err(Error::invalid_argument("poll_max", "above 10s"));
+        }
+        if self.connect_timeout.is_zero() || self.connect_timeout > Duration::from_secs(3600) {
+            return Err(Error::invalid_argument(
+                "connect_timeout",
+                "must be between 1ms and 1h",
+            ));
+        }
+        if self.check_interval < Duration::from_millis(10)
+            || self.check_interval > Duration::from_secs(3600)
+        {
+            return Err(Error::invalid_argument(
+                "check_interval",
+                "must be between 10ms and 1h",
+            ));
+        }
+        if self
+            .max_connections
+            .is_some_and(|max| max == 0 || max > 10_000)
+        {
+            return Err(Error::invalid_argument(
+                "max_connections",
+                "must be between 1 and 10000",
+            ));
+        }
+        if let Some(table) = &self.table {
+            check_identifier(table).map_err(|reason| Error::invalid_argument("table", reason))?;
+        }
+        Ok(())
+    }
+}
+
+/// A table name is spliced into SQL, so only plain identifiers are accepted.
+pub(crate) fn check_identifier(name: &str) -> std::result::Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || name.len() > 48 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(format!(
+            "{name:?} is not a plain identifier (letters, digits and _, at most 48, not starting with a digit)"
+        ));
+    }
+    Ok(())
+}
+
+/// The pool size when none is given: a lease-table client needs a few connections; a
+/// session-mode client keeps one per held lock.
+pub(crate) fn default_max_connections(mode: Mode) -> u32 {
+    match mode {
+        Mode::Lease => 20,
+        Mode::Session => 100,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_dlock_options_from_driver_options() {
+        let (options, driver) = split_url(
+            "mariadb://u:p@h:3306/db?mode=session&ssl-mode=disabled&table=my_locks&poll_max=1s",
+            &["mysql", "mariadb"],
+            "mysql",
+            DLOCK_OPTIONS,
+            &["ssl-mode"],
+        )
+        .unwrap();
+        assert_eq!(options.mode, Mode::Session);
+        assert_eq!(options.table.as_deref(), Some("my_locks"));
+        assert_eq!(options.poll_max, Duration::from_secs(1));
+        assert_eq!(driver, "mysql://u:p@h:3306/db?ssl-mode=disabled");
+    }
+
+    #[test]
+    fn rejects_bad_options() {
+        for url in [
+            "postgres://h/db?mode=maybe",
+            "postgres://h/db?bogus=1",
+            "postgres://h/db?table=x;drop",
+            "postgres://h/db?table=1abc",
+            "postgres://h/db?poll_min=1s&poll_max=1ms",
+            "postgres://h/db?connect_timeout=soon",
+            "postgres://h/db?max_connections=0",
+            "postgres://",
+            "redis://h",
+        ] {
+            let result = split_url(url, &["postgres"], "postgres", DLOCK_OPTIONS, &["sslmode"]);
+            assert!(matches!(result, Err(Error::InvalidUrl { .. })), "{url}");
+        }
+    }
+}

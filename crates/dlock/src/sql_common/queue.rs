@@ -1,0 +1,149 @@
+//! A lease table's waiter queue as one acquire call sees it, and the in-process wake-ups of
+//! waiters.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Waiters of this process per lock name, woken by this client's releases (and, on
+/// PostgreSQL, by NOTIFY from every other client).
+#[derive(Debug, Default)]
+pub(crate) struct Wakers {
+    map: Mutex<HashMap<String, watch::Sender<()>>>,
+}
+
+impl Wakers {
+    pub(crate) fn subscribe(&self, name: &str) -> watch::Receiver<()> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.entry(name.to_owned())
+            .or_insert_with(|| watch::Sender::new(()))
+            .subscribe()
+    }
+
+    pub(crate) fn wake(&self, name: &str) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = map.get(name) {
+            sender.send_replace(());
+            if sender.receiver_count() == 0 {
+                map.remove(name);
+            }
+        }
+    }
+
+    /// Wakes every waiter (after a gap in which notifications may have been missed).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn wake_all(&self) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, sender| {
+            sender.send_replace(());
+            sender.receiver_count() > 0
+        });
+    }
+}
+
+/// A waiter whose queue entry has not been refreshed for this long is gone (crashed, paused,
+/// cut off) and no longer holds anyone back: the same rule as the SQLite backend's queue.
+pub(crate) const WAITER_STALE: Duration = Duration::from_secs(1);
+
+/// How often a queued waiter refreshes its entry: its attempts never sleep longer than this,
+/// well inside [`WAITER_STALE`] even with a slow round trip.
+pub(crate) const WAITER_REFRESH: Duration = Duration::from_millis(300);
+
+/// [`WAITER_STALE`] in milliseconds, for SQL text.
+pub(crate) const WAITER_STALE_MS: u128 = WAITER_STALE.as_millis();
+
+/// [`STARVATION_THRESHOLD`](crate::wait::STARVATION_THRESHOLD) in microseconds, for SQL text.
+pub(crate) const STARVATION_US: u128 = crate::wait::STARVATION_THRESHOLD.as_micros();
+
+/// One acquire call's place in a lease table's waiter queue.
+#[derive(Debug, Default)]
+pub(crate) struct QueueSpot {
+    /// Whether an attempt left an entry in the queue (cleared when a grant or a leave
+    /// removes it).
+    pub(crate) queued: AtomicBool,
+    /// Held by the attempt in flight, so leaving waits for it: an attempt that queues after
+    /// the leave would leave an entry behind until it went stale.
+    pub(crate) gate: tokio::sync::Mutex<()>,
+    /// When this waiter last wrote its entry (the MySQL backend refreshes only now and then).
+    pub(crate) refreshed: Mutex<Option<Instant>>,
+}
+
+impl QueueSpot {
+    pub(crate) fn is_queued(&self) -> bool {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_queued(&self, queued: bool) {
+        self.queued.store(queued, Ordering::SeqCst);
+        if !queued {
+            *self
+                .refreshed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+        }
+    }
+
+    /// Whether the entry is due for a refresh, and if so, counts it as refreshed now.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn refresh_due(&self, every: Duration) -> bool {
+        let mut at = self
+            .refreshed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if at.is_some_and(|at| now.duration_since(at) < every) && self.is_queued() {
+            return false;
+        }
+        *at = Some(now);
+        true
+    }
+}
+
+/// Takes a waiter out of the queue when its acquire call ends without the lock (timed out,
+/// failed, or its future dropped). The leave runs in its own task, after any attempt in
+/// flight; if it never runs, the entry goes stale after [`WAITER_STALE`].
+pub(crate) struct LeaveQueue(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl LeaveQueue {
+    /// `leave` removes the entry (and wakes whoever may be next); it runs only if an attempt
+    /// queued.
+    pub(crate) fn new<F>(spot: Arc<QueueSpot>, leave: F) -> LeaveQueue
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        LeaveQueue(Some(Box::pin(async move {
+            let _gate = spot.gate.lock().await;
+            if spot.queued.swap(false, Ordering::SeqCst) {
+                leave.await;
+            }
+        })))
+    }
+
+    /// The call got the lock: the granting attempt already left the queue.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for LeaveQueue {
+    fn drop(&mut self) {
+        if let Some(leave) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(leave);
+        }
+    }
+}
+
+/// The sleep hint for a queued waiter: never past its next refresh, and sooner while it is
+/// at the head of the queue (`head_poll`) where waking is by polling.
+pub(crate) fn queued_hint(free_in: Option<Duration>, head_poll: Option<Duration>) -> Duration {
+    let cap = head_poll.map_or(WAITER_REFRESH, |p| p.min(WAITER_REFRESH));
+    free_in.map_or(cap, |f| f.min(cap))
+}

@@ -1,0 +1,144 @@
+//! What the PostgreSQL and MySQL/MariaDB store tests share: starting a server, and the
+//! scenarios that run alike on both, with the server-specific step (killing a session)
+//! passed in.
+
+use std::time::Duration;
+
+use dlock::Error;
+use dlock_testkit::server::{ServerKind, ServerProcess, find_binary, required};
+
+/// A fresh server of `kind`, or `None` (skip) when its binary (`binary`, pointed to by the
+/// environment variable `env`) is not installed and `DLOCK_TEST_REQUIRE` does not ask for
+/// `backend`.
+pub fn start_server<K: ServerKind>(
+    kind: K,
+    backend: &str,
+    binary: &str,
+    env: &str,
+) -> Option<ServerProcess> {
+    if find_binary(&kind).is_none() {
+        assert!(
+            !required(backend),
+            "{binary} not found, but DLOCK_TEST_REQUIRE requires it"
+        );
+        eprintln!("skipping: {binary} not found (set {env})");
+        return None;
+    }
+    Some(tokio::task::block_in_place(|| {
+        ServerProcess::start(kind).unwrap_or_else(|e| panic!("{e}"))
+    }))
+}
+
+/// A session lock on `url` (in session mode) is reported lost when `kill` ends the session
+/// holding it, and the waiter behind it gets the lock with a higher fence.
+pub async fn a_killed_session_fires_lost(url: &str, kill: impl AsyncFnOnce()) {
+    let (a, b) = (
+        dlock::connect(url).await.unwrap(),
+        dlock::connect(url).await.unwrap(),
+    );
+    let held = a.mutex("jobs/killed").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        b.mutex("jobs/killed")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    kill().await;
+    tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .expect("the lost signal did not fire after the session was killed");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter did not get the lock")
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > held.fence());
+    assert!(matches!(held.release().await, Err(Error::NotOwned { .. })));
+    next.release().await.unwrap();
+}
+
+/// The lease table keeps no session state: when `kill_all` ends every client connection
+/// (three times over), the pool replaces them and the lease goes on, as it would through a
+/// pooler that recycles connections.
+pub async fn a_lease_survives_killed_connections(url: &str, kill_all: impl AsyncFn()) {
+    let a = dlock::connect(url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(Duration::from_millis(900))
+        .unwrap();
+    let held = a.mutex("jobs/pooled").acquire().await.unwrap();
+    for _ in 0..3 {
+        kill_all().await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert!(!held.is_lost(), "a lease was lost with its connection");
+    let b = dlock::connect(url).await.unwrap();
+    assert!(
+        b.mutex("jobs/pooled")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    held.release().await.unwrap();
+}
+
+/// A restart of `server` while a lease (on `lease_url`) and a session lock are held and
+/// waited for: the session lock dies with its connection and goes to its waiter; the row of
+/// the lease table does not, and goes to its waiter on release.
+pub async fn a_restart_during_holds_and_waits(server: &mut ServerProcess, lease_url: &str) {
+    let session_url = format!("{lease_url}?mode=session&check_interval=100ms");
+    let lease = dlock::connect(lease_url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(Duration::from_secs(6))
+        .unwrap();
+    let session = dlock::connect(&session_url).await.unwrap();
+    let lease_held = lease.mutex("restart/lease").acquire().await.unwrap();
+    let session_held = session.mutex("restart/session").acquire().await.unwrap();
+    let (lease_b, session_b) = (
+        dlock::connect(lease_url).await.unwrap(),
+        dlock::connect(&session_url).await.unwrap(),
+    );
+    let lease_waiter = tokio::spawn(async move {
+        lease_b
+            .mutex("restart/lease")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    let session_waiter = tokio::spawn(async move {
+        session_b
+            .mutex("restart/session")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| server.restart().unwrap());
+    tokio::time::timeout(Duration::from_secs(5), session_held.lost())
+        .await
+        .expect("the session lock was not reported lost after the restart");
+    let session_next = tokio::time::timeout(Duration::from_secs(20), session_waiter)
+        .await
+        .expect("the session waiter did not get the lock after the restart")
+        .unwrap()
+        .unwrap();
+    assert!(session_next.fence() > session_held.fence());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !lease_held.is_lost(),
+        "the lease was lost over a short restart"
+    );
+    assert!(!lease_waiter.is_finished(), "the waiter took a held lease");
+    let lease_fence = lease_held.fence();
+    lease_held.release().await.unwrap();
+    let lease_next = tokio::time::timeout(Duration::from_secs(5), lease_waiter)
+        .await
+        .expect("the lease waiter was not woken after the release")
+        .unwrap()
+        .unwrap();
+    assert!(lease_next.fence() > lease_fence);
+}
