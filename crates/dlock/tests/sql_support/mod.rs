@@ -10,7 +10,7 @@ use dlock_testkit::server::{ServerKind, ServerProcess, find_binary, required};
 /// A fresh server of `kind`, or `None` (skip) when its binary (`binary`, pointed to by the
 /// environment variable `env`) is not installed and `DLOCK_TEST_REQUIRE` does not ask for
 /// `backend`.
-pub fn start_server<K: ServerKind>(
+pub(crate) fn start_server<K: ServerKind>(
     kind: K,
     backend: &str,
     binary: &str,
@@ -31,7 +31,7 @@ pub fn start_server<K: ServerKind>(
 
 /// A session lock on `url` (in session mode) is reported lost when `kill` ends the session
 /// holding it, and the waiter behind it gets the lock with a higher fence.
-pub async fn a_killed_session_fires_lost(url: &str, kill: impl AsyncFnOnce()) {
+pub(crate) async fn a_killed_session_fires_lost(url: &str, kill: impl AsyncFnOnce()) {
     let (a, b) = (
         dlock::connect(url).await.unwrap(),
         dlock::connect(url).await.unwrap(),
@@ -62,7 +62,7 @@ pub async fn a_killed_session_fires_lost(url: &str, kill: impl AsyncFnOnce()) {
 /// The lease table keeps no session state: when `kill_all` ends every client connection
 /// (three times over), the pool replaces them and the lease goes on, as it would through a
 /// pooler that recycles connections.
-pub async fn a_lease_survives_killed_connections(url: &str, kill_all: impl AsyncFn()) {
+pub(crate) async fn a_lease_survives_killed_connections(url: &str, kill_all: impl AsyncFn()) {
     let a = dlock::connect(url)
         .await
         .unwrap()
@@ -88,7 +88,7 @@ pub async fn a_lease_survives_killed_connections(url: &str, kill_all: impl Async
 /// A restart of `server` while a lease (on `lease_url`) and a session lock are held and
 /// waited for: the session lock dies with its connection and goes to its waiter; the row of
 /// the lease table does not, and goes to its waiter on release.
-pub async fn a_restart_during_holds_and_waits(server: &mut ServerProcess, lease_url: &str) {
+pub(crate) async fn a_restart_during_holds_and_waits(server: &mut ServerProcess, lease_url: &str) {
     let session_url = format!("{lease_url}?mode=session&check_interval=100ms");
     let lease = dlock::connect(lease_url)
         .await
