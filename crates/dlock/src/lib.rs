@@ -52,6 +52,10 @@
     feature = "mysql",
     doc = "* [`mysql`]: MySQL and MariaDB, as a lease table or `GET_LOCK` session locks."
 )]
+#![cfg_attr(
+    feature = "zookeeper",
+    doc = "* [`zookeeper`]: ZooKeeper, ephemeral sequential nodes with predecessor watches."
+)]
 //!
 //! # Guarantees
 //!
@@ -80,6 +84,7 @@
 //! * `blocking` (default): [`blocking`], the synchronous facade.
 //! * `postgres`: the PostgreSQL backend (sqlx, rustls).
 //! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
+//! * `zookeeper`: the ZooKeeper backend (zookeeper-client, pure Rust).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -105,6 +110,9 @@ mod sql_common;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod wait;
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
+pub mod zookeeper;
 
 #[cfg(feature = "blocking")]
 pub mod blocking;

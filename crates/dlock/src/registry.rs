@@ -4,11 +4,7 @@ use crate::error::{Error, Result, redact_url};
 use crate::locks::Locks;
 
 /// Schemes of backends that are planned but not part of dlock yet, with the store's name.
-const PLANNED: &[(&str, &str)] = &[
-    ("redlock", "Redlock"),
-    ("zk", "ZooKeeper"),
-    ("etcd", "etcd"),
-];
+const PLANNED: &[(&str, &str)] = &[("redlock", "Redlock"), ("etcd", "etcd")];
 
 /// The schemes this build can connect to.
 pub fn enabled_schemes() -> Vec<&'static str> {
@@ -22,6 +18,8 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes.extend_from_slice(crate::postgres::POSTGRES_SCHEMES);
     #[cfg(feature = "mysql")]
     schemes.extend_from_slice(crate::mysql::MYSQL_SCHEMES);
+    #[cfg(feature = "zookeeper")]
+    schemes.extend_from_slice(crate::zookeeper::ZOOKEEPER_SCHEMES);
     schemes
 }
 
@@ -72,6 +70,15 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         #[cfg(not(feature = "mysql"))]
         "mysql" | "mariadb" => Err(invalid(format!(
             "the mysql backend is not part of this build (cargo feature `mysql`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => Ok(Locks::new(
+            crate::zookeeper::ZookeeperBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "zookeeper"))]
+        "zk" | "zookeeper" => Err(invalid(format!(
+            "the zookeeper backend is not part of this build (cargo feature `zookeeper`); enabled: {}",
             enabled_schemes().join(", ")
         ))),
         other => match PLANNED.iter().find(|(planned, _)| *planned == other) {

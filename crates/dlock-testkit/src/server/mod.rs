@@ -26,6 +26,7 @@ pub mod port;
 pub mod postgres;
 pub mod redis;
 mod template;
+pub mod zookeeper;
 
 pub use mariadb::Mariadb;
 pub use port::free_port;
@@ -33,6 +34,7 @@ pub use postgres::Postgres;
 pub use redis::{
     Redis, RedisNodes, RedisTls, redis_command, redis_command_with_timeout, redis_get,
 };
+pub use zookeeper::{Zookeeper, ZookeeperEnsemble, four_letter, zookeeper_installed};
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};

@@ -29,5 +29,15 @@ fn main() {
     for fx in dlock_testkit::fixture::MysqlFixture::start_both().expect("MariaDB server") {
         fixtures.push(fx);
     }
+    #[cfg(feature = "zookeeper")]
+    if let Some(zk) = dlock_testkit::fixture::ZookeeperFixture::start().expect("ZooKeeper server") {
+        fixtures.push(zk);
+    }
+    #[cfg(feature = "zookeeper")]
+    if let Some(zk) =
+        dlock_testkit::fixture::ZookeeperEnsembleFixture::start().expect("ZooKeeper ensemble")
+    {
+        fixtures.push(zk);
+    }
     conformance::main(fixtures)
 }
