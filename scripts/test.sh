@@ -8,9 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: the real servers (PostgreSQL and MariaDB too), and setpriv (util-linux) for the
+# Debian packages the tests use: the real servers (PostgreSQL, MariaDB and ZooKeeper too), and setpriv (util-linux) for the
 # file-permission test when running as root, and script (bsdutils) for the terminal test.
-packages=(redis-server postgresql mariadb-server util-linux bsdutils)
+packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils)
 
 missing=()
 for pkg in "${packages[@]}"; do

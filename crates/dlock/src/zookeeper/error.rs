@@ -18,7 +18,9 @@ pub(super) fn map(error: ZkError, path: &str) -> Error {
         | ZkError::SessionExpired
         | ZkError::SessionMoved
         | ZkError::NotReadOnly
-        | ZkError::ClientClosed => Error::Unavailable {
+        | ZkError::ClientClosed
+        // The client's own connection failures ("no response from connection in …", I/O).
+        | ZkError::Custom(_) => Error::Unavailable {
             backend: BACKEND,
             source: Box::new(error),
         },

@@ -435,14 +435,21 @@ fn node_data(owner: &Owner, acquired_ms: u64, deadline_ms: u64) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Deletes a node, retrying through a suspended connection until the session is over.
+/// Deletes a node, retrying through a suspended connection until the server has ended the
+/// session. A session this client gave up on (suspended past the safe window) may come back
+/// alive with the node: it is deleted then, so a lock reported lost is never left held.
 async fn delete_until_done(session: &Session, path: &str) {
     let mut pause = RETRY_MIN;
+    let give_up = Instant::now() + session.client.session_timeout() * 4;
     loop {
+        let over = matches!(
+            session.client.state(),
+            SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+        );
         match session.client.delete(path, None).await {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => return,
             Err(error)
-                if map(error.clone(), path).is_retryable() && !session.gone.is_cancelled() =>
+                if map(error.clone(), path).is_retryable() && !over && Instant::now() < give_up =>
             {
                 tracing::debug!(%error, path, "deleting a lock node failed; retrying");
                 tokio::time::sleep(pause).await;
@@ -571,9 +578,13 @@ impl Backend for ZookeeperBackend {
             uncertain: None,
         };
         let mut pause = RETRY_MIN;
+        let mut renewed = false;
         loop {
             match attempt(&mut waiter, req, deadline).await {
                 Ok(granted) => return Ok(granted),
+                // The session turned out to be over: once, at once, on a new one (even for
+                // `no_wait`, whose answer must be about the lock, not about an old session).
+                Err(error) if is_session_expired(&error) && !renewed => renewed = true,
                 // A waiter rides out a suspended connection or a lost session until its
                 // deadline (a new session queues again at the tail).
                 Err(error) if error.is_retryable() && req.wait != Wait::No => {
@@ -632,14 +643,37 @@ async fn create_dir(inner: &Inner, session: &Session, dir: &str) -> Result<()> {
     })
 }
 
+/// Whether an error says the session is over (the server told us, before the session's
+/// state watcher did).
+fn is_session_expired(error: &Error) -> bool {
+    matches!(error, Error::Unavailable { source, .. }
+        if source.downcast_ref::<zookeeper_client::Error>() == Some(&zookeeper_client::Error::SessionExpired))
+}
+
 /// One pass: queue (or find our earlier node), then wait for the predecessors to go.
 async fn attempt(
     waiter: &mut Waiter,
     req: &AcquireRequest,
     deadline: Option<Instant>,
 ) -> Result<Option<Arc<dyn Lease>>> {
+    let session = waiter.inner.session().await?;
+    let result = attempt_in(waiter, req, deadline, &session).await;
+    if let Err(error) = &result
+        && is_session_expired(error)
+    {
+        // The next attempt opens a new session instead of failing on this one again.
+        session.gone.cancel();
+    }
+    result
+}
+
+async fn attempt_in(
+    waiter: &mut Waiter,
+    req: &AcquireRequest,
+    deadline: Option<Instant>,
+    session: &Arc<Session>,
+) -> Result<Option<Arc<dyn Lease>>> {
     let inner = waiter.inner.clone();
-    let session = inner.session().await?;
     // A node of a session that is over is gone with it.
     if waiter
         .node
@@ -656,7 +690,7 @@ async fn attempt(
         waiter.uncertain = None;
     }
     if waiter.node.is_none() && waiter.uncertain.is_some() {
-        waiter.node = waiter.find_tagged(&session).await?;
+        waiter.node = waiter.find_tagged(session).await?;
         waiter.uncertain = None;
     }
     if waiter.node.is_none() {
@@ -675,7 +709,7 @@ async fn attempt(
                 }
                 Err(zookeeper_client::Error::NoNode) => {
                     waiter.uncertain = None;
-                    create_dir(&inner, &session, &waiter.dir).await?;
+                    create_dir(&inner, session, &waiter.dir).await?;
                 }
                 Err(e) => {
                     if !map(e.clone(), &path).is_retryable() {
@@ -878,7 +912,10 @@ async fn keep(shared: Arc<LeaseShared>) {
             }
             () = session.gone.cancelled() => {
                 shared.lost.cancel();
-                shared.state().over = true;
+                let was_over = std::mem::replace(&mut shared.state().over, true);
+                if !was_over {
+                    delete_until_done(&session, &shared.path).await;
+                }
                 break;
             }
         }
@@ -961,6 +998,10 @@ impl Lease for ZkLease {
             state.over = true;
         }
         shared.changed.notify_one();
+        // Lost (session over, node deleted by someone else): nothing of ours is left to delete.
+        if shared.lost.is_cancelled() || shared.session.gone.is_cancelled() {
+            return Err(Error::not_owned(&shared.name));
+        }
         match shared.session.client.delete(&shared.path, None).await {
             Ok(()) => Ok(()),
             Err(zookeeper_client::Error::NoNode) => Err(Error::not_owned(&shared.name)),
