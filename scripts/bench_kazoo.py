@@ -16,6 +16,7 @@ import time
 import uuid
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import LockTimeout
 
 
 def uncontended(hosts, pairs):
@@ -45,7 +46,10 @@ def worker(hosts, path, duration, hold, out):
     holds = []
     while time.monotonic() < deadline:
         left = deadline - time.monotonic()
-        if not lock.acquire(timeout=max(left, 0.001)):
+        try:
+            if not lock.acquire(timeout=max(left, 0.001)):
+                break
+        except LockTimeout:  # kazoo raises instead of returning False when the wait runs out
             break
         acquired = time.time_ns()
         until = time.perf_counter() + hold
