@@ -15,10 +15,12 @@ async fn unknown_and_malformed_urls_are_invalid() {
 
 #[tokio::test]
 async fn a_planned_backend_says_it_is_not_implemented_yet() {
-    let err = dlock::connect("zk://127.0.0.1:2181").await.unwrap_err();
+    let err = dlock::connect("redlock://127.0.0.1:6379")
+        .await
+        .unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("ZooKeeper backend is not implemented yet") && text.contains("sqlite"),
+        text.contains("Redlock backend is not implemented yet") && text.contains("sqlite"),
         "{text}"
     );
 }
@@ -168,6 +170,14 @@ fn every_backend_exports_the_fixed_set() {
         config::<dlock::mysql::MysqlConfig>();
         let _: fn(&dlock::mysql::MysqlBackend) -> &dlock::mysql::MysqlConfig =
             dlock::mysql::MysqlBackend::config;
+    }
+    #[cfg(feature = "zookeeper")]
+    {
+        let _: &[&str] = dlock::zookeeper::ZOOKEEPER_SCHEMES;
+        let _ = dlock::zookeeper::ZookeeperBuilder::new("zk://h:2181/app");
+        config::<dlock::zookeeper::ZookeeperConfig>();
+        let _: fn(&dlock::zookeeper::ZookeeperBackend) -> &dlock::zookeeper::ZookeeperConfig =
+            dlock::zookeeper::ZookeeperBackend::config;
     }
     for scheme in dlock::enabled_schemes() {
         assert!(!scheme.is_empty());
