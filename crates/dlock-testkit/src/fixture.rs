@@ -355,8 +355,10 @@ impl Fixture for RedisFixture {
 }
 
 /// Session timeout of the ZooKeeper fixtures' URLs: short, so a killed holder process (whose
-/// lock lasts until its session expires) is recovered within the suite's bounds.
-pub const ZOOKEEPER_TEST_SESSION: &str = "2s";
+/// lock lasts until its session expires) is recovered within the suite's 5 s bound, but not
+/// so short that a CPU-starved client (the whole suite on 2 cores) declares its connection
+/// lost (after 2/5 of it) and reports watchdog locks uncertain, then lost.
+pub const ZOOKEEPER_TEST_SESSION: &str = "3s";
 
 /// A standalone ZooKeeper server started by the test kit; locks under a chroot of their own.
 #[derive(Debug)]
