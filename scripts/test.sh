@@ -8,11 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: the real servers (PostgreSQL and MariaDB too), and setpriv (util-linux) for the
+# Debian packages the tests use: the real servers (PostgreSQL, MariaDB and ZooKeeper too), and setpriv (util-linux) for the
 # file-permission test when running as root, and script (bsdutils) for the terminal test.
 # etcd: the server and etcdctl (the tests drive it), and protoc, which the etcd-client crate's
 # build script needs (`--all-features` builds the etcd backend).
-packages=(redis-server postgresql mariadb-server util-linux bsdutils etcd-server etcd-client protobuf-compiler)
+packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client protobuf-compiler)
 
 missing=()
 for pkg in "${packages[@]}"; do

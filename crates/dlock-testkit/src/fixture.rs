@@ -499,3 +499,148 @@ impl Fixture for EtcdClusterFixture {
         Some(self.url.clone())
     }
 }
+
+/// Session timeout of the ZooKeeper fixtures' URLs: short, so a killed holder process (whose
+/// lock lasts until its session expires) is recovered within the suite's 5 s bound, but not
+/// so short that a CPU-starved client (the whole suite on 2 cores) declares its connection
+/// lost (after 2/5 of it) and reports watchdog locks uncertain, then lost.
+pub const ZOOKEEPER_TEST_SESSION: &str = "3s";
+
+/// A standalone ZooKeeper server started by the test kit; locks under a chroot of their own.
+#[derive(Debug)]
+pub struct ZookeeperFixture {
+    server: std::sync::Mutex<crate::server::ServerProcess>,
+    url: String,
+}
+
+impl ZookeeperFixture {
+    /// Starts a server; `Ok(None)` when ZooKeeper (or a JVM) is not installed and not required
+    /// (`DLOCK_TEST_REQUIRE`), so the caller can say it skipped the backend.
+    ///
+    /// # Errors
+    ///
+    /// The server could not start, or is required and missing.
+    pub fn start() -> anyhow::Result<Option<Arc<ZookeeperFixture>>> {
+        use crate::server::{ServerProcess, Zookeeper, required, zookeeper_installed};
+        let missing = |reason: String| -> anyhow::Result<Option<Arc<ZookeeperFixture>>> {
+            if required("zookeeper") {
+                anyhow::bail!("zookeeper is required but {reason}");
+            }
+            eprintln!(
+                "zookeeper: not tested ({reason}); set DLOCK_TEST_REQUIRE=zookeeper to fail instead"
+            );
+            Ok(None)
+        };
+        if !zookeeper_installed() {
+            return missing("its jar is not installed (apt-get install zookeeper)".into());
+        }
+        match ServerProcess::start(Zookeeper::default()) {
+            Ok(server) => {
+                let url = format!(
+                    "zk://{}/dlock-test?session_timeout={ZOOKEEPER_TEST_SESSION}",
+                    server.addr()
+                );
+                Ok(Some(Arc::new(ZookeeperFixture {
+                    server: std::sync::Mutex::new(server),
+                    url,
+                })))
+            }
+            Err(error) if error.is_not_found() => missing(error.to_string()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The server process, for fault injection (pause, kill, restart).
+    pub fn server(&self) -> std::sync::MutexGuard<'_, crate::server::ServerProcess> {
+        self.server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The fixture's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Fixture for ZookeeperFixture {
+    fn backend(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
+/// A 3-node ZooKeeper ensemble on loopback ports; clients get all three addresses.
+#[derive(Debug)]
+pub struct ZookeeperEnsembleFixture {
+    ensemble: std::sync::Mutex<crate::server::ZookeeperEnsemble>,
+    url: String,
+}
+
+impl ZookeeperEnsembleFixture {
+    /// Starts the ensemble; `Ok(None)` when ZooKeeper is not installed and not required.
+    ///
+    /// # Errors
+    ///
+    /// The servers could not start, or are required and missing.
+    pub fn start() -> anyhow::Result<Option<Arc<ZookeeperEnsembleFixture>>> {
+        use crate::server::{ZookeeperEnsemble, required, zookeeper_installed};
+        let missing = |reason: String| -> anyhow::Result<Option<Arc<ZookeeperEnsembleFixture>>> {
+            if required("zookeeper") {
+                anyhow::bail!("zookeeper is required but {reason}");
+            }
+            eprintln!("zookeeper-ensemble: not tested ({reason})");
+            Ok(None)
+        };
+        if !zookeeper_installed() {
+            return missing("its jar is not installed (apt-get install zookeeper)".into());
+        }
+        match ZookeeperEnsemble::start() {
+            Ok(ensemble) => {
+                let url = format!(
+                    "zk://{}/dlock-test?session_timeout={ZOOKEEPER_TEST_SESSION}",
+                    ensemble.connect_string()
+                );
+                Ok(Some(Arc::new(ZookeeperEnsembleFixture {
+                    ensemble: std::sync::Mutex::new(ensemble),
+                    url,
+                })))
+            }
+            Err(error) if error.is_not_found() => missing(error.to_string()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The ensemble, for fault injection (kill the leader, pause a member).
+    pub fn ensemble(&self) -> std::sync::MutexGuard<'_, crate::server::ZookeeperEnsemble> {
+        self.ensemble
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The fixture's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Fixture for ZookeeperEnsembleFixture {
+    fn backend(&self) -> &'static str {
+        "zookeeper-ensemble"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}

@@ -56,6 +56,10 @@
     feature = "mysql",
     doc = "* [`mysql`]: MySQL and MariaDB, as a lease table or `GET_LOCK` session locks."
 )]
+#![cfg_attr(
+    feature = "zookeeper",
+    doc = "* [`zookeeper`]: ZooKeeper, ephemeral sequential nodes with predecessor watches."
+)]
 //!
 //! # Guarantees
 //!
@@ -85,6 +89,7 @@
 //! * `postgres`: the PostgreSQL backend (sqlx, rustls).
 //! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
 //! * `etcd`: the etcd backend (etcd-client, rustls; needs `protoc` to build, so not in `full`).
+//! * `zookeeper`: the ZooKeeper backend (zookeeper-client, pure Rust).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -116,6 +121,9 @@ mod sql_common;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod wait;
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
+pub mod zookeeper;
 
 #[cfg(feature = "blocking")]
 pub mod blocking;

@@ -3,9 +3,6 @@
 use crate::error::{Error, Result, redact_url};
 use crate::locks::Locks;
 
-/// Schemes of backends that are planned but not part of dlock yet, with the store's name.
-const PLANNED: &[(&str, &str)] = &[("zk", "ZooKeeper")];
-
 /// The schemes this build can connect to.
 pub fn enabled_schemes() -> Vec<&'static str> {
     #[allow(unused_mut)] // extended by each enabled feature
@@ -22,6 +19,8 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes.extend_from_slice(crate::mysql::MYSQL_SCHEMES);
     #[cfg(feature = "etcd")]
     schemes.extend_from_slice(crate::etcd::ETCD_SCHEMES);
+    #[cfg(feature = "zookeeper")]
+    schemes.extend_from_slice(crate::zookeeper::ZOOKEEPER_SCHEMES);
     schemes
 }
 
@@ -87,15 +86,18 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
             "the etcd backend is not part of this build (cargo feature `etcd`); enabled: {}",
             enabled_schemes().join(", ")
         ))),
-        other => match PLANNED.iter().find(|(planned, _)| *planned == other) {
-            Some((_, store)) => Err(invalid(format!(
-                "the {store} backend is not implemented yet; available: {}",
-                enabled_schemes().join(", ")
-            ))),
-            None => Err(invalid(format!(
-                "unknown scheme {other:?}; enabled: {}",
-                enabled_schemes().join(", ")
-            ))),
-        },
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => Ok(Locks::new(
+            crate::zookeeper::ZookeeperBackend::connect_url(url).await?,
+        )),
+        #[cfg(not(feature = "zookeeper"))]
+        "zk" | "zookeeper" => Err(invalid(format!(
+            "the zookeeper backend is not part of this build (cargo feature `zookeeper`); enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
+        other => Err(invalid(format!(
+            "unknown scheme {other:?}; enabled: {}",
+            enabled_schemes().join(", ")
+        ))),
     }
 }

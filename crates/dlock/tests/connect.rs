@@ -14,13 +14,16 @@ async fn unknown_and_malformed_urls_are_invalid() {
 }
 
 #[tokio::test]
-async fn a_planned_backend_says_it_is_not_implemented_yet() {
-    let err = dlock::connect("zk://127.0.0.1:2181").await.unwrap_err();
+async fn an_unknown_scheme_lists_the_enabled_ones() {
+    let err = dlock::connect("carrier-pigeon://coop").await.unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("ZooKeeper backend is not implemented yet") && text.contains("sqlite"),
+        text.contains("unknown scheme \"carrier-pigeon\"") && text.contains("sqlite"),
         "{text}"
     );
+    for scheme in dlock::enabled_schemes() {
+        assert!(text.contains(scheme), "{scheme} missing from {text}");
+    }
 }
 
 #[tokio::test]
@@ -186,6 +189,14 @@ fn every_backend_exports_the_fixed_set() {
         config::<dlock::etcd::EtcdConfig>();
         let _: fn(&dlock::etcd::EtcdBackend) -> &dlock::etcd::EtcdConfig =
             dlock::etcd::EtcdBackend::config;
+    }
+    #[cfg(feature = "zookeeper")]
+    {
+        let _: &[&str] = dlock::zookeeper::ZOOKEEPER_SCHEMES;
+        let _ = dlock::zookeeper::ZookeeperBuilder::new("zk://h:2181/app");
+        config::<dlock::zookeeper::ZookeeperConfig>();
+        let _: fn(&dlock::zookeeper::ZookeeperBackend) -> &dlock::zookeeper::ZookeeperConfig =
+            dlock::zookeeper::ZookeeperBackend::config;
     }
     for scheme in dlock::enabled_schemes() {
         assert!(!scheme.is_empty());

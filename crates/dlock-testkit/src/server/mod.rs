@@ -27,6 +27,7 @@ pub mod port;
 pub mod postgres;
 pub mod redis;
 mod template;
+pub mod zookeeper;
 
 pub use etcd::{Etcd, EtcdCluster, etcd_is_leader};
 pub use mariadb::Mariadb;
@@ -35,6 +36,7 @@ pub use postgres::Postgres;
 pub use redis::{
     Redis, RedisNodes, RedisTls, redis_command, redis_command_with_timeout, redis_get,
 };
+pub use zookeeper::{Zookeeper, ZookeeperEnsemble, four_letter, zookeeper_installed};
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};

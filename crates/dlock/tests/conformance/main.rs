@@ -43,5 +43,15 @@ fn main() {
     {
         fixtures.push(cluster);
     }
+    #[cfg(feature = "zookeeper")]
+    if let Some(zk) = dlock_testkit::fixture::ZookeeperFixture::start().expect("ZooKeeper server") {
+        fixtures.push(zk);
+    }
+    #[cfg(feature = "zookeeper")]
+    if let Some(zk) =
+        dlock_testkit::fixture::ZookeeperEnsembleFixture::start().expect("ZooKeeper ensemble")
+    {
+        fixtures.push(zk);
+    }
     conformance::main(fixtures)
 }

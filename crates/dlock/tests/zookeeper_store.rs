@@ -1,0 +1,297 @@
+#![cfg(feature = "zookeeper")]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+//! What is specific to ZooKeeper, on real servers started by the test kit: leader failover,
+//! session expiry and closure, suspended connections, waiters' nodes, container clean-up,
+//! czxid fences, digest ACLs.
+
+use std::time::Duration;
+
+use dlock::Error;
+use dlock_testkit::cli::Holder;
+use dlock_testkit::server::{
+    ServerProcess, Zookeeper, ZookeeperEnsemble, required, zookeeper_installed,
+};
+use zookeeper_client::Client;
+
+fn installed() -> bool {
+    if zookeeper_installed() {
+        return true;
+    }
+    assert!(
+        !required("zookeeper"),
+        "zookeeper not installed, but DLOCK_TEST_REQUIRE requires it"
+    );
+    eprintln!("skipping: zookeeper not installed (apt-get install zookeeper)");
+    false
+}
+
+fn server() -> Option<ServerProcess> {
+    installed().then(|| {
+        tokio::task::block_in_place(|| {
+            ServerProcess::start(Zookeeper::default()).unwrap_or_else(|e| panic!("{e}"))
+        })
+    })
+}
+
+fn url(server: &ServerProcess, options: &str) -> String {
+    format!("zk://{}/t?{options}", server.addr())
+}
+
+/// The dlock nodes in a lock's directory (`/t/<name>`), empty when the directory is gone.
+async fn nodes(zk: &Client, name: &str) -> Vec<String> {
+    match zk.list_children(&format!("/t/{name}")).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..100 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_keeps_held_locks_and_clients_reconnect() {
+    if !installed() {
+        return;
+    }
+    let mut ensemble = tokio::task::block_in_place(ZookeeperEnsemble::start).unwrap();
+    // The longest session the servers allow (20 ticks of 500 ms): room for an election.
+    let url = format!("zk://{}/t?session_timeout=10s", ensemble.connect_string());
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let held = a.mutex("failover").acquire().await.unwrap();
+    let fence = held.fence();
+    let waiter = tokio::spawn(async move {
+        b.mutex("failover")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let leader = ensemble.leader().expect("a leader");
+    ensemble.nodes[leader].kill().unwrap();
+    // A new leader is elected and both clients reconnect with their sessions.
+    eventually("a new leader", async || ensemble.leader().is_some()).await;
+    eventually("the holder sees its lock again", async || {
+        matches!(held.is_owned().await, Ok(true))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!held.is_lost(), "the leader's death lost the lock");
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    held.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not served after the failover")
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_session_loses_the_lock_to_the_next_waiter() {
+    let Some(server) = server() else { return };
+    let url = url(&server, "session_timeout=2s");
+    let holder = tokio::task::block_in_place(|| Holder::start(&url, "paused", &[])).unwrap();
+    let pid = holder.child.id().to_string();
+    let locks = dlock::connect(&url).await.unwrap();
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let start = std::time::Instant::now();
+    let next = locks
+        .mutex("paused")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    // Not before its session (2 s) could have expired.
+    assert!(
+        start.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(next.fence().get() > holder.fence);
+    let resume = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    assert!(resume.success());
+    // Resumed, the holder learns its session expired: `dlock hold` exits 76 (lost).
+    let code = tokio::task::spawn_blocking(move || {
+        let mut holder = holder;
+        for _ in 0..100 {
+            if let Some(status) = holder.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        code,
+        Some(76),
+        "the paused holder was not told it lost the lock"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_connection_makes_the_hold_uncertain_then_it_recovers() {
+    let Some(mut server) = server() else { return };
+    let url = url(&server, "session_timeout=6s");
+    let locks = dlock::connect(&url).await.unwrap();
+    let held = locks.mutex("suspended").acquire().await.unwrap();
+    assert!(held.is_owned().await.unwrap());
+    tokio::task::block_in_place(|| server.pause()).unwrap();
+    // The client notices the silent server after 2/5 of the session: the hold is uncertain.
+    let mut uncertain = false;
+    for _ in 0..50 {
+        match tokio::time::timeout(Duration::from_millis(300), held.is_owned()).await {
+            Ok(Err(Error::Unavailable { .. })) => {
+                uncertain = true;
+                break;
+            }
+            Ok(Ok(true)) | Err(_) => {}
+            Ok(other) => panic!("unexpected ownership answer while suspended: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::task::block_in_place(|| server.resume()).unwrap();
+    assert!(uncertain, "the hold never reported an uncertain state");
+    eventually("the hold is confirmed again", async || {
+        matches!(held.is_owned().await, Ok(true))
+    })
+    .await;
+    assert!(!held.is_lost());
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_time_out_or_are_cancelled_leave_no_node() {
+    let Some(server) = server() else { return };
+    let url = url(&server, "");
+    let zk = Client::connect(&server.addr().to_string()).await.unwrap();
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let held = a.mutex("waiters").acquire().await.unwrap();
+    assert_eq!(nodes(&zk, "waiters").await.len(), 1);
+    // A timed-out waiter removes its node before `acquire` returns.
+    let timed_out = b
+        .mutex("waiters")
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await;
+    assert!(
+        matches!(timed_out, Err(Error::Timeout { .. })),
+        "{timed_out:?}"
+    );
+    assert_eq!(
+        nodes(&zk, "waiters").await.len(),
+        1,
+        "a timed-out waiter left its node"
+    );
+    // A cancelled waiter's node is removed in the background, at once.
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.mutex("waiters").acquire().await }
+    });
+    eventually("the waiter queued", async || {
+        nodes(&zk, "waiters").await.len() == 2
+    })
+    .await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    eventually("the cancelled waiter's node is gone", async || {
+        nodes(&zk, "waiters").await.len() == 1
+    })
+    .await;
+    // Acquires dropped at random points (some while their create is in flight) leave nothing.
+    held.release().await.unwrap();
+    for i in 0..30u64 {
+        let attempt = b.mutex("waiters").acquire();
+        if let Ok(guard) = tokio::time::timeout(Duration::from_micros(i * 100), attempt).await {
+            guard.unwrap().release().await.unwrap();
+        }
+    }
+    eventually("no node is left", async || {
+        nodes(&zk, "waiters").await.is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_lock_directories_are_removed_and_fences_keep_growing_across_them() {
+    let Some(server) = server() else { return };
+    let zk = Client::connect(&server.addr().to_string()).await.unwrap();
+    let locks = dlock::connect(&url(&server, "")).await.unwrap();
+    let first = locks.mutex("orders/1").acquire().await.unwrap();
+    // One node under the percent-encoded name; its sequence number starts at 0.
+    let held = nodes(&zk, "orders%2F1").await;
+    assert_eq!(held.len(), 1);
+    assert!(held[0].ends_with("-lock-0000000000"), "{held:?}");
+    let fence = first.fence();
+    first.release().await.unwrap();
+    eventually("the empty directory is removed", async || {
+        zk.check_stat("/t/orders%2F1").await.unwrap().is_none()
+    })
+    .await;
+    // The directory is recreated and its sequence restarts, but the fence (czxid) still grows.
+    let second = locks.mutex("orders/1").acquire().await.unwrap();
+    let held = nodes(&zk, "orders%2F1").await;
+    assert!(held[0].ends_with("-lock-0000000000"), "{held:?}");
+    assert!(
+        second.fence() > fence,
+        "{:?} after {fence:?}",
+        second.fence()
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_credentials_protect_the_nodes_of_their_user() {
+    let Some(server) = server() else { return };
+    let alice = dlock::connect(&format!("zk://alice:s3cret@{}/acl", server.addr()))
+        .await
+        .unwrap();
+    let held = alice.mutex("private").acquire().await.unwrap();
+    let mallory = dlock::connect(&format!("zk://mallory:guess@{}/acl", server.addr()))
+        .await
+        .unwrap();
+    let denied = mallory.mutex("private").no_wait().acquire().await;
+    assert!(
+        matches!(denied, Err(Error::PermissionDenied { .. })),
+        "{denied:?}"
+    );
+    held.release().await.unwrap();
+    let error = dlock::connect(&format!("zk://alice:s3cret@{}/acl?bogus=1", server.addr()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::InvalidUrl { .. }));
+    assert!(!error.to_string().contains("s3cret"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_ensemble_is_unavailable() {
+    let port = dlock_testkit::server::free_port().unwrap();
+    let error = dlock::connect(&format!("zk://127.0.0.1:{port}?connect_timeout=500ms"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+}
