@@ -3,9 +3,9 @@
 //!
 //! # Highlights
 //!
-//! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`
-//!   or `"memory://"`, `"postgres://…"`, `"mysql://…"` today; Redis, Redlock, ZooKeeper and
-//!   etcd are planned behind the same API.
+//! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`,
+//!   `"memory://"`, `"redis://…"`, `"redlock://h1,h2,h3"`, `"zk://…"`, `"etcd://…"`,
+//!   `"postgres://…"`, `"mysql://…"`.
 //! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
 //!   protected resource can reject a holder that was paused past its lease.
 //! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
@@ -43,6 +43,14 @@
 #![cfg_attr(
     feature = "sqlite",
     doc = "* [`sqlite`]: the embedded default, one file shared by the processes of a machine."
+)]
+#![cfg_attr(
+    feature = "redis",
+    doc = "* [`redis`]: one Redis server, Lua scripts, pub/sub hand-off, reentrant and fair locks."
+)]
+#![cfg_attr(
+    feature = "redis",
+    doc = "* [`redlock`]: Redlock over N independent Redis servers, parallel quorum rounds."
 )]
 #![cfg_attr(
     feature = "postgres",
@@ -86,6 +94,7 @@
 //!
 //! * `sqlite` (default): the SQLite backend (bundled SQLite, no system library).
 //! * `blocking` (default): [`blocking`], the synchronous facade.
+//! * `redis`: the Redis and Redlock backends (redis-rs, rustls with ring).
 //! * `postgres`: the PostgreSQL backend (sqlx, rustls).
 //! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
 //! * `etcd`: the etcd backend (etcd-client, rustls; needs `protoc` to build, so not in `full`).
