@@ -852,13 +852,37 @@ impl ZkLease {
 
 type EventFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
 
+/// How long a hold lasts before its keeper watches the hold's own node (see `keep`).
+const OWN_NODE_WATCH_DELAY: Duration = Duration::from_millis(50);
+
 /// Watches one hold: deletes the node when its TTL runs out, and fires the lost signal when
 /// the node is deleted by someone else (a force-release) or the session ends.
 async fn keep(shared: Arc<LeaseShared>) {
     let session = shared.session.clone();
     let mut watch: Option<EventFuture> = None;
     let mut armed = false;
+    // Most holds are short: arm the watch on our own node only once the hold has lasted a
+    // moment, so a quick acquire + release costs the server two requests, not three. Until
+    // then a force-release is noticed by the next extend; the TTL and session still apply.
+    let arm_at = shared.start + OWN_NODE_WATCH_DELAY;
     loop {
+        let (over, deadline) = {
+            let state = shared.state();
+            (state.over, state.deadline)
+        };
+        if over {
+            break;
+        }
+        if !armed && Instant::now() < arm_at && deadline > arm_at {
+            tokio::select! {
+                () = tokio::time::sleep_until(arm_at) => {}
+                () = shared.changed.notified() => {}
+                () = session.gone.cancelled() => {}
+            }
+            if !session.gone.is_cancelled() {
+                continue;
+            }
+        }
         if !armed {
             armed = true;
             match session.client.check_and_watch_stat(&shared.path).await {
