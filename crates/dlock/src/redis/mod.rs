@@ -220,14 +220,22 @@ impl Inner {
     }
 }
 
-/// This machine's clock in ms since the Unix epoch: when a hold began, for inspection.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
+/// The owner part of a lock value, as the scripts store it and `lock_info` reads it back:
+/// this machine's clock in ms (when the hold began), host, pid and label, joined by NUL (the
+/// label last, as it may hold anything). Redlock stores the same.
+pub(crate) fn owner_field(owner: &Owner) -> String {
+    let now = std::time::SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, ms)
+        .map_or(0, ms);
+    format!(
+        "{now}\0{}\0{}\0{}",
+        owner.host,
+        owner.pid,
+        owner.label.as_deref().unwrap_or_default()
+    )
 }
 
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -306,14 +314,7 @@ impl Backend for RedisBackend {
         };
         let waiter = waits.then(|| inner.wakeups.waiter(&keys.channel, &req.token));
         let ttl_ms = ms(req.ttl);
-        // Written as is by the script and read back by inspection (`lock_info`).
-        let owner = format!(
-            "{}\0{}\0{}\0{}",
-            unix_ms(),
-            req.owner.host,
-            req.owner.pid,
-            req.owner.label.as_deref().unwrap_or_default()
-        );
+        let owner = owner_field(&req.owner);
         let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
         let acquired = acquire_loop(
             req.wait,

@@ -5,7 +5,7 @@ mod config;
 pub use config::{MAX_NODES, RedlockConfig};
 
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use ::redis::{FromRedisValue, Script};
 use async_trait::async_trait;
@@ -22,6 +22,7 @@ use crate::fence::FencingToken;
 use crate::redis::error::{bad_reply, map};
 use crate::redis::node::Node;
 use crate::redis::wake::Waiter;
+use crate::redis::{ms, owner_field};
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
 /// URL schemes served by this backend.
@@ -231,10 +232,6 @@ impl Keys {
     }
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// A script call with its keys and arguments, owned, so it can outlive the round that sent it.
 type Invocation = ::redis::ScriptInvocation<'static>;
 
@@ -257,37 +254,38 @@ impl Inner {
             .max(Duration::from_millis(1))
     }
 
-    /// Runs `invocation` on every node at once, each bounded by `timeout`, and waits for
-    /// every answer.
-    async fn on_all<T: FromRedisValue + Send + 'static>(
+    /// Every node's index.
+    fn all(&self) -> Vec<usize> {
+        (0..self.nodes.len()).collect()
+    }
+
+    /// Runs `invocation` on the nodes at `indexes` at once, each bounded by `timeout`, and
+    /// waits for every answer (`None` for the nodes not asked).
+    async fn on_nodes<T: FromRedisValue + Send + 'static>(
         &self,
+        indexes: &[usize],
         timeout: Duration,
         key: &str,
         invocation: impl Fn() -> Invocation,
-    ) -> Vec<Answer<T>> {
-        self.ask(timeout, key, invocation, |_| false)
-            .await
-            .into_iter()
-            .map(|answer| answer.unwrap_or_else(|| Answer::Failed(unavailable("no answer"))))
-            .collect()
+    ) -> Vec<Option<Answer<T>>> {
+        self.ask(indexes, timeout, key, invocation, |_| false).await
     }
 
-    /// Runs `invocation` on every node at once, each bounded by `timeout`, until `enough`
-    /// says the answers so far decide the round; the nodes still to answer (`None`) finish
-    /// in the background, so a slow node never holds up a decided round.
+    /// Runs `invocation` on the nodes at `indexes` at once, each bounded by `timeout`, until
+    /// `enough` says the answers so far decide the round; the nodes still to answer (`None`)
+    /// finish in the background, so a slow node never holds up a decided round.
     async fn ask<T: FromRedisValue + Send + 'static>(
         &self,
+        indexes: &[usize],
         timeout: Duration,
         key: &str,
         invocation: impl Fn() -> Invocation,
         enough: impl Fn(&[Option<Answer<T>>]) -> bool,
     ) -> Vec<Option<Answer<T>>> {
-        let mut pending: FuturesUnordered<_> = self
-            .nodes
+        let mut pending: FuturesUnordered<_> = indexes
             .iter()
-            .enumerate()
-            .map(|(index, node)| {
-                let mut conn = node.conn.clone();
+            .map(|&index| {
+                let mut conn = self.nodes[index].conn.clone();
                 let invocation = invocation();
                 let key = key.to_owned();
                 async move {
@@ -320,11 +318,12 @@ impl Inner {
         answers
     }
 
-    /// Releases `token` on every node at once (a release, or an abandoned acquire); returns
-    /// once a quorum let go (or too many refused for one to), the rest finish in the
-    /// background. Returns (released, not ours, failed) counts.
-    async fn release_all(
+    /// Releases `token` on the nodes at `indexes` at once; returns once a quorum let go (or
+    /// too many refused for one to), the rest finish in the background. Returns (released,
+    /// not ours, failed) counts.
+    async fn release_on(
         &self,
+        indexes: &[usize],
         keys: &Keys,
         token: &str,
         timeout: Duration,
@@ -332,6 +331,7 @@ impl Inner {
         let (quorum, others) = (self.quorum(), self.nodes.len() - self.quorum());
         let answers = self
             .ask::<i64>(
+                indexes,
                 timeout,
                 &keys.lock,
                 || {
@@ -363,40 +363,6 @@ impl Inner {
         counts
     }
 
-    /// Releases `token` on the nodes at `indexes`, at once.
-    async fn release_on(
-        &self,
-        indexes: &[usize],
-        keys: &Keys,
-        token: &str,
-        timeout: Duration,
-    ) -> (usize, usize, Vec<Error>) {
-        let mut invocation = RELEASE.key(&keys.lock);
-        invocation.arg(token).arg(&keys.channel);
-        let answers = join_all(indexes.iter().map(|&index| {
-            let invocation = &invocation;
-            async move {
-                let mut conn = self.nodes[index].conn.clone();
-                match tokio::time::timeout(timeout, invocation.invoke_async::<i64>(&mut conn)).await
-                {
-                    Ok(Ok(reply)) => Answer::Reply(reply),
-                    Ok(Err(error)) => Answer::Failed(map(error, &keys.lock)),
-                    Err(_) => Answer::Failed(unavailable("the node did not answer in time")),
-                }
-            }
-        }))
-        .await;
-        let mut counts = (0, 0, Vec::new());
-        for answer in answers {
-            match answer {
-                Answer::Reply(1) => counts.0 += 1,
-                Answer::Reply(_) => counts.1 += 1,
-                Answer::Failed(error) => counts.2.push(error),
-            }
-        }
-        counts
-    }
-
     /// One Redlock round: ask every node, keep the lock if a quorum granted it in time.
     async fn attempt(
         self: &Arc<Self>,
@@ -419,7 +385,7 @@ impl Inner {
         let others = self.nodes.len() - quorum;
         // Decided once a quorum granted, or once too many refused or failed for one to.
         let answers = self
-            .ask::<Vec<i64>>(timeout, &keys.lock, invocation, |answers| {
+            .ask::<Vec<i64>>(&self.all(), timeout, &keys.lock, invocation, |answers| {
                 let granted = answers
                     .iter()
                     .filter(|a| matches!(a, Some(Answer::Reply(r)) if r.first() == Some(&1)))
@@ -536,24 +502,22 @@ impl Inner {
         if behind.is_empty() {
             return Some(fence);
         }
-        let mut invocation = SYNC.key(&keys.lock);
-        invocation
-            .key(&keys.fence)
-            .arg(&req.token)
-            .arg(fence)
-            .arg(owner);
-        let synced = join_all(behind.iter().map(|&index| {
-            let invocation = &invocation;
-            async move {
-                let mut conn = self.nodes[index].conn.clone();
-                matches!(
-                    tokio::time::timeout(timeout, invocation.invoke_async::<i64>(&mut conn)).await,
-                    Ok(Ok(1))
-                )
-            }
-        }))
-        .await;
-        let failed = synced.iter().filter(|ok| !**ok).count();
+        let synced = self
+            .on_nodes::<i64>(&behind, timeout, &keys.lock, || {
+                let mut invocation = SYNC.key(&keys.lock);
+                invocation
+                    .key(&keys.fence)
+                    .arg(&req.token)
+                    .arg(fence)
+                    .arg(owner);
+                invocation
+            })
+            .await;
+        let in_line = synced
+            .iter()
+            .filter(|a| matches!(a, Some(Answer::Reply(1))))
+            .count();
+        let failed = behind.len() - in_line;
         (granted.len() - failed >= self.quorum()).then_some(fence)
     }
 }
@@ -573,15 +537,7 @@ impl Backend for RedlockBackend {
             .map(|n| n.prefix.as_str())
             .unwrap_or_default();
         let keys = Keys::new(prefix, req.name.as_str());
-        let owner = format!(
-            "{}\0{}\0{}\0{}",
-            std::time::SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, ms),
-            req.owner.host,
-            req.owner.pid,
-            req.owner.label.as_deref().unwrap_or_default()
-        );
+        let owner = owner_field(&req.owner);
         // A release on any node wakes the waiter.
         let waiters: Vec<Waiter> = if req.wait == Wait::No {
             Vec::new()
@@ -646,7 +602,7 @@ impl Drop for Abandon {
         );
         runtime.spawn(async move {
             let timeout = inner.node_timeout(Duration::from_secs(1));
-            inner.release_all(&keys, &token, timeout).await;
+            inner.release_on(&inner.all(), &keys, &token, timeout).await;
         });
     }
 }
@@ -702,11 +658,12 @@ impl Lease for RedlockLease {
         };
         let (mut confirmed, mut refused, mut free, mut errors) = (0, 0, Vec::new(), Vec::new());
         for (index, answer) in inner
-            .on_all::<i64>(timeout, &self.keys.lock, || invocation(false))
+            .on_nodes::<i64>(&inner.all(), timeout, &self.keys.lock, || invocation(false))
             .await
             .into_iter()
             .enumerate()
         {
+            let Some(answer) = answer else { continue };
             match answer {
                 Answer::Reply(1) => confirmed += 1,
                 Answer::Reply(0) => free.push(index),
@@ -718,16 +675,9 @@ impl Lease for RedlockLease {
             if !ttl.is_zero() && !free.is_empty() {
                 // Nodes that lost the lock (restarted, missed the acquire) take it back: safe
                 // while the quorum holds it, and they are not counted towards it.
-                let heal = invocation(true);
-                join_all(free.iter().map(|&index| {
-                    let heal = &heal;
-                    async move {
-                        let mut conn = inner.nodes[index].conn.clone();
-                        let _ = tokio::time::timeout(timeout, heal.invoke_async::<i64>(&mut conn))
-                            .await;
-                    }
-                }))
-                .await;
+                inner
+                    .on_nodes::<i64>(&free, timeout, &self.keys.lock, || invocation(true))
+                    .await;
             }
             return Ok(());
         }
@@ -742,8 +692,9 @@ impl Lease for RedlockLease {
     async fn release(&self) -> Result<()> {
         let inner = &self.inner;
         let timeout = inner.node_timeout(Duration::from_secs(1));
-        let (released, refused, mut errors) =
-            inner.release_all(&self.keys, &self.token, timeout).await;
+        let (released, refused, mut errors) = inner
+            .release_on(&inner.all(), &self.keys, &self.token, timeout)
+            .await;
         if released > 0 && refused <= inner.nodes.len() - inner.quorum() {
             return Ok(());
         }
