@@ -145,6 +145,14 @@ impl dlock::Backend for Masked {
             None
         }
     }
+
+    fn values(&self) -> Option<&dyn dlock::ValueStore> {
+        if self.info.capabilities.values {
+            self.inner.values()
+        } else {
+            None
+        }
+    }
 }
 
 /// The two ways the SQL backends hold a lock, as a fixture parameter.

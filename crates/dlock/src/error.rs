@@ -76,6 +76,15 @@ pub enum Error {
         /// The backend's scheme name.
         backend: &'static str,
     },
+    /// [`VersionedValue::update`](crate::VersionedValue::update) lost to other writers on
+    /// every attempt.
+    #[error("value {name:?} changed under every one of {attempts} update attempts")]
+    Conflict {
+        /// The value's name.
+        name: String,
+        /// Attempts made.
+        attempts: u32,
+    },
     /// The store rejected the credentials.
     #[error("{backend}: authentication failed: {source}")]
     Unauthenticated {
@@ -123,7 +132,8 @@ pub enum Error {
 
 impl Error {
     /// Whether retrying the same call may succeed: true for [`Error::Unavailable`] and
-    /// [`Error::Timeout`], false for everything that needs a different input or state.
+    /// [`Error::Timeout`] and [`Error::Conflict`], false for everything that needs a different
+    /// input or state.
     ///
     /// # Examples
     ///
@@ -132,7 +142,10 @@ impl Error {
     /// assert!(!e.is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::Timeout { .. } | Error::Conflict { .. }
+        )
     }
 
     /// The scheme name of the backend that raised the error, when it came from a store.

@@ -12,6 +12,9 @@
 //! - Leases are either a fixed TTL or renewed by a watchdog while the guard lives; one keeper
 //!   task per client renews them all.
 //! - Waiting uses the store's own wake-up; polling with jittered backoff only where there is none.
+//! - Beyond the mutex: read-write locks ([`Locks::rwlock`]), counting semaphores with leased
+//!   permits ([`Locks::semaphore`]), all-or-nothing multi-locks ([`Locks::multi_lock`]) and
+//!   versioned values with atomic compare-and-set ([`Locks::value`]).
 //! - A blocking facade with the same names: [`blocking`].
 //!
 //! # Quick start
@@ -108,8 +111,10 @@ mod lease;
 mod locks;
 mod mutex;
 mod name;
+mod primitives;
 mod registry;
 mod ttl;
+mod value;
 
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
@@ -138,8 +143,8 @@ pub mod zookeeper;
 pub mod blocking;
 
 pub use backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Lease, ListPage, LockInfo,
-    LockKind, MonitorStore, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Expect, Lease, ListPage,
+    LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
 };
 pub use error::{BoxError, Error, Result};
 pub use fence::FencingToken;
@@ -147,8 +152,13 @@ pub use lease::Lost;
 pub use locks::Locks;
 pub use mutex::{MutexBuilder, MutexGuard};
 pub use name::{LockName, MAX_LABEL_LEN, MAX_NAME_LEN, Owner};
+pub use primitives::{
+    DEFAULT_MAX_READERS, MAX_MULTI_LOCK_NAMES, MAX_SLOTS, MultiGuard, MultiLockBuilder, Permit,
+    ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
+};
 pub use registry::enabled_schemes;
 pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
+pub use value::{DEFAULT_UPDATE_ATTEMPTS, MAX_VALUE_LEN, VersionedValue};
 
 /// Connects to the lock store named by `url` and returns a cheap-to-clone client.
 ///

@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::lease::keeper::Keeper;
 use crate::mutex::MutexBuilder;
 use crate::name::{LockName, MAX_NAME_LEN, Owner};
+use crate::primitives::{MultiLockBuilder, RwLockBuilder, SemaphoreBuilder};
 use crate::ttl::{DEFAULT_WATCHDOG_LEASE, validate_ttl};
+use crate::value::VersionedValue;
 
 /// How many locks [`Locks::list`] asks the store for per step.
 const LIST_PAGE: usize = 256;
@@ -206,6 +208,81 @@ impl Locks {
     /// ```
     pub fn mutex(&self, name: impl Into<String>) -> MutexBuilder {
         MutexBuilder::new(self.clone(), name.into())
+    }
+
+    /// A builder for the read-write lock `name`: many readers or one writer, and a waiting
+    /// writer is not starved by new readers. See [`RwLockBuilder`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://rwlock-method-doc").await?;
+    /// let reading = locks.rwlock("prices").read().await?;
+    /// assert!(locks.rwlock("prices").try_read().await?.is_some());
+    /// assert!(locks.rwlock("prices").try_write().await?.is_none());
+    /// # drop(reading);
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, name: impl Into<String>) -> RwLockBuilder {
+        RwLockBuilder::new(self.clone(), name.into())
+    }
+
+    /// A builder for one permit of the counting semaphore `name` with `permits` permits. See
+    /// [`SemaphoreBuilder`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://semaphore-method-doc").await?;
+    /// let permit = locks.semaphore("api-quota", 10).acquire().await?;
+    /// # drop(permit);
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> SemaphoreBuilder {
+        SemaphoreBuilder::new(self.clone(), name.into(), permits)
+    }
+
+    /// A builder taking every lock in `names` all-or-nothing, in canonical order. See
+    /// [`MultiLockBuilder`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://multi-method-doc").await?;
+    /// let both = locks.multi_lock(["seat/12A", "seat/12B"]).acquire().await?;
+    /// # drop(both);
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<I, S>(&self, names: I) -> MultiLockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        MultiLockBuilder::new(self.clone(), names.into_iter().map(Into::into).collect())
+    }
+
+    /// The versioned value `name`, changed only by atomic compare-and-set. See
+    /// [`VersionedValue`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://value-method-doc").await?;
+    /// let counter = locks.value("visits");
+    /// counter.update(|n| n.map_or(1u64, |b| u64::from_le_bytes(b.try_into().unwrap()) + 1).to_le_bytes().to_vec()).await?;
+    /// assert_eq!(counter.get().await?.unwrap().version > 0, true);
+    /// # Ok(()) }
+    /// ```
+    pub fn value(&self, name: impl Into<String>) -> VersionedValue {
+        VersionedValue::new(self.clone(), name.into())
     }
 
     /// The backend behind this client: the implementor side, for layers and for tests of the

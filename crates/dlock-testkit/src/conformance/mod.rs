@@ -13,9 +13,13 @@ mod fair;
 mod fence;
 mod lost;
 mod monitor;
+mod multi_lock;
 mod mutex;
 mod names;
 mod reentrant;
+mod rwlock;
+mod semaphore;
+mod values;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,6 +105,10 @@ pub enum Needs {
     NotMonitor,
     /// Locks visible to other processes, and a URL for them.
     CrossProcess,
+    /// Versioned values with compare-and-set.
+    Values,
+    /// A backend *without* versioned values (to check the unsupported error).
+    NotValues,
 }
 
 impl Needs {
@@ -120,6 +128,8 @@ impl Needs {
             }
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),
             Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
+            Needs::Values => (!caps.values).then_some("no versioned values"),
+            Needs::NotValues => caps.values.then_some("versioned values are supported"),
             Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())
                 .then_some("locks are local to one process"),
         }
@@ -188,6 +198,10 @@ pub fn all_cases() -> Vec<Case> {
         monitor::cases(),
         names::cases(),
         cross_process::cases(),
+        rwlock::cases(),
+        semaphore::cases(),
+        multi_lock::cases(),
+        values::cases(),
     ]
     .concat()
 }

@@ -36,6 +36,14 @@ impl fmt::Debug for Lost<'_> {
     }
 }
 
+impl<'a> Lost<'a> {
+    pub(crate) fn from_token(token: &'a CancellationToken) -> Lost<'a> {
+        Lost {
+            inner: Box::pin(token.cancelled()),
+        }
+    }
+}
+
 impl Future for Lost<'_> {
     type Output = ();
 
@@ -72,9 +80,7 @@ impl HeldLease {
     }
 
     pub(crate) fn lost(&self) -> Lost<'_> {
-        Lost {
-            inner: Box::pin(self.lease.lost().cancelled()),
-        }
+        Lost::from_token(self.lease.lost())
     }
 
     pub(crate) fn lost_token(&self) -> CancellationToken {

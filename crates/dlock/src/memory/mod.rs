@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
+    MonitorStore, ValueStore, Versioned,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -30,6 +31,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         cross_process: false,
         monitor: true,
+        values: true,
     },
 );
 
@@ -130,6 +132,8 @@ impl MemoryBackend {
 #[derive(Debug, Default)]
 struct Store {
     slots: Mutex<HashMap<String, Slot>>,
+    /// Versioned values: name → (version, bytes).
+    values: Mutex<HashMap<String, (u64, Vec<u8>)>>,
 }
 
 /// One name's state. Slots are never removed, so the fence counter never goes backwards.
@@ -315,6 +319,39 @@ impl Backend for MemoryBackend {
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         Some(self)
+    }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ValueStore for MemoryBackend {
+    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
+        let values = self
+            .store
+            .values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(values
+            .get(name.as_str())
+            .map(|(version, value)| Versioned::new(value.clone(), *version)))
+    }
+
+    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
+        let mut values = self
+            .store
+            .values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = values.get(name.as_str()).map(|(version, _)| *version);
+        if !expect.holds(current) {
+            return Ok(None);
+        }
+        let version = current.unwrap_or(0) + 1;
+        values.insert(name.as_str().to_owned(), (version, value.to_vec()));
+        Ok(Some(version))
     }
 }
 

@@ -36,6 +36,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
+        values: false,
     },
 );
 
@@ -48,6 +49,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         cross_process: true,
         monitor: false,
+        values: false,
     },
 );
 

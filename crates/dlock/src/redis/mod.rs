@@ -44,6 +44,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
+        values: false,
     },
 );
 

@@ -39,6 +39,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: false,
+        values: false,
     },
 );
 

@@ -39,6 +39,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         cross_process: true,
         monitor: true,
+        values: false,
     },
 );
 

@@ -1,0 +1,177 @@
+//! Counting semaphores: the count is never exceeded, waiters get released permits, and a
+//! crashed holder's permit comes back when its lease ends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::ensure;
+use dlock::Error;
+
+use super::{Ctx, Needs, cases, expect_err};
+
+cases!["semaphore",
+    Needs::Any =>
+        permits_are_never_exceeded,
+        all_permits_taken_means_busy,
+        waiter_gets_a_returned_permit,
+        crashed_holders_permit_returns_when_its_lease_ends,
+        bad_semaphore_input_is_rejected_before_the_store
+];
+
+const TTL: Duration = Duration::from_secs(30);
+
+async fn permits_are_never_exceeded(cx: Ctx) -> anyhow::Result<()> {
+    const PERMITS: u32 = 3;
+    let name = cx.name("sem");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let locks = cx.locks().await?;
+        let (name, inside, most) = (name.clone(), inside.clone(), most.clone());
+        tasks.spawn(async move {
+            for _ in 0..5 {
+                let permit = locks
+                    .semaphore(&name, PERMITS)
+                    .ttl(TTL)
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await?;
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(4)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let most = most.load(Ordering::SeqCst);
+    ensure!(
+        most <= PERMITS as usize,
+        "{most} holders at once with {PERMITS} permits"
+    );
+    ensure!(
+        most >= 2,
+        "permits were never shared ({most} holder at most)"
+    );
+    Ok(())
+}
+
+async fn all_permits_taken_means_busy(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("busy");
+    let p1 = a.semaphore(&name, 2).ttl(TTL).acquire().await?;
+    let p2 = b.semaphore(&name, 2).ttl(TTL).acquire().await?;
+    ensure!(p1.slot() != p2.slot(), "two permits share a slot");
+    ensure!(
+        b.semaphore(&name, 2).try_acquire().await?.is_none(),
+        "a third permit of two"
+    );
+    expect_err!(
+        b.semaphore(&name, 2)
+            .wait(Duration::from_millis(100))
+            .acquire()
+            .await,
+        Error::Timeout { .. }
+    );
+    p1.release().await?;
+    ensure!(
+        b.semaphore(&name, 2)
+            .ttl(TTL)
+            .try_acquire()
+            .await?
+            .is_some(),
+        "a returned permit was not free"
+    );
+    drop(p2);
+    Ok(())
+}
+
+async fn waiter_gets_a_returned_permit(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("wait");
+    let held = a.semaphore(&name, 1).ttl(TTL).acquire().await?;
+    let waiter = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            b.semaphore(&name, 1)
+                .ttl(TTL)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ensure!(!waiter.is_finished(), "the waiter got a taken permit");
+    held.release().await?;
+    let permit = waiter.await??;
+    ensure!(!permit.is_lost(), "the handed-over permit is lost");
+    Ok(())
+}
+
+async fn crashed_holders_permit_returns_when_its_lease_ends(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("crash");
+    let lease = Duration::from_millis(600);
+    let crashed = a.semaphore(&name, 1).ttl(lease).acquire().await?;
+    // A crash: the holder never releases (and never renews: the lease is fixed).
+    std::mem::forget(crashed);
+    ensure!(
+        b.semaphore(&name, 1).try_acquire().await?.is_none(),
+        "permit free at once"
+    );
+    let started = tokio::time::Instant::now();
+    let permit = b
+        .semaphore(&name, 1)
+        .ttl(TTL)
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await?;
+    ensure!(
+        started.elapsed() + Duration::from_millis(50) >= lease / 2,
+        "the permit came back long before the lease ended"
+    );
+    permit.release().await?;
+    Ok(())
+}
+
+async fn bad_semaphore_input_is_rejected_before_the_store(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?;
+    let name = cx.name("bad");
+    expect_err!(
+        locks.semaphore(&name, 0).acquire().await,
+        Error::InvalidArgument { .. }
+    );
+    expect_err!(
+        locks.semaphore(&name, 100_000).acquire().await,
+        Error::InvalidArgument { .. }
+    );
+    expect_err!(
+        locks
+            .semaphore(&name, 1)
+            .ttl(Duration::from_millis(1))
+            .acquire()
+            .await,
+        Error::InvalidArgument { .. }
+    );
+    expect_err!(
+        locks.semaphore("a\0b", 1).acquire().await,
+        Error::InvalidName { .. }
+    );
+    // Nothing was left behind: the single permit is free.
+    ensure!(
+        locks
+            .semaphore(&name, 1)
+            .ttl(TTL)
+            .try_acquire()
+            .await?
+            .is_some(),
+        "rejected requests left state behind"
+    );
+    Ok(())
+}

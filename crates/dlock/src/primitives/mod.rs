@@ -1,0 +1,16 @@
+//! The primitives composed from the store's exclusive locks, written once for every backend:
+//! read-write locks, counting semaphores and multi-locks. Each inherits the store's lock
+//! semantics (leases, fences, lost signals, native wake-ups) because each hold is made of
+//! ordinary lock holds.
+
+mod guard_set;
+pub(crate) mod multi_lock;
+mod options;
+pub(crate) mod rwlock;
+pub(crate) mod semaphore;
+mod slots;
+
+pub use multi_lock::{MAX_MULTI_LOCK_NAMES, MultiGuard, MultiLockBuilder};
+pub use rwlock::{DEFAULT_MAX_READERS, ReadGuard, RwLockBuilder, WriteGuard};
+pub use semaphore::{Permit, SemaphoreBuilder};
+pub use slots::MAX_SLOTS;

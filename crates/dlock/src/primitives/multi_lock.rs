@@ -1,0 +1,292 @@
+//! [`MultiLockBuilder`]: several exclusive locks taken all-or-nothing, in a canonical order.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::lease::Lost;
+use crate::locks::Locks;
+use crate::name::LockName;
+use crate::primitives::guard_set::{GuardSet, release_all};
+use crate::primitives::options::HoldOptions;
+use crate::ttl::WaitSpec;
+
+/// The most names one multi-lock may take.
+pub const MAX_MULTI_LOCK_NAMES: usize = 1024;
+
+/// Options for taking several exclusive locks at once; made by [`Locks::multi_lock`].
+///
+/// The names are taken in one canonical order (sorted by bytes), so two multi-locks over
+/// overlapping names never deadlock, whatever order their callers listed them in. One deadline
+/// covers all of them; if it runs out or a store call fails, the locks taken so far are
+/// released before the error is returned. The locks are the same as [`Locks::mutex`] locks of
+/// the same names, so a multi-lock and a plain mutex exclude each other.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// use std::time::Duration;
+/// let locks = dlock::connect("memory://multi-doc").await?;
+/// let transfer = locks
+///     .multi_lock(["accounts/bob", "accounts/alice"])
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// assert!(locks.mutex("accounts/alice").try_acquire().await?.is_none());
+/// assert_eq!(transfer.fences().count(), 2);
+/// transfer.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is awaited"]
+pub struct MultiLockBuilder {
+    locks: Locks,
+    names: Vec<String>,
+    options: HoldOptions,
+}
+
+impl MultiLockBuilder {
+    pub(crate) fn new(locks: Locks, names: Vec<String>) -> MultiLockBuilder {
+        MultiLockBuilder {
+            locks,
+            names,
+            options: HoldOptions::default(),
+        }
+    }
+
+    /// A fixed lease for every lock; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = Some(ttl);
+        self
+    }
+
+    /// Waits at most `wait` for all of the locks together.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = Some(WaitSpec::For(wait));
+        self
+    }
+
+    /// Tries each lock once.
+    pub fn no_wait(mut self) -> Self {
+        self.options.wait = Some(WaitSpec::No);
+        self
+    }
+
+    /// Waits as long as it takes (the default for `acquire`).
+    pub fn wait_forever(mut self) -> Self {
+        self.options.wait = Some(WaitSpec::Forever);
+        self
+    }
+
+    /// With the watchdog: stop renewing `max` after acquisition; see
+    /// [`MutexBuilder::max_hold`](crate::MutexBuilder::max_hold).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.options.max_hold = Some(max);
+        self
+    }
+
+    /// Validates the names (none invalid, no duplicates, at least one) in canonical order.
+    fn sorted_names(&self) -> Result<Vec<LockName>> {
+        if self.names.is_empty() {
+            return Err(Error::invalid_argument(
+                "names",
+                "a multi-lock needs at least one name",
+            ));
+        }
+        if self.names.len() > MAX_MULTI_LOCK_NAMES {
+            return Err(Error::invalid_argument(
+                "names",
+                format!("{} names; at most {MAX_MULTI_LOCK_NAMES}", self.names.len()),
+            ));
+        }
+        let mut sorted = BTreeSet::new();
+        for name in &self.names {
+            let name = LockName::new(name.clone())?;
+            if let Some(duplicate) = sorted.replace(name) {
+                return Err(Error::invalid_argument(
+                    "names",
+                    format!("{:?} is listed twice", duplicate.as_str()),
+                ));
+            }
+        }
+        Ok(sorted.into_iter().collect())
+    }
+
+    async fn run(self, default_wait: WaitSpec) -> Result<Option<MultiGuard>> {
+        let names = self.sorted_names()?;
+        let deadline = self.options.start(default_wait)?;
+        let mut held = Vec::with_capacity(names.len());
+        for name in &names {
+            let attempt = self
+                .options
+                .mutex(&self.locks, name, deadline)
+                .try_acquire()
+                .await;
+            match attempt {
+                Ok(Some(guard)) => held.push(guard),
+                Ok(None) => {
+                    release_all(held).await;
+                    return Ok(None);
+                }
+                Err(error) => {
+                    release_all(held).await;
+                    return Err(error);
+                }
+            }
+        }
+        Ok(Some(MultiGuard {
+            set: GuardSet::new(held),
+        }))
+    }
+
+    /// Acquires every lock, waiting as configured (forever by default).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] (naming the first of the sorted names) when the wait runs out;
+    /// [`Error::InvalidName`] / [`Error::InvalidArgument`] for an empty list, a duplicate or an
+    /// invalid name, before any store call; store errors. No lock stays held after an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe as [`MutexBuilder::acquire`](crate::MutexBuilder::acquire): locks taken
+    /// before the drop are released in the background.
+    pub async fn acquire(self) -> Result<MultiGuard> {
+        let first = self.names.iter().min().cloned().unwrap_or_default();
+        let waited = self.options.waited(WaitSpec::Forever);
+        self.run(WaitSpec::Forever).await?.ok_or(Error::Timeout {
+            name: first,
+            waited,
+        })
+    }
+
+    /// Acquires every lock if all are free (or free up within the configured wait, which
+    /// defaults to none); `Ok(None)` otherwise, with nothing held.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), except that busy locks are `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://multi-try-doc").await?;
+    /// let _b = locks.mutex("b").acquire().await?;
+    /// assert!(locks.multi_lock(["a", "b"]).try_acquire().await?.is_none());
+    /// // "a" was taken first and let go again.
+    /// assert!(locks.inspect("a").await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(self) -> Result<Option<MultiGuard>> {
+        self.run(WaitSpec::No).await
+    }
+}
+
+/// Several held exclusive locks with one lost signal; made by [`MultiLockBuilder`].
+///
+/// Dropping it releases every lock in the background, as [`MutexGuard`](crate::MutexGuard) does.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://multi-guard-doc").await?;
+/// let both = locks.multi_lock(["x", "y"]).acquire().await?;
+/// for (name, fence) in both.fences() {
+///     println!("{name}: {fence}");
+/// }
+/// tokio::select! {
+///     () = both.lost() => { /* one of them is gone: stop */ }
+///     () = async { /* work */ } => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[clippy::has_significant_drop]
+#[must_use = "if unused the locks will immediately be released"]
+pub struct MultiGuard {
+    set: GuardSet,
+}
+
+impl MultiGuard {
+    /// Each lock's name and fence, in canonical (sorted) order.
+    pub fn fences(&self) -> impl Iterator<Item = (&LockName, FencingToken)> {
+        self.set.fences()
+    }
+
+    /// The fence of the lock `name`, if it is one of this guard's.
+    pub fn fence(&self, name: &str) -> Option<FencingToken> {
+        self.set
+            .guards()
+            .iter()
+            .find(|guard| guard.name().as_str() == name)
+            .map(crate::MutexGuard::fence)
+    }
+
+    /// Completes when any of the locks is lost (or after release).
+    pub fn lost(&self) -> Lost<'_> {
+        self.set.lost()
+    }
+
+    /// An owned token cancelled when any of the locks is lost.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.set.lost_token()
+    }
+
+    /// Whether any of the locks is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.set.is_lost()
+    }
+
+    /// Extends every lock's lease; see [`MutexGuard::extend`](crate::MutexGuard::extend).
+    ///
+    /// # Errors
+    ///
+    /// The first error among the locks ([`Error::NotOwned`] for a lost one).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: each lease is either extended or not.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.set.extend(ttl).await
+    }
+
+    /// Asks the store whether every lock is still held by this guard.
+    ///
+    /// # Errors
+    ///
+    /// Store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_owned(&self) -> Result<bool> {
+        self.set.is_owned().await
+    }
+
+    /// Releases every lock.
+    ///
+    /// # Errors
+    ///
+    /// The first error among the locks ([`Error::NotOwned`] for one lost before), after all
+    /// were released.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped release may or may not have reached the store; TTLs free the locks.
+    pub async fn release(self) -> Result<()> {
+        self.set.release().await
+    }
+}

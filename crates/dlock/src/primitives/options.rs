@@ -1,0 +1,120 @@
+//! What every composed primitive shares: the lease and wait options, one deadline across all the
+//! exclusive locks a primitive takes, and the derived names of those locks.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::locks::Locks;
+use crate::mutex::MutexBuilder;
+use crate::name::{LockName, MAX_NAME_LEN};
+use crate::ttl::{WaitSpec, validate_ttl};
+
+/// The lease and wait options of a composed primitive, as set on its builder.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HoldOptions {
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) wait: Option<WaitSpec>,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+impl HoldOptions {
+    /// Checks every option before any store is contacted and fixes the deadline.
+    pub(crate) fn start(&self, default_wait: WaitSpec) -> Result<Deadline> {
+        if let Some(ttl) = self.ttl {
+            validate_ttl("ttl", ttl)?;
+        }
+        if self.max_hold.is_some_and(|max| max.is_zero()) {
+            return Err(Error::invalid_argument(
+                "max_hold",
+                "must be greater than zero",
+            ));
+        }
+        let wait = self.wait.unwrap_or(default_wait);
+        Ok(match wait {
+            WaitSpec::No => Deadline::Now,
+            WaitSpec::Forever => Deadline::Never,
+            WaitSpec::For(d) if d.is_zero() => Deadline::Now,
+            WaitSpec::For(d) => Deadline::At(
+                Instant::now()
+                    .checked_add(d)
+                    .ok_or_else(|| Error::invalid_argument("wait", "overflows the clock"))?,
+            ),
+        })
+    }
+
+    /// A builder for one of the primitive's exclusive locks, waiting until `deadline`.
+    pub(crate) fn mutex(&self, locks: &Locks, name: &LockName, deadline: Deadline) -> MutexBuilder {
+        let mut builder = locks.mutex(name.as_str());
+        if let Some(ttl) = self.ttl {
+            builder = builder.ttl(ttl);
+        }
+        if let Some(max) = self.max_hold {
+            builder = builder.max_hold(max);
+        }
+        match deadline.remaining() {
+            None => builder.wait_forever(),
+            Some(left) if left.is_zero() => builder.no_wait(),
+            Some(left) => builder.wait(left),
+        }
+    }
+
+    /// The wait the caller asked for, for the timeout error.
+    pub(crate) fn waited(&self, default_wait: WaitSpec) -> Duration {
+        self.wait.unwrap_or(default_wait).duration()
+    }
+}
+
+/// One deadline shared by every step of an acquisition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    Now,
+    At(Instant),
+    Never,
+}
+
+impl Deadline {
+    /// Time left (zero once passed), or `None` for no deadline.
+    pub(crate) fn remaining(self) -> Option<Duration> {
+        match self {
+            Deadline::Now => Some(Duration::ZERO),
+            Deadline::At(at) => Some(at.saturating_duration_since(Instant::now())),
+            Deadline::Never => None,
+        }
+    }
+
+    pub(crate) fn passed(self) -> bool {
+        self.remaining().is_some_and(|left| left.is_zero())
+    }
+
+    /// The earlier of this deadline and `at`.
+    pub(crate) fn cap(self, at: Instant) -> Deadline {
+        match self {
+            Deadline::Now => Deadline::Now,
+            Deadline::At(own) => Deadline::At(own.min(at)),
+            Deadline::Never => Deadline::At(at),
+        }
+    }
+}
+
+/// The name of one of the exclusive locks a primitive is made of: `<name>#<part>`, where
+/// `part` is at most [`MAX_PART_SUFFIX`] bytes and `base` came from [`base_name`].
+pub(crate) fn part_name(base: &LockName, part: &str) -> Result<LockName> {
+    LockName::new(format!("{base}#{part}"))
+}
+
+/// Longest suffix [`part_name`] adds, so builders can check the base once.
+pub(crate) const MAX_PART_SUFFIX: usize = 16;
+
+/// Validates a primitive's base name, leaving room for its parts.
+pub(crate) fn base_name(name: &str) -> Result<LockName> {
+    let base = LockName::new(name)?;
+    if base.as_str().len() + MAX_PART_SUFFIX > MAX_NAME_LEN {
+        return Err(Error::InvalidName {
+            name: name.chars().take(80).collect(),
+            reason: "name is too long for this primitive, which adds a suffix of up to 16 bytes (keep it under 496 bytes)",
+        });
+    }
+    Ok(base)
+}

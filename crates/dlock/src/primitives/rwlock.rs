@@ -1,0 +1,381 @@
+//! [`RwLockBuilder`]: many readers or one writer, with waiting writers not starved.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::lease::Lost;
+use crate::locks::Locks;
+use crate::mutex::MutexGuard;
+use crate::name::LockName;
+use crate::primitives::guard_set::{GuardSet, release_all};
+use crate::primitives::options::{Deadline, HoldOptions, base_name, part_name};
+use crate::primitives::slots::{self, MAX_SLOTS};
+use crate::ttl::WaitSpec;
+
+/// Reader places when [`RwLockBuilder::max_readers`] is not set.
+pub const DEFAULT_MAX_READERS: u32 = 32;
+
+/// Options for taking a read-write lock; made by [`Locks::rwlock`].
+///
+/// The lock `name` is made of exclusive locks of the store: a gate `<name>#rwgate` and
+/// `max_readers` reader places `<name>#r<i>`.
+/// - A reader takes the gate, then any free reader place, then lets the gate go: it holds one
+///   place.
+/// - A writer takes the gate and keeps it, then every reader place (waiting for the readers
+///   inside to leave).
+///
+/// So readers share the lock, a writer excludes everyone, and a waiting writer is never starved:
+/// it holds the gate, so readers arriving after it wait behind it (in FIFO order where the store
+/// has fair locks). Every hold has a lease (watchdog or [`ttl`](Self::ttl)), a lost signal, and a
+/// fence taken from the gate, so fences grow across readers and writers alike. Every client must
+/// use the same `max_readers` for the same name. These locks live beside plain mutexes: a mutex
+/// named `name` is a different lock.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://rwlock-doc").await?;
+/// let r1 = locks.rwlock("catalog").read().await?;
+/// let r2 = locks.rwlock("catalog").read().await?;        // readers share
+/// assert!(locks.rwlock("catalog").try_write().await?.is_none());
+/// drop((r1, r2));
+/// let w = locks.rwlock("catalog").write().await?;
+/// assert!(w.fence() > dlock::FencingToken::new(0));
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock builder does nothing until a read or write method is awaited"]
+pub struct RwLockBuilder {
+    locks: Locks,
+    name: String,
+    max_readers: u32,
+    options: HoldOptions,
+}
+
+impl RwLockBuilder {
+    pub(crate) fn new(locks: Locks, name: String) -> RwLockBuilder {
+        RwLockBuilder {
+            locks,
+            name,
+            max_readers: DEFAULT_MAX_READERS,
+            options: HoldOptions::default(),
+        }
+    }
+
+    /// How many readers may hold the lock at once (default 32, at most 1024). A writer takes
+    /// one store lock per place, so more places make writes dearer.
+    pub fn max_readers(mut self, max: u32) -> Self {
+        self.max_readers = max;
+        self
+    }
+
+    /// A fixed lease; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = Some(ttl);
+        self
+    }
+
+    /// Waits at most `wait`.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = Some(WaitSpec::For(wait));
+        self
+    }
+
+    /// Tries once (the gate and the places are each tried once).
+    pub fn no_wait(mut self) -> Self {
+        self.options.wait = Some(WaitSpec::No);
+        self
+    }
+
+    /// Waits as long as it takes (the default for `read` and `write`).
+    pub fn wait_forever(mut self) -> Self {
+        self.options.wait = Some(WaitSpec::Forever);
+        self
+    }
+
+    /// With the watchdog: stop renewing `max` after acquisition; see
+    /// [`MutexBuilder::max_hold`](crate::MutexBuilder::max_hold).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.options.max_hold = Some(max);
+        self
+    }
+
+    /// Validates, then takes the gate.
+    async fn enter(&self, deadline: Deadline) -> Result<Option<(MutexGuard, Vec<LockName>)>> {
+        let base = base_name(&self.name)?;
+        if self.max_readers == 0 || self.max_readers > MAX_SLOTS {
+            return Err(Error::invalid_argument(
+                "max_readers",
+                format!("{}; must be 1..={MAX_SLOTS}", self.max_readers),
+            ));
+        }
+        let places = (0..self.max_readers)
+            .map(|i| part_name(&base, &format!("r{i}")))
+            .collect::<Result<Vec<_>>>()?;
+        let gate = part_name(&base, "rwgate")?;
+        let mut gate_builder = self.options.mutex(&self.locks, &gate, deadline);
+        if self.locks.info().capabilities.fair {
+            gate_builder = gate_builder.fair();
+        }
+        Ok(gate_builder.try_acquire().await?.map(|gate| (gate, places)))
+    }
+
+    async fn run_read(self, default_wait: WaitSpec) -> Result<Option<ReadGuard>> {
+        let deadline = self.options.start(default_wait)?;
+        let Some((gate, places)) = self.enter(deadline).await? else {
+            return Ok(None);
+        };
+        let fence = gate.fence();
+        let place = match slots::try_any(&self.locks, &self.options, &places).await {
+            Ok(Some(place)) => Ok(Some(place)),
+            Ok(None) => slots::wait_any(&self.locks, &self.options, &places, deadline).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = gate.release().await {
+            tracing::debug!(%error, "releasing a read-write gate failed");
+        }
+        Ok(place?.map(|place| ReadGuard { place, fence }))
+    }
+
+    async fn run_write(self, default_wait: WaitSpec) -> Result<Option<WriteGuard>> {
+        let deadline = self.options.start(default_wait)?;
+        let Some((gate, places)) = self.enter(deadline).await? else {
+            return Ok(None);
+        };
+        let attempts = join_all(places.iter().map(|place| {
+            self.options
+                .mutex(&self.locks, place, deadline)
+                .try_acquire()
+        }))
+        .await;
+        let mut held = vec![gate];
+        let mut outcome = Ok(true);
+        for attempt in attempts {
+            match attempt {
+                Ok(Some(place)) => held.push(place),
+                Ok(None) => outcome = outcome.map(|_| false),
+                Err(error) => outcome = outcome.and(Err(error)),
+            }
+        }
+        match outcome {
+            Ok(true) => Ok(Some(WriteGuard {
+                fence: held[0].fence(),
+                set: GuardSet::new(held),
+            })),
+            Ok(false) => {
+                release_all(held).await;
+                Ok(None)
+            }
+            Err(error) => {
+                release_all(held).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Takes the lock for reading, waiting as configured (forever by default).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the wait runs out; [`Error::InvalidName`] /
+    /// [`Error::InvalidArgument`] before any store call; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe as [`MutexBuilder::acquire`](crate::MutexBuilder::acquire).
+    pub async fn read(self) -> Result<ReadGuard> {
+        let (name, waited) = (self.name.clone(), self.options.waited(WaitSpec::Forever));
+        self.run_read(WaitSpec::Forever)
+            .await?
+            .ok_or(Error::Timeout { name, waited })
+    }
+
+    /// Takes the lock for reading if it can within the configured wait (default none).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read), except that a busy lock is `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    pub async fn try_read(self) -> Result<Option<ReadGuard>> {
+        self.run_read(WaitSpec::No).await
+    }
+
+    /// Takes the lock for writing, waiting as configured (forever by default).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read): places taken before the drop are released in the background.
+    pub async fn write(self) -> Result<WriteGuard> {
+        let (name, waited) = (self.name.clone(), self.options.waited(WaitSpec::Forever));
+        self.run_write(WaitSpec::Forever)
+            .await?
+            .ok_or(Error::Timeout { name, waited })
+    }
+
+    /// Takes the lock for writing if it can within the configured wait (default none).
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write), except that a busy lock is `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`write`](Self::write).
+    pub async fn try_write(self) -> Result<Option<WriteGuard>> {
+        self.run_write(WaitSpec::No).await
+    }
+}
+
+/// A read hold of a read-write lock; made by [`RwLockBuilder::read`]. Dropping it releases in
+/// the background.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://read-guard-doc").await?;
+/// let reading = locks.rwlock("config").read().await?;
+/// println!("reading with fence {}", reading.fence());
+/// reading.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[clippy::has_significant_drop]
+#[must_use = "if unused the lock will immediately be released"]
+pub struct ReadGuard {
+    place: MutexGuard,
+    fence: FencingToken,
+}
+
+/// A write hold of a read-write lock; made by [`RwLockBuilder::write`]. Dropping it releases
+/// in the background.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://write-guard-doc").await?;
+/// let writing = locks.rwlock("config").max_readers(4).write().await?;
+/// assert!(locks.rwlock("config").max_readers(4).try_read().await?.is_none());
+/// writing.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[clippy::has_significant_drop]
+#[must_use = "if unused the lock will immediately be released"]
+pub struct WriteGuard {
+    set: GuardSet,
+    fence: FencingToken,
+}
+
+impl ReadGuard {
+    /// The fence of this hold: from the gate, so greater than every earlier reader's and
+    /// writer's of this lock.
+    pub fn fence(&self) -> FencingToken {
+        self.fence
+    }
+
+    /// Completes when the hold is lost (or after release).
+    pub fn lost(&self) -> Lost<'_> {
+        self.place.lost()
+    }
+
+    /// An owned token cancelled when the hold is lost.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.place.lost_token()
+    }
+
+    /// Whether the hold is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.place.is_lost()
+    }
+
+    /// Extends the lease; see [`MutexGuard::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`MutexGuard::extend`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.place.extend(ttl).await
+    }
+
+    /// Releases the read hold.
+    ///
+    /// # Errors
+    ///
+    /// As [`MutexGuard::release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MutexGuard::release`].
+    pub async fn release(self) -> Result<()> {
+        self.place.release().await
+    }
+}
+
+impl WriteGuard {
+    /// The fence of this hold: greater than every earlier reader's and writer's of this lock.
+    pub fn fence(&self) -> FencingToken {
+        self.fence
+    }
+
+    /// Completes when the hold is lost (any of its store locks), or after release.
+    pub fn lost(&self) -> Lost<'_> {
+        self.set.lost()
+    }
+
+    /// An owned token cancelled when the hold is lost.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.set.lost_token()
+    }
+
+    /// Whether the hold is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.set.is_lost()
+    }
+
+    /// Extends every lease of the hold; see [`MutexGuard::extend`].
+    ///
+    /// # Errors
+    ///
+    /// The first error among the store locks.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.set.extend(ttl).await
+    }
+
+    /// Releases the write hold.
+    ///
+    /// # Errors
+    ///
+    /// The first error among the store locks, after all were released.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MutexGuard::release`].
+    pub async fn release(self) -> Result<()> {
+        self.set.release().await
+    }
+}

@@ -1,0 +1,235 @@
+//! [`SemaphoreBuilder`]: a counting semaphore whose permits are leased like locks.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::lease::Lost;
+use crate::locks::Locks;
+use crate::mutex::MutexGuard;
+use crate::name::LockName;
+use crate::primitives::options::{HoldOptions, base_name, part_name};
+use crate::primitives::slots::{self, MAX_SLOTS};
+use crate::ttl::WaitSpec;
+
+/// Options for taking one permit of a counting semaphore; made by [`Locks::semaphore`].
+///
+/// The semaphore `name` with `permits` permits is made of `permits` exclusive locks (slots)
+/// named `<name>#p<i>`, plus a gate `<name>#pgate` for waiters; a permit is one slot, so it has
+/// the store's full lock semantics: a lease, renewed by the watchdog or fixed by
+/// [`ttl`](Self::ttl); a fence (per slot); a lost signal; and a crashed holder's permit comes
+/// back when its lease ends. The count can never be exceeded, because each slot is a lock.
+/// Every client must use the same `permits` for the same name.
+///
+/// Waiting: when all permits are taken, waiters queue on the gate (FIFO where the store has
+/// fair locks), and only the first waits for a slot.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://semaphore-doc").await?;
+/// let a = locks.semaphore("crawler", 2).acquire().await?;
+/// let b = locks.semaphore("crawler", 2).acquire().await?;
+/// assert!(locks.semaphore("crawler", 2).try_acquire().await?.is_none());
+/// a.release().await?;
+/// assert!(locks.semaphore("crawler", 2).try_acquire().await?.is_some());
+/// # drop(b);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is awaited"]
+pub struct SemaphoreBuilder {
+    locks: Locks,
+    name: String,
+    permits: u32,
+    options: HoldOptions,
+}
+
+impl SemaphoreBuilder {
+    pub(crate) fn new(locks: Locks, name: String, permits: u32) -> SemaphoreBuilder {
+        SemaphoreBuilder {
+            locks,
+            name,
+            permits,
+            options: HoldOptions::default(),
+        }
+    }
+
+    /// A fixed lease for the permit; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = Some(ttl);
+        self
+    }
+
+    /// Waits at most `wait` for a permit.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = Some(WaitSpec::For(wait));
+        self
+    }
+
+    /// Tries once.
+    pub fn no_wait(mut self) -> Self {
+        self.options.wait = Some(WaitSpec::No);
+        self
+    }
+
+    /// Waits as long as it takes (the default for `acquire`).
+    pub fn wait_forever(mut self) -> Self {
+        self.options.wait = Some(WaitSpec::Forever);
+        self
+    }
+
+    /// With the watchdog: stop renewing `max` after acquisition; see
+    /// [`MutexBuilder::max_hold`](crate::MutexBuilder::max_hold).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.options.max_hold = Some(max);
+        self
+    }
+
+    async fn run(self, default_wait: WaitSpec) -> Result<Option<Permit>> {
+        let base = base_name(&self.name)?;
+        if self.permits == 0 || self.permits > MAX_SLOTS {
+            return Err(Error::invalid_argument(
+                "permits",
+                format!("{} permits; must be 1..={MAX_SLOTS}", self.permits),
+            ));
+        }
+        let deadline = self.options.start(default_wait)?;
+        let slots = (0..self.permits)
+            .map(|i| part_name(&base, &format!("p{i}")))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(guard) = slots::try_any(&self.locks, &self.options, &slots).await? {
+            return Ok(Some(Permit { guard }));
+        }
+        if deadline.passed() {
+            return Ok(None);
+        }
+        let gate = part_name(&base, "pgate")?;
+        let mut gate_builder = self.options.mutex(&self.locks, &gate, deadline);
+        if self.locks.info().capabilities.fair {
+            gate_builder = gate_builder.fair();
+        }
+        let Some(gate) = gate_builder.try_acquire().await? else {
+            return Ok(None);
+        };
+        let permit = slots::wait_any(&self.locks, &self.options, &slots, deadline).await;
+        if let Err(error) = gate.release().await {
+            tracing::debug!(%error, "releasing a semaphore gate failed");
+        }
+        Ok(permit?.map(|guard| Permit { guard }))
+    }
+
+    /// Acquires a permit, waiting as configured (forever by default).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the wait runs out; [`Error::InvalidName`] /
+    /// [`Error::InvalidArgument`] (0 or more than 1024 permits, a bad TTL) before any store
+    /// call; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe as [`MutexBuilder::acquire`](crate::MutexBuilder::acquire).
+    pub async fn acquire(self) -> Result<Permit> {
+        let name = self.name.clone();
+        let waited = self.options.waited(WaitSpec::Forever);
+        self.run(WaitSpec::Forever)
+            .await?
+            .ok_or(Error::Timeout { name, waited })
+    }
+
+    /// Acquires a permit if one is free (or frees up within the configured wait, which
+    /// defaults to none); `Ok(None)` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), except that no free permit is `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire(self) -> Result<Option<Permit>> {
+        self.run(WaitSpec::No).await
+    }
+}
+
+/// One held permit of a semaphore; made by [`SemaphoreBuilder`]. Dropping it returns the
+/// permit in the background.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://permit-doc").await?;
+/// let permit = locks.semaphore("uploads", 4).acquire().await?;
+/// tokio::select! {
+///     () = permit.lost() => { /* the lease is gone: stop */ }
+///     () = async { /* work */ } => {}
+/// }
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[clippy::has_significant_drop]
+#[must_use = "if unused the permit will immediately be returned"]
+pub struct Permit {
+    guard: MutexGuard,
+}
+
+impl Permit {
+    /// The slot lock this permit holds (`<name>#p<i>`).
+    pub fn slot(&self) -> &LockName {
+        self.guard.name()
+    }
+
+    /// The fence of this hold of the slot: greater than every earlier holder's of the same slot.
+    pub fn fence(&self) -> FencingToken {
+        self.guard.fence()
+    }
+
+    /// Completes when the permit's lease is lost (or after release).
+    pub fn lost(&self) -> Lost<'_> {
+        self.guard.lost()
+    }
+
+    /// An owned token cancelled when the permit is lost.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.guard.lost_token()
+    }
+
+    /// Whether the permit is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Extends the permit's lease; see [`MutexGuard::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`MutexGuard::extend`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.guard.extend(ttl).await
+    }
+
+    /// Returns the permit.
+    ///
+    /// # Errors
+    ///
+    /// As [`MutexGuard::release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MutexGuard::release`].
+    pub async fn release(self) -> Result<()> {
+        self.guard.release().await
+    }
+}

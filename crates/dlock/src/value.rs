@@ -1,0 +1,207 @@
+//! [`VersionedValue`]: small named values changed only by atomic compare-and-set, for
+//! optimistic concurrency without a lock.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::backend::{Expect, ValueStore, Versioned};
+use crate::error::{Error, Result};
+use crate::locks::Locks;
+use crate::name::LockName;
+
+/// The largest value accepted, in bytes (ZooKeeper's and etcd's request limits are about 1 MiB).
+pub const MAX_VALUE_LEN: usize = 256 * 1024;
+
+/// How many times [`VersionedValue::update`] tries when no limit is given.
+pub const DEFAULT_UPDATE_ATTEMPTS: u32 = 16;
+
+/// A named value with a version; made by [`Locks::value`].
+///
+/// Every write goes through [`compare_and_set`](Self::compare_and_set): the store writes only
+/// if the version is still the one the caller read, in one atomic step (a Lua script, a
+/// conditional `UPDATE`, an etcd transaction, a ZooKeeper versioned `setData`). A read,
+/// a comparison in the client and an unconditional write, as in the article this project grew
+/// from, can lose updates; this cannot. Values live in their own namespace, beside the locks.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://value-doc").await?;
+/// let stock = locks.value("stock/sku-1");
+/// let v1 = stock.compare_and_set(None, b"100").await?.expect("first write");
+/// assert!(stock.compare_and_set(None, b"999").await?.is_none()); // stale: someone wrote
+/// let after = stock
+///     .update(|current| {
+///         let n: u32 = std::str::from_utf8(current.unwrap()).unwrap().parse().unwrap();
+///         (n - 1).to_string().into_bytes()
+///     })
+///     .await?;
+/// assert_eq!(after.value, b"99");
+/// assert!(after.version > v1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct VersionedValue {
+    locks: Locks,
+    name: String,
+    max_attempts: u32,
+}
+
+impl VersionedValue {
+    pub(crate) fn new(locks: Locks, name: String) -> VersionedValue {
+        VersionedValue {
+            locks,
+            name,
+            max_attempts: DEFAULT_UPDATE_ATTEMPTS,
+        }
+    }
+
+    /// How many times [`update`](Self::update) reads and tries to write before it gives up with
+    /// [`Error::Conflict`] (default 16; at least 1).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    fn store(&self) -> Result<(&dyn ValueStore, LockName)> {
+        let name = LockName::new(self.name.clone())?;
+        let store = self.locks.backend().values().ok_or(Error::Unsupported {
+            operation: "versioned values",
+            backend: self.locks.info().name,
+        })?;
+        Ok((store, name))
+    }
+
+    /// The current value and its version; `None` if it was never written.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`]; [`Error::Unsupported`] on a store without values; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn get(&self) -> Result<Option<Versioned>> {
+        let (store, name) = self.store()?;
+        store.get(&name).await
+    }
+
+    /// Writes `value` only if the current version is `expected` (`None`: only if the value was
+    /// never written). Returns the new version, or `None` if the version had moved on, in which
+    /// case nothing was written.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`]; [`Error::InvalidArgument`] for a value over [`MAX_VALUE_LEN`];
+    /// [`Error::Unsupported`] on a store without values; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call may or may not have written; read again to find out.
+    pub async fn compare_and_set(
+        &self,
+        expected: Option<u64>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<Option<u64>> {
+        let value = value.as_ref();
+        check_len(value)?;
+        let (store, name) = self.store()?;
+        store.put(&name, Expect::from_read(expected), value).await
+    }
+
+    /// Writes `value` whatever the current version (a blind write, for initialising or
+    /// resetting), and returns the new version. Read-modify-write cycles must use
+    /// [`compare_and_set`](Self::compare_and_set) or [`update`](Self::update) instead.
+    ///
+    /// # Errors
+    ///
+    /// As [`compare_and_set`](Self::compare_and_set).
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call may or may not have written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://set-doc").await?;
+    /// let v1 = locks.value("config").set(b"on").await?;
+    /// let v2 = locks.value("config").set(b"off").await?;
+    /// assert!(v2 > v1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn set(&self, value: impl AsRef<[u8]>) -> Result<u64> {
+        let value = value.as_ref();
+        check_len(value)?;
+        let (store, name) = self.store()?;
+        store
+            .put(&name, Expect::Any, value)
+            .await?
+            .ok_or_else(|| Error::Backend {
+                backend: self.locks.info().name,
+                source: "an unconditional write was refused".into(),
+            })
+    }
+
+    /// Reads, computes the new value with `change` and writes it with compare-and-set, again
+    /// from the read while another writer got in between, at most
+    /// [`max_attempts`](Self::max_attempts) times. `change` gets `None` when the value was never
+    /// written, and may be called more than once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] when every attempt lost to another writer; as
+    /// [`compare_and_set`](Self::compare_and_set) otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`compare_and_set`](Self::compare_and_set).
+    pub async fn update(
+        &self,
+        mut change: impl FnMut(Option<&[u8]>) -> Vec<u8>,
+    ) -> Result<Versioned> {
+        if self.max_attempts == 0 {
+            return Err(Error::invalid_argument(
+                "max_attempts",
+                "must be at least 1",
+            ));
+        }
+        let (store, name) = self.store()?;
+        for attempt in 1..=self.max_attempts {
+            let current = store.get(&name).await?;
+            let value = change(current.as_ref().map(|c| c.value.as_slice()));
+            check_len(&value)?;
+            let expected = current.map(|c| c.version);
+            if let Some(version) = store
+                .put(&name, Expect::from_read(expected), &value)
+                .await?
+            {
+                return Ok(Versioned::new(value, version));
+            }
+            if attempt < self.max_attempts {
+                // Writers that collided retry at different moments.
+                let micros = rand::rng().random_range(0..200 * u64::from(attempt));
+                tokio::time::sleep(Duration::from_micros(micros)).await;
+            }
+        }
+        Err(Error::Conflict {
+            name: self.name.clone(),
+            attempts: self.max_attempts,
+        })
+    }
+}
+
+fn check_len(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::invalid_argument(
+            "value",
+            format!("{} bytes; at most {MAX_VALUE_LEN}", value.len()),
+        ));
+    }
+    Ok(())
+}
