@@ -6,6 +6,7 @@ mod error;
 mod open;
 mod schema;
 mod sql;
+mod values;
 mod wake;
 mod worker;
 
@@ -21,7 +22,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
+    MonitorStore, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::fence::FencingToken;
@@ -46,7 +48,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
-        values: false,
+        values: true,
     },
 );
 
@@ -286,6 +288,31 @@ impl Backend for SqliteBackend {
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         Some(self)
+    }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ValueStore for SqliteBackend {
+    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
+        let name = name.as_str().to_owned();
+        let read = self
+            .shared
+            .exec(move |conn| values::get(conn, &name))
+            .await?;
+        Ok(read.map(|(value, version)| Versioned::new(value, u64::try_from(version).unwrap_or(0))))
+    }
+
+    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
+        let (name, value) = (name.as_str().to_owned(), value.to_vec());
+        let written = self
+            .shared
+            .exec(move |conn| values::put(conn, &name, expect, &value))
+            .await?;
+        Ok(written.map(|version| u64::try_from(version).unwrap_or(0)))
     }
 }
 

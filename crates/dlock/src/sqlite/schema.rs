@@ -77,6 +77,12 @@ pub(crate) fn ensure(conn: &mut Connection, path: &Path) -> Result<(), Error> {
         }
         tx.execute_batch(PROBE)
             .map_err(|e| not_dlock(format!("dlock_locks table has the wrong shape: {e}")))?;
+        // Files made before versioned values existed gain the table; the layout of the others
+        // is unchanged, so the schema version stays.
+        tx.execute_batch(super::values::CREATE)
+            .map_err(sqlite(path))?;
+        tx.execute_batch(super::values::PROBE)
+            .map_err(|e| not_dlock(format!("dlock_values table has the wrong shape: {e}")))?;
     } else if !tables.is_empty() {
         return Err(not_dlock(format!(
             "the database belongs to another application (tables: {})",
@@ -84,6 +90,8 @@ pub(crate) fn ensure(conn: &mut Connection, path: &Path) -> Result<(), Error> {
         )));
     } else {
         tx.execute_batch(CREATE).map_err(sqlite(path))?;
+        tx.execute_batch(super::values::CREATE)
+            .map_err(sqlite(path))?;
         tx.execute(
             "INSERT INTO dlock_meta (key, value) VALUES ('schema', ?1)",
             [SCHEMA_VERSION],
