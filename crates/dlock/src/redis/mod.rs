@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
-    Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
+    MonitorStore, ValueStore, Versioned, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -44,7 +44,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
-        values: false,
+        values: true,
     },
 );
 
@@ -376,6 +376,10 @@ impl Backend for RedisBackend {
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         Some(self)
     }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
 }
 
 /// One hold of a Redis lock.
@@ -484,6 +488,48 @@ fn lock_info(name: String, reply: Vec<Option<String>>) -> Result<Option<LockInfo
             .and_then(|h| u32::try_from(h).ok())
             .unwrap_or(1),
     )))
+}
+
+#[async_trait]
+impl ValueStore for RedisBackend {
+    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
+        let key = scripts::value_key(&self.inner.config.prefix, name.as_str());
+        let mut conn = self.inner.conn.clone();
+        let (version, value): (Option<u64>, Option<Vec<u8>>) = ::redis::cmd("HMGET")
+            .arg(&key)
+            .arg("version")
+            .arg("value")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &key))?;
+        match (version, value) {
+            (Some(version), Some(value)) => Ok(Some(Versioned::new(value, version))),
+            (None, None) => Ok(None),
+            _ => Err(Error::WrongType {
+                backend: "redis",
+                key,
+                detail: "a hash without dlock's version and value fields".into(),
+            }),
+        }
+    }
+
+    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
+        let key = scripts::value_key(&self.inner.config.prefix, name.as_str());
+        let (condition, expected) = match expect {
+            Expect::Any => ("any", 0),
+            Expect::Absent => ("absent", 0),
+            Expect::Version(version) => ("version", version),
+        };
+        let mut conn = self.inner.conn.clone();
+        scripts::VALUE_PUT
+            .key(&key)
+            .arg(condition)
+            .arg(expected)
+            .arg(value)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &key))
+    }
 }
 
 #[async_trait]

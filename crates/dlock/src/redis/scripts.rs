@@ -29,6 +29,15 @@ pub(super) static FORCE_RELEASE: LazyLock<Script> =
 pub(super) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/inspect.lua")));
 
+/// Versioned values stand alone: they share nothing with the lock scripts.
+pub(super) static VALUE_PUT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/value_put.lua")));
+
+/// The key of a versioned value (a hash; values have their own namespace beside the locks).
+pub(super) fn value_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}value:{name}")
+}
+
 /// The keys and the channel of one lock name under a prefix (layout in `scripts/common.lua`).
 #[derive(Clone, Debug)]
 pub(super) struct Keys {
