@@ -5,6 +5,7 @@ mod error;
 mod lease_table;
 mod schema;
 mod session;
+mod values;
 
 pub use crate::sql_common::Mode;
 pub use config::{MYSQL_SCHEMES, MysqlConfig};
@@ -16,7 +17,8 @@ use async_trait::async_trait;
 use sqlx::mysql::MySqlPoolOptions;
 
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
+    MonitorStore, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::name::LockName;
@@ -26,6 +28,7 @@ use crate::sql_common::SqlStore;
 use error::BACKEND;
 use lease_table::LeaseStore;
 use session::SessionStore;
+use values::MysqlValues;
 
 const LEASE_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
@@ -36,7 +39,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
-        values: false,
+        values: true,
     },
 );
 
@@ -49,7 +52,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         cross_process: true,
         monitor: false,
-        values: false,
+        values: true,
     },
 );
 
@@ -164,6 +167,7 @@ impl MysqlBuilder {
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
         let table = config.table_name().to_owned();
+        let values = MysqlValues::new(pool.clone(), &crate::sql_common::values_table(&table));
         let store = match config.mode {
             Mode::Lease => {
                 schema::ensure(
@@ -199,7 +203,11 @@ impl MysqlBuilder {
             }
         };
         Ok(MysqlBackend {
-            inner: Arc::new(Inner { config, store }),
+            inner: Arc::new(Inner {
+                config,
+                store,
+                values,
+            }),
         })
     }
 }
@@ -226,6 +234,7 @@ pub struct MysqlBackend {
 struct Inner {
     config: MysqlConfig,
     store: Store,
+    values: MysqlValues,
 }
 
 type Store = SqlStore<LeaseStore, SessionStore>;
@@ -275,6 +284,21 @@ impl Backend for MysqlBackend {
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         self.inner.store.monitor()
+    }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ValueStore for MysqlBackend {
+    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
+        self.inner.values.get(name.as_str()).await
+    }
+
+    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
+        self.inner.values.put(name.as_str(), expect, value).await
     }
 }
 

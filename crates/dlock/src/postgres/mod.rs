@@ -5,6 +5,7 @@ mod error;
 mod lease_table;
 mod schema;
 mod session;
+mod values;
 
 pub use crate::sql_common::Mode;
 pub use config::{POSTGRES_SCHEMES, PostgresConfig};
@@ -16,7 +17,8 @@ use async_trait::async_trait;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
+    MonitorStore, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::name::LockName;
@@ -25,6 +27,7 @@ use crate::sql_common::SqlStore;
 use error::BACKEND;
 use lease_table::LeaseStore;
 use session::SessionStore;
+use values::PgValues;
 
 const LEASE_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
@@ -35,7 +38,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
-        values: false,
+        values: true,
     },
 );
 
@@ -48,7 +51,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         cross_process: true,
         monitor: false,
-        values: false,
+        values: true,
     },
 );
 
@@ -156,6 +159,7 @@ impl PostgresBuilder {
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
         let table = config.table_name().to_owned();
+        let values = PgValues::new(pool.clone(), &crate::sql_common::values_table(&table));
         let store = match config.mode {
             Mode::Lease => {
                 schema::ensure(
@@ -187,7 +191,11 @@ impl PostgresBuilder {
             }
         };
         Ok(PostgresBackend {
-            inner: Arc::new(Inner { config, store }),
+            inner: Arc::new(Inner {
+                config,
+                store,
+                values,
+            }),
         })
     }
 }
@@ -214,6 +222,7 @@ pub struct PostgresBackend {
 struct Inner {
     config: PostgresConfig,
     store: Store,
+    values: PgValues,
 }
 
 type Store = SqlStore<LeaseStore, SessionStore>;
@@ -263,6 +272,21 @@ impl Backend for PostgresBackend {
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         self.inner.store.monitor()
+    }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ValueStore for PostgresBackend {
+    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
+        self.inner.values.get(name.as_str()).await
+    }
+
+    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
+        self.inner.values.put(name.as_str(), expect, value).await
     }
 }
 

@@ -18,6 +18,6 @@ pub(crate) use options::{DLOCK_OPTIONS, Options, default_max_connections, split_
 pub(crate) use queue::{
     LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
 };
-pub(crate) use schema::{Shape, check_shape, waiters_table};
+pub(crate) use schema::{Shape, check_shape, values_table, waiters_table};
 pub(crate) use session::{SessionConn, SessionLease};
 pub(crate) use store::{ModeStore, SqlStore};

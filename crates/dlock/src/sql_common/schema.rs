@@ -10,6 +10,11 @@ pub(crate) fn waiters_table(table: &str) -> String {
     format!("{table}_waiters")
 }
 
+/// The versioned-value table beside a lock table (both modes have one).
+pub(crate) fn values_table(table: &str) -> String {
+    format!("{table}_values")
+}
+
 /// Checks that every column of `shape` is among the `found` (name, type) pairs with its type;
 /// `same` compares names and types by the server's rules (case, for one).
 pub(crate) fn check_shape(

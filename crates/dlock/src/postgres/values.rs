@@ -1,0 +1,97 @@
+//! Versioned values in the `<table>_values` table: each write is one conditional statement.
+
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::backend::{Expect, Versioned};
+use crate::error::Result;
+use crate::sql_common::Shape;
+
+use super::error::from_sqlx;
+
+pub(super) const SHAPE: Shape = &[("name", "text"), ("version", "bigint"), ("value", "bytea")];
+
+pub(super) fn ddl(table: &str) -> String {
+    format!(
+        r#"CREATE TABLE IF NOT EXISTS {table} (
+    name    text COLLATE "C" PRIMARY KEY,
+    version bigint NOT NULL,                   -- only ever incremented: rows are never deleted
+    value   bytea NOT NULL
+)"#
+    )
+}
+
+/// The statements of one values table, formatted once.
+#[derive(Debug)]
+pub(super) struct PgValues {
+    pool: PgPool,
+    table: String,
+    /// Created on first use, so a deployment that never uses values needs no extra table.
+    created: tokio::sync::OnceCell<()>,
+    get: String,
+    put_any: String,
+    put_absent: String,
+    put_version: String,
+}
+
+impl PgValues {
+    pub(super) fn new(pool: PgPool, table: &str) -> PgValues {
+        PgValues {
+            pool,
+            table: table.to_owned(),
+            created: tokio::sync::OnceCell::new(),
+            get: format!("SELECT value, version FROM {table} WHERE name = $1"),
+            put_any: format!(
+                "INSERT INTO {table} (name, version, value) VALUES ($1, 1, $2)
+                 ON CONFLICT (name) DO UPDATE SET version = {table}.version + 1, value = EXCLUDED.value
+                 RETURNING version"
+            ),
+            put_absent: format!(
+                "INSERT INTO {table} (name, version, value) VALUES ($1, 1, $2)
+                 ON CONFLICT (name) DO NOTHING RETURNING version"
+            ),
+            put_version: format!(
+                "UPDATE {table} SET version = version + 1, value = $2
+                 WHERE name = $1 AND version = $3 RETURNING version"
+            ),
+        }
+    }
+
+    async fn ensure_table(&self) -> Result<()> {
+        self.created
+            .get_or_try_init(|| async {
+                super::schema::ensure(&self.pool, &self.table, &ddl(&self.table), SHAPE).await
+            })
+            .await
+            .map(|_| ())
+    }
+
+    pub(super) async fn get(&self, name: &str) -> Result<Option<Versioned>> {
+        self.ensure_table().await?;
+        let row: Option<(Vec<u8>, i64)> = sqlx::query_as(AssertSqlSafe(self.get.as_str()))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(from_sqlx)?;
+        Ok(row.map(|(value, version)| Versioned::new(value, u64::try_from(version).unwrap_or(0))))
+    }
+
+    pub(super) async fn put(
+        &self,
+        name: &str,
+        expect: Expect,
+        value: &[u8],
+    ) -> Result<Option<u64>> {
+        self.ensure_table().await?;
+        let query = match expect {
+            Expect::Any => sqlx::query_scalar(AssertSqlSafe(self.put_any.as_str())),
+            Expect::Absent => sqlx::query_scalar(AssertSqlSafe(self.put_absent.as_str())),
+            Expect::Version(_) => sqlx::query_scalar(AssertSqlSafe(self.put_version.as_str())),
+        };
+        let mut query = query.bind(name).bind(value);
+        if let Expect::Version(version) = expect {
+            query = query.bind(i64::try_from(version).unwrap_or(i64::MAX));
+        }
+        let written: Option<i64> = query.fetch_optional(&self.pool).await.map_err(from_sqlx)?;
+        Ok(written.map(|version| u64::try_from(version).unwrap_or(0)))
+    }
+}
