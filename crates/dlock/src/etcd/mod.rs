@@ -2,6 +2,7 @@
 
 mod config;
 mod error;
+mod values;
 
 pub use config::{EtcdConfig, WAITER_LEASE_SECS};
 
@@ -20,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
-    Wait,
+    ValueStore, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -41,7 +42,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
-        values: false,
+        values: true,
     },
 );
 
@@ -843,6 +844,10 @@ impl Backend for EtcdBackend {
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         Some(self)
     }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
 }
 
 /// One hold of an etcd lock: its key (create revision = fence) under its own lease.
@@ -1114,6 +1119,9 @@ impl MonitorStore for EtcdBackend {
             let Some(nul) = rest.iter().position(|b| *b == 0) else {
                 continue; // not one of our keys
             };
+            if nul == 0 {
+                continue; // a versioned value (see values.rs), not a lock
+            }
             let Ok(name) = std::str::from_utf8(&rest[..nul]) else {
                 continue;
             };
