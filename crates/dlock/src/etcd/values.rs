@@ -30,7 +30,10 @@ impl ValueStore for EtcdBackend {
             .await
             .map_err(map)?;
         Ok(reply.kvs().first().map(|kv| {
-            Versioned::new(kv.value().to_vec(), u64::try_from(kv.mod_revision()).unwrap_or(0))
+            Versioned::new(
+                kv.value().to_vec(),
+                u64::try_from(kv.mod_revision()).unwrap_or(0),
+            )
         }))
     }
 

@@ -2,6 +2,7 @@
 
 mod config;
 mod error;
+mod values;
 
 pub use config::{Acl, ZookeeperConfig};
 
@@ -18,7 +19,7 @@ use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, Watche
 
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
-    Wait,
+    ValueStore, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -39,7 +40,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         cross_process: true,
         monitor: true,
-        values: false,
+        values: true,
     },
 );
 
@@ -609,6 +610,18 @@ impl Backend for ZookeeperBackend {
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         Some(self)
     }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
+}
+
+/// Completes when a one-shot watch fires or can no longer fire. zookeeper-client 0.11 panics
+/// inside `changed()` when its session ends before the watch fires (the event channel is
+/// dropped); awaiting it in its own task turns that into an ordinary wake-up, after which the
+/// callers check the session's state.
+async fn watch_fired(watcher: zookeeper_client::OneshotWatcher) -> Option<WatchedEvent> {
+    tokio::spawn(watcher.changed()).await.ok()
 }
 
 /// Creates the lock's directory (a container node, which the server deletes once it is
@@ -775,7 +788,7 @@ async fn attempt_in(
             continue;
         }
         tokio::select! {
-            _ = watcher.changed() => {}
+            _ = watch_fired(watcher) => {}
             () = sleep_until_opt(deadline) => {
                 waiter.leave().await;
                 return Ok(None);
@@ -851,7 +864,7 @@ impl ZkLease {
     }
 }
 
-type EventFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+type EventFuture = Pin<Box<dyn Future<Output = Option<WatchedEvent>> + Send>>;
 
 /// How long a hold lasts before its keeper watches the hold's own node (see `keep`).
 const OWN_NODE_WATCH_DELAY: Duration = Duration::from_millis(50);
@@ -887,7 +900,7 @@ async fn keep(shared: Arc<LeaseShared>) {
         if !armed {
             armed = true;
             match session.client.check_and_watch_stat(&shared.path).await {
-                Ok((Some(_), watcher)) => watch = Some(Box::pin(watcher.changed())),
+                Ok((Some(_), watcher)) => watch = Some(Box::pin(watch_fired(watcher))),
                 Ok((None, _)) => {
                     if !shared.state().over {
                         shared.lost.cancel();
@@ -924,14 +937,15 @@ async fn keep(shared: Arc<LeaseShared>) {
             () = shared.changed.notified() => {}
             event = async { match watch.as_mut() { Some(w) => w.await, None => std::future::pending().await } } => {
                 watch = None;
-                match event.event_type {
-                    EventType::NodeDeleted => {
+                match event.map(|event| event.event_type) {
+                    Some(EventType::NodeDeleted) => {
                         if !shared.state().over {
                             shared.lost.cancel();
                         }
                         break;
                     }
-                    // Our own data write (an extension) or a session event: watch again.
+                    // Our own data write (an extension), a session event, or a watch that can no
+                    // longer fire: watch again (a session that is over shows on `gone`).
                     _ => armed = false,
                 }
             }
@@ -1127,6 +1141,7 @@ impl MonitorStore for ZookeeperBackend {
         };
         let mut names: Vec<String> = children
             .iter()
+            .filter(|c| c.as_str() != values::VALUES_DIR)
             .filter_map(|c| decode_name(c))
             .filter(|n| n.starts_with(prefix) && cursor.is_none_or(|c| n.as_str() > c))
             .collect();
