@@ -1,6 +1,7 @@
 //! `dlock`: run a command under a distributed lock, and list, inspect, break and benchmark locks.
 #![doc = include_str!("../README.md")]
 
+mod demo;
 mod exit;
 mod hold;
 mod inspect;
@@ -45,6 +46,8 @@ enum Command {
     Break(inspect::BreakArgs),
     /// Measure the store: uncontended acquire+release and cross-process hand-off.
     Bench(dlock_bench::BenchArgs),
+    /// Run a seed scenario (seckill, scheduler) over many processes and check its outcome.
+    Demo(demo::DemoArgs),
 }
 
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -101,6 +104,7 @@ fn main() {
             Command::Ls(args) => inspect::ls(&cli.url, args).await,
             Command::Inspect(args) => inspect::inspect(&cli.url, args).await,
             Command::Break(args) => inspect::break_lock(&cli.url, args).await,
+            Command::Demo(args) => demo::demo(&cli.url, args).await,
             Command::Bench(args) => match dlock_bench::run(&cli.url, args).await {
                 Ok(()) => 0,
                 Err(e) => fail(&e),
