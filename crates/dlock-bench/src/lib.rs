@@ -760,6 +760,10 @@ impl dlock::Backend for Counting {
     fn monitor(&self) -> Option<&dyn dlock::MonitorStore> {
         self.inner.monitor()
     }
+
+    fn values(&self) -> Option<&dyn dlock::ValueStore> {
+        self.inner.values()
+    }
 }
 
 #[async_trait::async_trait]

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
+
 const STOCK: u64 = 50;
 const BUYERS: u64 = 400;
 
@@ -33,7 +35,7 @@ async fn main() -> anyhow::Result<()> {
                 .acquire()
                 .await?;
             let value = locks.value(&stock);
-            let current = value.get().await?.expect("stock was set");
+            let current = value.get().await?.context("stock was never set")?;
             let left: u64 = String::from_utf8(current.value)?.parse()?;
             if left > 0 {
                 // At the version read: if the lock were ever broken, this write would fail
@@ -56,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
         .value(&stock)
         .get()
         .await?
-        .expect("stock was set")
+        .context("stock was never set")?
         .value;
     let sold = sold.load(Ordering::Relaxed);
     println!(

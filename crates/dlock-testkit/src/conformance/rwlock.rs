@@ -192,8 +192,8 @@ async fn reader_places_are_never_exceeded(cx: Ctx) -> anyhow::Result<()> {
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     r1.release().await?;
-    waiting.await??;
-    drop(r2);
+    let third = waiting.await??;
+    drop((r2, third));
     Ok(())
 }
 
