@@ -761,6 +761,13 @@ impl dlock::Backend for Counting {
         self.inner.monitor()
     }
 
+    async fn try_acquire_all(
+        &self,
+        _reqs: &[dlock::AcquireRequest],
+    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::Lease>>>>> {
+        None // counted one by one
+    }
+
     fn values(&self) -> Option<&dyn dlock::ValueStore> {
         self.inner.values()
     }

@@ -146,6 +146,13 @@ impl dlock::Backend for Masked {
         }
     }
 
+    async fn try_acquire_all(
+        &self,
+        reqs: &[dlock::AcquireRequest],
+    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::Lease>>>>> {
+        self.inner.try_acquire_all(reqs).await
+    }
+
     fn values(&self) -> Option<&dyn dlock::ValueStore> {
         if self.info.capabilities.values {
             self.inner.values()

@@ -66,6 +66,24 @@ pub trait Backend: Debug + Send + Sync + 'static {
         None
     }
 
+    /// Takes every lock of `reqs` in one atomic step of the store if all are free, and none
+    /// otherwise, without waiting: `Some(Ok(None))` when any is held. `None` when the store has
+    /// no such step; multi-locks then take the locks one at a time in canonical order.
+    ///
+    /// The requests are non-reentrant, unfair and [`Wait::No`]; their names are distinct and
+    /// sorted.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Backend::acquire): a dropped call leaves no lock held past its TTL.
+    async fn try_acquire_all(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
+        let _ = reqs;
+        None
+    }
+
     /// Versioned values with compare-and-set, when the store has an atomic write primitive.
     fn values(&self) -> Option<&dyn ValueStore> {
         None

@@ -112,7 +112,10 @@ impl MutexBuilder {
     }
 
     /// Validates everything before any store is contacted, so bad input leaves no state behind.
-    fn request(&self, default_wait: WaitSpec) -> Result<(AcquireRequest, KeepPolicy, WaitSpec)> {
+    pub(crate) fn request(
+        &self,
+        default_wait: WaitSpec,
+    ) -> Result<(AcquireRequest, KeepPolicy, WaitSpec)> {
         let name = LockName::new(self.name.clone())?;
         let caps = self.locks.info().capabilities;
         let backend = self.locks.info().name;
@@ -174,14 +177,12 @@ impl MutexBuilder {
         };
         // No await from here on: a dropped future cannot strand the lease between the store
         // and the guard.
-        let registration = self
-            .locks
-            .keeper()
-            .register(lease.clone(), policy, lease.lease_start());
-        tracing::debug!(name = %request.name, fence = %lease.fence(), "acquired");
-        Ok(Ok(MutexGuard {
-            held: HeldLease::new(request.name, lease, registration),
-        }))
+        Ok(Ok(MutexGuard::new(
+            &self.locks,
+            request.name,
+            policy,
+            lease,
+        )))
     }
 
     /// Acquires the lock, waiting as configured (forever by default).
@@ -276,6 +277,22 @@ pub struct MutexGuard {
 }
 
 impl MutexGuard {
+    /// Wraps a lease the store granted: the keeper starts looking after it at once.
+    pub(crate) fn new(
+        locks: &Locks,
+        name: LockName,
+        policy: KeepPolicy,
+        lease: std::sync::Arc<dyn crate::backend::Lease>,
+    ) -> MutexGuard {
+        let registration = locks
+            .keeper()
+            .register(lease.clone(), policy, lease.lease_start());
+        tracing::debug!(%name, fence = %lease.fence(), "acquired");
+        MutexGuard {
+            held: HeldLease::new(name, lease, registration),
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         self.held.name()

@@ -529,3 +529,62 @@ fn a_client_keeps_its_wake_ups_when_the_runtime_that_started_them_is_gone() -> a
         anyhow::Ok(())
     })
 }
+
+/// Calls of `command` since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
+fn command_calls(addr: SocketAddr, command: &str) -> anyhow::Result<u64> {
+    let info: String = query(addr, &["INFO", "commandstats"])?;
+    let prefix = format!("cmdstat_{command}:calls=");
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(Ok(0), str::parse)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_takes_every_name_in_one_script_or_none() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let locks = fx.connect().await?;
+    let names = ["m/a", "m/b", "m/c", "m/d", "m/e"];
+    // Load the script first, so the count below is not disturbed by a NOSCRIPT retry.
+    locks
+        .multi_lock(["warm/a", "warm/b"])
+        .acquire()
+        .await?
+        .release()
+        .await?;
+
+    let _: () = query(addr, &["CONFIG", "RESETSTAT"])?;
+    let all = locks.multi_lock(names).no_wait().acquire().await?;
+    ensure!(
+        command_calls(addr, "evalsha")? == 1,
+        "five locks took more than one script call"
+    );
+    for name in names {
+        ensure!(
+            locks.mutex(name).try_acquire().await?.is_none(),
+            "{name} is free"
+        );
+    }
+    all.release().await?;
+
+    let blocker = locks.mutex("m/d").acquire().await?;
+    let _: () = query(addr, &["CONFIG", "RESETSTAT"])?;
+    ensure!(
+        locks.multi_lock(names).try_acquire().await?.is_none(),
+        "granted with m/d held"
+    );
+    ensure!(
+        command_calls(addr, "evalsha")? == 1,
+        "a busy attempt took more than one call"
+    );
+    for name in ["m/a", "m/b", "m/c", "m/e"] {
+        ensure!(
+            locks_free(addr, name)?,
+            "{name} was taken by a failed attempt"
+        );
+    }
+    blocker.release().await?;
+    Ok(())
+}

@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::AcquireRequest;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::Lost;
 use crate::locks::Locks;
+use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::guard_set::{GuardSet, release_all};
-use crate::primitives::options::HoldOptions;
+use crate::primitives::options::{Deadline, HoldOptions};
 use crate::ttl::WaitSpec;
 
 /// The most names one multi-lock may take.
@@ -19,7 +21,9 @@ pub const MAX_MULTI_LOCK_NAMES: usize = 1024;
 
 /// Options for taking several exclusive locks at once; made by [`Locks::multi_lock`].
 ///
-/// The names are taken in one canonical order (sorted by bytes), so two multi-locks over
+/// Where the store can take several locks in one atomic step (Redis: one script), the first
+/// attempt does; otherwise, and while waiting, the names are taken one at a time in one
+/// canonical order (sorted by bytes), so two multi-locks over
 /// overlapping names never deadlock, whatever order their callers listed them in. One deadline
 /// covers all of them; if it runs out or a store call fails, the locks taken so far are
 /// released before the error is returned. The locks are the same as [`Locks::mutex`] locks of
@@ -117,9 +121,53 @@ impl MultiLockBuilder {
         Ok(sorted.into_iter().collect())
     }
 
+    /// One atomic attempt at every lock, where the store has one (a single Redis script);
+    /// `None` where it does not.
+    async fn try_atomically(&self, names: &[LockName]) -> Option<Result<Option<MultiGuard>>> {
+        let mut prepared = Vec::with_capacity(names.len());
+        for name in names {
+            match self
+                .options
+                .mutex(&self.locks, name, Deadline::Now)
+                .request(WaitSpec::No)
+            {
+                Ok((request, policy, _)) => prepared.push((request, policy)),
+                Err(error) => return Some(Err(error)),
+            }
+        }
+        let requests: Vec<AcquireRequest> = prepared.iter().map(|(r, _)| r.clone()).collect();
+        let leases = match self.locks.backend().try_acquire_all(&requests).await? {
+            Ok(Some(leases)) if leases.len() == prepared.len() => leases,
+            Ok(Some(_)) => {
+                return Some(Err(Error::Backend {
+                    backend: self.locks.info().name,
+                    source: "granted a different number of locks than asked for".into(),
+                }));
+            }
+            Ok(None) => return Some(Ok(None)),
+            Err(error) => return Some(Err(error)),
+        };
+        let guards = prepared
+            .into_iter()
+            .zip(leases)
+            .map(|((request, policy), lease)| {
+                MutexGuard::new(&self.locks, request.name, policy, lease)
+            })
+            .collect();
+        Some(Ok(Some(MultiGuard {
+            set: GuardSet::new(guards),
+        })))
+    }
+
     async fn run(self, default_wait: WaitSpec) -> Result<Option<MultiGuard>> {
         let names = self.sorted_names()?;
         let deadline = self.options.start(default_wait)?;
+        match self.try_atomically(&names).await {
+            // No atomic step in this store, or busy with time to wait: one lock at a time.
+            None => {}
+            Some(Ok(None)) if !deadline.passed() => {}
+            Some(outcome) => return outcome,
+        }
         let mut held = Vec::with_capacity(names.len());
         for name in &names {
             let attempt = self

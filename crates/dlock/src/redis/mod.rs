@@ -377,8 +377,62 @@ impl Backend for RedisBackend {
         Some(self)
     }
 
+    async fn try_acquire_all(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
+        Some(self.acquire_all(reqs).await)
+    }
+
     fn values(&self) -> Option<&dyn ValueStore> {
         Some(self)
+    }
+}
+
+impl RedisBackend {
+    /// `acquire_all.lua`: every lock or none, in one script (one node holds them all).
+    async fn acquire_all(&self, reqs: &[AcquireRequest]) -> Result<Option<Vec<Arc<dyn Lease>>>> {
+        let (Some(first), Some(ttl)) = (reqs.first(), reqs.iter().map(|r| r.ttl).min()) else {
+            return Ok(Some(Vec::new()));
+        };
+        let all_keys: Vec<Keys> = reqs
+            .iter()
+            .map(|req| self.inner.keys(req.name.as_str()))
+            .collect();
+        let mut invocation = scripts::ACQUIRE_ALL.prepare_invoke();
+        for keys in &all_keys {
+            invocation.key(&keys.lock).key(&keys.queue).key(&keys.qexp);
+        }
+        invocation.arg(ms(ttl)).arg(owner_field(&first.owner));
+        for req in reqs {
+            invocation.arg(&req.token);
+        }
+        let mut conn = self.inner.conn.clone();
+        let start = Instant::now();
+        let reply: Vec<i64> = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &all_keys[0].lock))?;
+        match reply.split_first() {
+            Some((1, fences)) if fences.len() == reqs.len() => Ok(Some(
+                reqs.iter()
+                    .zip(all_keys)
+                    .zip(fences)
+                    .map(|((req, keys), fence)| {
+                        Arc::new(RedisLease {
+                            inner: self.inner.clone(),
+                            keys,
+                            token: req.token.clone(),
+                            fence: u64::try_from(*fence).unwrap_or(0),
+                            lost: CancellationToken::new(),
+                            start,
+                        }) as Arc<dyn Lease>
+                    })
+                    .collect(),
+            )),
+            Some((0, _)) => Ok(None),
+            _ => Err(bad_reply("acquire_all")),
+        }
     }
 }
 

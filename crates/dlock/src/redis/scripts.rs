@@ -18,6 +18,8 @@ fn script(body: &str) -> Script {
 
 pub(super) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/acquire.lua")));
+pub(super) static ACQUIRE_ALL: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/acquire_all.lua")));
 pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/release.lua")));
 pub(super) static EXTEND: LazyLock<Script> =
