@@ -110,6 +110,44 @@ impl Locks {
         &self.inner
     }
 
+    /// Runs any future of the async API on this client's runtime and blocks until it is done:
+    /// the way to the primitives without a blocking twin (read-write locks, semaphores,
+    /// multi-locks). Their guards work from blocking code as they are, since the runtime keeps
+    /// running their renewals; dropping one releases it in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when called inside an async runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locks = dlock::blocking::Locks::connect("memory://blocking-block-on-doc")?;
+    /// let permit = locks.block_on(locks.as_async().semaphore("jobs", 2).acquire())??;
+    /// locks.block_on(permit.release())??;
+    /// # Ok::<(), dlock::Error>(())
+    /// ```
+    pub fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
+        self.rt.block_on(future)
+    }
+
+    /// Blocking version of [`crate::Locks::value`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locks = dlock::blocking::Locks::connect("memory://blocking-value-doc")?;
+    /// let v1 = locks.value("config").set(b"on")?;
+    /// assert_eq!(locks.value("config").compare_and_set(Some(v1), b"off")?, Some(v1 + 1));
+    /// # Ok::<(), dlock::Error>(())
+    /// ```
+    pub fn value(&self, name: impl Into<String>) -> VersionedValue {
+        VersionedValue {
+            inner: self.inner.value(name),
+            rt: self.rt.clone(),
+        }
+    }
+
     /// See [`crate::Locks::with_label`].
     ///
     /// # Errors
@@ -209,6 +247,64 @@ impl Iterator for List {
             Ok(item) => item,
             Err(e) => Some(Err(e)),
         }
+    }
+}
+
+/// Blocking version of [`crate::VersionedValue`].
+#[derive(Clone, Debug)]
+pub struct VersionedValue {
+    inner: crate::VersionedValue,
+    rt: Arc<Runtime>,
+}
+
+impl VersionedValue {
+    /// See [`crate::VersionedValue::max_attempts`].
+    pub fn max_attempts(self, attempts: u32) -> Self {
+        VersionedValue {
+            inner: self.inner.max_attempts(attempts),
+            ..self
+        }
+    }
+
+    /// See [`crate::VersionedValue::get`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::VersionedValue::get`].
+    pub fn get(&self) -> Result<Option<crate::Versioned>> {
+        self.rt.block_on(self.inner.get())?
+    }
+
+    /// See [`crate::VersionedValue::compare_and_set`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::VersionedValue::compare_and_set`].
+    pub fn compare_and_set(
+        &self,
+        expected: Option<u64>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<Option<u64>> {
+        self.rt
+            .block_on(self.inner.compare_and_set(expected, value))?
+    }
+
+    /// See [`crate::VersionedValue::set`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::VersionedValue::set`].
+    pub fn set(&self, value: impl AsRef<[u8]>) -> Result<u64> {
+        self.rt.block_on(self.inner.set(value))?
+    }
+
+    /// See [`crate::VersionedValue::update`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::VersionedValue::update`].
+    pub fn update(&self, change: impl FnMut(Option<&[u8]>) -> Vec<u8>) -> Result<crate::Versioned> {
+        self.rt.block_on(self.inner.update(change))?
     }
 }
 
