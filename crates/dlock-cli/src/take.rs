@@ -34,22 +34,77 @@ pub(crate) struct LockArgs {
     #[arg(long, value_parser = parse_duration)]
     pub(crate) max_hold: Option<Duration>,
 
+    /// Take one of N permits of the semaphore NAME instead of the lock: at most N holders at
+    /// once (every taker must give the same N). Each permit is leased like a lock.
+    #[arg(long, value_name = "N", conflicts_with = "fair")]
+    pub(crate) permits: Option<u32>,
+
     /// Do not show who holds the lock while waiting, even on a terminal.
     #[arg(long, short)]
     pub(crate) quiet: bool,
 }
 
+/// What a command holds: a lock, or one permit of a semaphore.
+#[derive(Debug)]
+pub(crate) enum Held {
+    Lock(dlock::MutexGuard),
+    Permit(dlock::Permit),
+}
+
+impl Held {
+    pub(crate) fn fence(&self) -> dlock::FencingToken {
+        match self {
+            Held::Lock(guard) => guard.fence(),
+            Held::Permit(permit) => permit.fence(),
+        }
+    }
+
+    pub(crate) fn lost(&self) -> dlock::Lost<'_> {
+        match self {
+            Held::Lock(guard) => guard.lost(),
+            Held::Permit(permit) => permit.lost(),
+        }
+    }
+
+    pub(crate) async fn release(self) -> dlock::Result<()> {
+        match self {
+            Held::Lock(guard) => guard.release().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
+}
+
+/// One permit of `permits`, with the command's wait and hold options.
+async fn take_permit(locks: &dlock::Locks, args: &LockArgs, permits: u32) -> dlock::Result<Held> {
+    let mut builder = locks.semaphore(&args.name, permits);
+    if let Some(max) = args.max_hold {
+        builder = builder.max_hold(max);
+    }
+    if args.no_wait {
+        builder = builder.no_wait();
+    } else if let Some(wait) = args.wait {
+        builder = builder.wait(wait);
+    }
+    builder.acquire().await.map(Held::Permit)
+}
+
 /// Takes the lock; on failure, reports it and returns the exit code.
-pub(crate) async fn take(
-    url: &str,
-    label: Option<String>,
-    args: &LockArgs,
-) -> Result<dlock::MutexGuard, i32> {
+pub(crate) async fn take(url: &str, label: Option<String>, args: &LockArgs) -> Result<Held, i32> {
     let mut locks = connect(url, label).await?;
     if let Some(ttl) = args.ttl {
         locks = locks
             .with_watchdog_lease(ttl)
             .map_err(|e| fail(&e.into()))?;
+    }
+    if let Some(permits) = args.permits {
+        return match take_permit(&locks, args, permits).await {
+            Ok(held) => Ok(held),
+            Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
+                eprintln!("dlock: all {permits} permits of {} are taken", args.name);
+                Err(exit::BUSY)
+            }
+            Err(error) => Err(report_failure(&args.name, error)),
+        };
     }
     let mut builder = locks.mutex(&args.name);
     if args.fair {
@@ -71,7 +126,7 @@ pub(crate) async fn take(
         eprint!("\r\x1b[2K");
     }
     match acquired {
-        Ok(guard) => Ok(guard),
+        Ok(guard) => Ok(Held::Lock(guard)),
         Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
             let holder = match locks.inspect(&args.name).await {
                 Ok(Some(info)) => format!(" by {}", info.owner),
@@ -80,15 +135,21 @@ pub(crate) async fn take(
             eprintln!("dlock: {} is held{holder}", args.name);
             Err(exit::BUSY)
         }
-        Err(dlock::Error::Timeout { waited, .. }) => {
+        Err(error) => Err(report_failure(&args.name, error)),
+    }
+}
+
+/// Reports a failed wait or a dlock error; returns the exit code.
+fn report_failure(name: &str, error: dlock::Error) -> i32 {
+    match error {
+        dlock::Error::Timeout { waited, .. } => {
             eprintln!(
-                "dlock: timed out after {} waiting for {}",
+                "dlock: timed out after {} waiting for {name}",
                 humantime::format_duration(waited),
-                args.name
             );
-            Err(exit::TIMED_OUT)
+            exit::TIMED_OUT
         }
-        Err(e) => Err(fail(&e.into())),
+        e => fail(&e.into()),
     }
 }
 

@@ -555,6 +555,29 @@ fn bad_input_gets_a_clear_error_and_leaves_no_lock() {
             "name is empty",
         ),
         (
+            vec![
+                "run".into(),
+                "--permits".into(),
+                "0".into(),
+                "p".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            125,
+            "must be 1..=1024",
+        ),
+        (
+            vec![
+                "hold".into(),
+                "--permits".into(),
+                "2".into(),
+                "--fair".into(),
+                "p".into(),
+            ],
+            2,
+            "cannot be used with",
+        ),
+        (
             vec!["run".into(), long_name.clone(), "--".into(), "true".into()],
             125,
             "longer than 512 bytes",

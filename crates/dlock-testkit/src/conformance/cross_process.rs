@@ -14,7 +14,9 @@ cases!["process",
         mutual_exclusion_across_processes,
         lock_held_by_another_process_is_busy,
         killed_holder_process_is_recovered_within_its_lease,
-        holder_process_releases_on_exit
+        holder_process_releases_on_exit,
+        permits_are_counted_across_processes,
+        killed_permit_holder_process_returns_its_permit
 ];
 
 async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
@@ -153,5 +155,70 @@ async fn holder_process_releases_on_exit(cx: Ctx) -> anyhow::Result<()> {
         locks.mutex(&name).try_acquire().await?.is_some(),
         "lock still held after the holder exited"
     );
+    Ok(())
+}
+
+async fn permits_are_counted_across_processes(cx: Ctx) -> anyhow::Result<()> {
+    let url = cx.url()?;
+    let name = cx.name("permits");
+    let start = |url: String, name: String| {
+        tokio::task::spawn_blocking(move || Holder::start(&url, &name, &["--permits", "2"]))
+    };
+    let first = start(url.clone(), name.clone()).await??;
+    let second = start(url.clone(), name.clone()).await??;
+    let busy = tokio::task::spawn_blocking({
+        let (url, name) = (url.clone(), name.clone());
+        move || {
+            crate::cli::dlock_command(&url)?
+                .args(["run", "--permits", "2", "--no-wait", &name, "--", "true"])
+                .status()
+                .context("dlock run")
+        }
+    })
+    .await??;
+    ensure!(
+        busy.code() == Some(75),
+        "a third of two permits: exit {busy}"
+    );
+    let locks = cx.locks().await?;
+    ensure!(
+        locks.semaphore(&name, 2).try_acquire().await?.is_none(),
+        "this process got a third of two permits"
+    );
+    ensure!(tokio::task::spawn_blocking(move || first.finish()).await?? == 0);
+    ensure!(
+        locks.semaphore(&name, 2).try_acquire().await?.is_some(),
+        "a returned permit was not free"
+    );
+    ensure!(tokio::task::spawn_blocking(move || second.finish()).await?? == 0);
+    Ok(())
+}
+
+async fn killed_permit_holder_process_returns_its_permit(cx: Ctx) -> anyhow::Result<()> {
+    let url = cx.url()?;
+    let name = cx.name("crashed-permit");
+    let mut holder = tokio::task::spawn_blocking({
+        let name = name.clone();
+        move || Holder::start(&url, &name, &["--permits", "1", "--ttl", "1s"])
+    })
+    .await??;
+    let locks = cx.locks().await?;
+    ensure!(
+        locks.semaphore(&name, 1).try_acquire().await?.is_none(),
+        "the only permit is free while its holder lives"
+    );
+    holder.kill()?;
+    let start = std::time::Instant::now();
+    let permit = locks
+        .semaphore(&name, 1)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    ensure!(
+        start.elapsed() < Duration::from_secs(5),
+        "the permit came back after {:?}",
+        start.elapsed()
+    );
+    permit.release().await?;
     Ok(())
 }
