@@ -178,6 +178,8 @@ pub struct Capabilities {
     pub monitor: bool,
     /// Versioned values with atomic compare-and-set ([`Backend::values`]).
     pub values: bool,
+    /// Native semaphores: [`LockKind::Permit`] requests (reentrant and fair are never asked).
+    pub permits: bool,
 }
 
 impl Capabilities {
@@ -191,17 +193,24 @@ impl Capabilities {
             cross_process: false,
             monitor: false,
             values: false,
+            permits: false,
         }
     }
 }
 
-/// The kind of hold asked for. Only exclusive locks exist so far; shared locks and permits
-/// come with the read-write lock and semaphore primitives.
+/// The kind of hold asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockKind {
     /// One holder at a time.
     Exclusive,
+    /// One of `permits` permits of a native semaphore named by the request. Only sent to
+    /// backends with [`Capabilities::permits`]; every other backend's semaphores are composed
+    /// from exclusive locks.
+    Permit {
+        /// How many holders the semaphore admits at once.
+        permits: u32,
+    },
 }
 
 /// How long [`Backend::acquire`] may wait.

@@ -588,3 +588,53 @@ async fn a_multi_lock_takes_every_name_in_one_script_or_none() -> anyhow::Result
     blocker.release().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_semaphore_wakes_waiters_and_leaves_no_keys() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let url = fx.url().context("url")?;
+    let holder = fx.connect().await?;
+    // Polling as slow as allowed: a waiter that relied on it would take 125-375 ms.
+    let waiter = dlock::connect(&format!("{url}?poll_min=250ms&poll_max=250ms")).await?;
+    let mut gaps = Vec::new();
+    for _ in 0..7 {
+        let a = holder.semaphore("pool", 2).acquire().await?;
+        let b = holder.semaphore("pool", 2).acquire().await?;
+        ensure!(
+            a.slot().as_str() == "pool",
+            "not the native semaphore: {}",
+            a.slot()
+        );
+        ensure!(b.fence() > a.fence(), "fences do not grow across permits");
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let got = waiter
+                    .semaphore("pool", 2)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await;
+                (got, Instant::now())
+            })
+        };
+        sleep(Duration::from_millis(50)).await;
+        ensure!(!waiting.is_finished(), "a third permit of two was granted");
+        let released = Instant::now();
+        a.release().await?;
+        let (got, acquired) = waiting.await?;
+        got?.release().await?;
+        b.release().await?;
+        gaps.push(acquired - released);
+    }
+    gaps.sort();
+    ensure!(
+        gaps[gaps.len() / 2] < Duration::from_millis(50),
+        "hand-offs took {gaps:?}: waiters are polling, not notified"
+    );
+    let left: i64 = query(addr, &["EXISTS", "dlock:permits:pool"])?;
+    ensure!(left == 0, "an idle semaphore left its holder set behind");
+    let ttl: i64 = query(addr, &["PTTL", "dlock:pfence:pool"])?;
+    ensure!(ttl != -1, "the fence counter of a semaphore never expires");
+    Ok(())
+}

@@ -32,6 +32,7 @@ const INFO: BackendInfo = BackendInfo::new(
         cross_process: false,
         monitor: true,
         values: true,
+        permits: false,
     },
 );
 

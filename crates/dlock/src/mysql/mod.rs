@@ -40,6 +40,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: true,
         values: true,
+        permits: false,
     },
 );
 
@@ -53,6 +54,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: false,
         values: true,
+        permits: false,
     },
 );
 

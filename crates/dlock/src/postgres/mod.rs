@@ -39,6 +39,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: true,
         values: true,
+        permits: false,
     },
 );
 
@@ -52,6 +53,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: false,
         values: true,
+        permits: false,
     },
 );
 

@@ -4,27 +4,31 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::LockKind;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::Lost;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
-use crate::primitives::options::{HoldOptions, base_name, part_name};
+use crate::primitives::options::{Deadline, HoldOptions, base_name, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
 
 /// Options for taking one permit of a counting semaphore; made by [`Locks::semaphore`].
 ///
-/// The semaphore `name` with `permits` permits is made of `permits` exclusive locks (slots)
-/// named `<name>#p<i>`, plus a gate `<name>#pgate` for waiters; a permit is one slot, so it has
-/// the store's full lock semantics: a lease, renewed by the watchdog or fixed by
-/// [`ttl`](Self::ttl); a fence (per slot); a lost signal; and a crashed holder's permit comes
-/// back when its lease ends. The count can never be exceeded, because each slot is a lock.
-/// Every client must use the same `permits` for the same name.
+/// Every permit has the store's full lock semantics: a lease, renewed by the watchdog or fixed
+/// by [`ttl`](Self::ttl); a fence; a lost signal; and a crashed holder's permit comes back when
+/// its lease ends. Every client must use the same `permits` for the same name.
 ///
-/// Waiting: when all permits are taken, waiters queue on the gate (FIFO where the store has
-/// fair locks), and only the first waits for a slot.
+/// - Where the store has native semaphores (Redis: one sorted set, one script per operation,
+///   releases published to waiters), a permit is one entry there, and fences grow across all
+///   permits of the semaphore.
+/// - Elsewhere, the semaphore `name` is made of `permits` exclusive locks (slots) named
+///   `<name>#p<i>`, plus a gate `<name>#pgate` for waiters; a permit is one slot (its fence
+///   grows per slot), so the count can never be exceeded. When all permits are taken, waiters
+///   queue on the gate (FIFO where the store has fair locks) and only the first waits for a
+///   slot. Newcomers may take a permit that frees up ahead of queued waiters.
 ///
 /// # Examples
 ///
@@ -99,6 +103,9 @@ impl SemaphoreBuilder {
             ));
         }
         let deadline = self.options.start(default_wait)?;
+        if self.locks.info().capabilities.permits {
+            return self.acquire_native(&base, deadline).await;
+        }
         let slots = (0..self.permits)
             .map(|i| part_name(&base, &format!("p{i}")))
             .collect::<Result<Vec<_>>>()?;
@@ -121,6 +128,24 @@ impl SemaphoreBuilder {
             tracing::debug!(%error, "releasing a semaphore gate failed");
         }
         Ok(permit?.map(|guard| Permit { guard }))
+    }
+
+    /// One permit of the store's own semaphore (Redis): one request, woken by releases.
+    async fn acquire_native(&self, base: &LockName, deadline: Deadline) -> Result<Option<Permit>> {
+        let (mut request, policy, _) = self
+            .options
+            .mutex(&self.locks, base, deadline)
+            .request(WaitSpec::No)?;
+        request.kind = LockKind::Permit {
+            permits: self.permits,
+        };
+        let Some(lease) = self.locks.backend().acquire(&request).await? else {
+            return Ok(None);
+        };
+        // No await from here on: the keeper takes the lease at once.
+        Ok(Some(Permit {
+            guard: MutexGuard::new(&self.locks, request.name, policy, lease),
+        }))
     }
 
     /// Acquires a permit, waiting as configured (forever by default).
@@ -182,12 +207,14 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// The slot lock this permit holds (`<name>#p<i>`).
+    /// What this permit holds in the store: the slot lock `<name>#p<i>`, or the semaphore's
+    /// own name where the store has native semaphores.
     pub fn slot(&self) -> &LockName {
         self.guard.name()
     }
 
-    /// The fence of this hold of the slot: greater than every earlier holder's of the same slot.
+    /// This permit's fence: greater than every earlier permit's of the semaphore (native
+    /// semaphores) or of the same slot (composed ones).
     pub fn fence(&self) -> FencingToken {
         self.guard.fence()
     }

@@ -3,6 +3,7 @@
 mod config;
 pub(crate) mod error;
 pub(crate) mod node;
+mod permits;
 mod scripts;
 pub(crate) mod wake;
 
@@ -20,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned, Wait,
+    LockKind, MonitorStore, ValueStore, Versioned, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -45,6 +46,7 @@ const INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: true,
         values: true,
+        permits: true,
     },
 );
 
@@ -302,6 +304,9 @@ impl Backend for RedisBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let inner = &self.inner;
+        if let LockKind::Permit { permits } = req.kind {
+            return permits::acquire(inner, req, permits).await;
+        }
         let keys = inner.keys(req.name.as_str());
         let waits = req.wait != Wait::No;
         let leftovers = Leftovers::default();

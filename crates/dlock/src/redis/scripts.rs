@@ -20,6 +20,12 @@ pub(super) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/acquire.lua")));
 pub(super) static ACQUIRE_ALL: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/acquire_all.lua")));
+pub(super) static PERMIT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/permit_acquire.lua")));
+pub(super) static PERMIT_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/permit_release.lua")));
+pub(super) static PERMIT_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/permit_extend.lua")));
 pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/release.lua")));
 pub(super) static EXTEND: LazyLock<Script> =
@@ -38,6 +44,24 @@ pub(super) static VALUE_PUT: LazyLock<Script> =
 /// The key of a versioned value (a hash; values have their own namespace beside the locks).
 pub(super) fn value_key(prefix: &str, name: &str) -> String {
     format!("{prefix}value:{name}")
+}
+
+/// The keys and the channel of one native semaphore (layout in `scripts/permit_acquire.lua`).
+#[derive(Clone, Debug)]
+pub(super) struct PermitKeys {
+    pub(super) holders: String,
+    pub(super) fences: String,
+    pub(super) channel: String,
+}
+
+impl PermitKeys {
+    pub(super) fn new(prefix: &str, name: &str) -> PermitKeys {
+        PermitKeys {
+            holders: format!("{prefix}permits:{name}"),
+            fences: format!("{prefix}pfence:{name}"),
+            channel: format!("{prefix}pwake:{name}"),
+        }
+    }
 }
 
 /// The keys and the channel of one lock name under a prefix (layout in `scripts/common.lua`).

@@ -40,6 +40,7 @@ const INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: false,
         values: false,
+        permits: false,
     },
 );
 

@@ -49,6 +49,7 @@ const INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: true,
         values: true,
+        permits: false,
     },
 );
 

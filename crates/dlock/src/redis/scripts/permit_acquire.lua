@@ -1,0 +1,33 @@
+-- A native semaphore: P permits:N is a zset of the permits' tokens scored by lease end
+-- (server ms); P pfence:N a hash of each token's fence, and '#' the last fence given out.
+-- Both expire with the longest lease, so an idle semaphore leaves nothing behind.
+-- KEYS: holders, fences   ARGV: token, ttl_ms, permits
+-- Returns {1, fence} when granted, {0, free_in_ms} when every permit is taken (-1: unknown).
+local now = now_ms()
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 256)
+if #expired > 0 then
+  redis.call('ZREM', KEYS[1], unpack(expired))
+  redis.call('HDEL', KEYS[2], unpack(expired))
+end
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return {0, -1} -- this acquisition already holds one: never grant a token twice
+end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, tonumber(first[2]) - now}
+end
+-- As for locks: continue from the last fence, or from the clock once the keys are gone.
+local last = redis.call('HGET', KEYS[2], '#')
+local fence
+if last then
+  fence = tonumber(last) + 1
+else
+  fence = now * 1024
+end
+local lease_end = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], lease_end, ARGV[1])
+redis.call('HSET', KEYS[2], '#', integer(fence), ARGV[1], integer(fence))
+local longest = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2])
+redis.call('PEXPIREAT', KEYS[1], longest)
+redis.call('PEXPIREAT', KEYS[2], longest)
+return {1, fence}
