@@ -67,7 +67,10 @@ async fn all_permits_taken_means_busy(cx: Ctx) -> anyhow::Result<()> {
     let name = cx.name("busy");
     let p1 = a.semaphore(&name, 2).ttl(TTL).acquire().await?;
     let p2 = b.semaphore(&name, 2).ttl(TTL).acquire().await?;
-    ensure!(p1.fence() != p2.fence(), "two permits share a fence");
+    ensure!(
+        (p1.slot(), p1.fence()) != (p2.slot(), p2.fence()),
+        "two permits are the same hold"
+    );
     ensure!(
         b.semaphore(&name, 2).try_acquire().await?.is_none(),
         "a third permit of two"
