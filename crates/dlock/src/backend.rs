@@ -180,6 +180,8 @@ pub struct Capabilities {
     pub values: bool,
     /// Native semaphores: [`LockKind::Permit`] requests (reentrant and fair are never asked).
     pub permits: bool,
+    /// Native read-write locks: [`LockKind::Read`] and [`LockKind::Write`] requests.
+    pub rwlock: bool,
 }
 
 impl Capabilities {
@@ -194,6 +196,7 @@ impl Capabilities {
             monitor: false,
             values: false,
             permits: false,
+            rwlock: false,
         }
     }
 }
@@ -211,6 +214,15 @@ pub enum LockKind {
         /// How many holders the semaphore admits at once.
         permits: u32,
     },
+    /// A read hold of a native read-write lock named by the request (only sent to backends
+    /// with [`Capabilities::rwlock`]).
+    Read {
+        /// How many readers may hold it at once.
+        max_readers: u32,
+    },
+    /// The write hold of a native read-write lock (only sent to backends with
+    /// [`Capabilities::rwlock`]); a writer waiting for readers to leave keeps new readers out.
+    Write,
 }
 
 /// How long [`Backend::acquire`] may wait.

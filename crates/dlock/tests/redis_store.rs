@@ -638,3 +638,59 @@ async fn a_native_semaphore_wakes_waiters_and_leaves_no_keys() -> anyhow::Result
     ensure!(ttl != -1, "the fence counter of a semaphore never expires");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_rwlock_hands_over_by_notification_and_signals_loss() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let url = fx.url().context("url")?;
+    let locks = fx.connect().await?;
+    let waiter = dlock::connect(&format!("{url}?poll_min=250ms&poll_max=250ms")).await?;
+    // A writer waiting for two readers gets the lock as the last one leaves, without polling.
+    let r1 = locks.rwlock("doc").read().await?;
+    let r2 = locks.rwlock("doc").read().await?;
+    let writing = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let got = waiter
+                .rwlock("doc")
+                .wait(Duration::from_secs(10))
+                .write()
+                .await;
+            (got, Instant::now())
+        })
+    };
+    eventually(|| Ok(query::<Option<String>>(addr, &["HGET", "dlock:rw:doc", "ww"])?.is_some()))
+        .await?;
+    ensure!(
+        locks.rwlock("doc").try_read().await?.is_none(),
+        "a reader got in while a writer waited"
+    );
+    r1.release().await?;
+    sleep(Duration::from_millis(20)).await;
+    ensure!(!writing.is_finished(), "the writer got in beside a reader");
+    let released = Instant::now();
+    r2.release().await?;
+    let (got, acquired) = writing.await?;
+    let w = got?;
+    ensure!(
+        acquired - released < Duration::from_millis(100),
+        "the writer took {:?}: polling, not notified",
+        acquired - released
+    );
+    ensure!(w.fence() > dlock::FencingToken::new(0), "fence is zero");
+    // Deleting the lock's state breaks the hold: the next check says so and fires the signal.
+    let _: () = query(addr, &["DEL", "dlock:rw:doc"])?;
+    expect_not_owned(w.extend(Duration::from_secs(5)).await)?;
+    timeout(Duration::from_secs(5), w.lost())
+        .await
+        .context("lost signal")?;
+    Ok(())
+}
+
+fn expect_not_owned(result: dlock::Result<()>) -> anyhow::Result<()> {
+    match result {
+        Err(dlock::Error::NotOwned { .. }) => Ok(()),
+        other => anyhow::bail!("expected NotOwned, got {other:?}"),
+    }
+}

@@ -18,8 +18,8 @@ cases!["rwlock",
         fences_grow_across_readers_and_writers,
         reader_places_are_never_exceeded,
         bad_rwlock_input_is_rejected_before_the_store;
-    Needs::Monitor =>
-        breaking_a_writer_fires_its_lost_signal
+    Needs::ComposedRwLock =>
+        breaking_a_writers_place_fires_its_lost_signal
 ];
 
 const TTL: Duration = Duration::from_secs(30);
@@ -225,7 +225,7 @@ async fn bad_rwlock_input_is_rejected_before_the_store(cx: Ctx) -> anyhow::Resul
     Ok(())
 }
 
-async fn breaking_a_writer_fires_its_lost_signal(cx: Ctx) -> anyhow::Result<()> {
+async fn breaking_a_writers_place_fires_its_lost_signal(cx: Ctx) -> anyhow::Result<()> {
     let locks = cx.locks().await?;
     let name = cx.name("broken");
     let w = locks.rwlock(&name).max_readers(3).ttl(TTL).write().await?;

@@ -41,6 +41,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
         monitor: true,
         values: true,
         permits: false,
+        rwlock: false,
     },
 );
 
@@ -55,6 +56,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         monitor: false,
         values: true,
         permits: false,
+        rwlock: false,
     },
 );
 

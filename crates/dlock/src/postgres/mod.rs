@@ -40,6 +40,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
         monitor: true,
         values: true,
         permits: false,
+        rwlock: false,
     },
 );
 
@@ -54,6 +55,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         monitor: false,
         values: true,
         permits: false,
+        rwlock: false,
     },
 );
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::LockKind;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::Lost;
@@ -21,7 +22,10 @@ pub const DEFAULT_MAX_READERS: u32 = 32;
 
 /// Options for taking a read-write lock; made by [`Locks::rwlock`].
 ///
-/// The lock `name` is made of exclusive locks of the store: a gate `<name>#rwgate` and
+/// Where the store has native read-write locks (Redis: readers in one sorted set, the writer
+/// and a waiting writer's claim in a hash, one script per operation, releases published to
+/// waiters), each hold is one request and a waiting writer keeps new readers out. Elsewhere
+/// the lock `name` is made of exclusive locks of the store: a gate `<name>#rwgate` and
 /// `max_readers` reader places `<name>#r<i>`.
 /// - A reader takes the gate, then any free reader place, then lets the gate go: it holds one
 ///   place.
@@ -106,8 +110,8 @@ impl RwLockBuilder {
         self
     }
 
-    /// Validates, then takes the gate.
-    async fn enter(&self, deadline: Deadline) -> Result<Option<(MutexGuard, Vec<LockName>)>> {
+    /// Checks the options and fixes the deadline, before any store call.
+    fn start(&self, default_wait: WaitSpec) -> Result<(LockName, Deadline)> {
         let base = base_name(&self.name)?;
         if self.max_readers == 0 || self.max_readers > MAX_SLOTS {
             return Err(Error::invalid_argument(
@@ -115,10 +119,47 @@ impl RwLockBuilder {
                 format!("{}; must be 1..={MAX_SLOTS}", self.max_readers),
             ));
         }
+        Ok((base, self.options.start(default_wait)?))
+    }
+
+    /// The store's own read-write lock (Redis): one request for either kind of hold.
+    async fn acquire_native(
+        &self,
+        base: &LockName,
+        deadline: Deadline,
+        kind: LockKind,
+    ) -> Result<Option<MutexGuard>> {
+        let (mut request, policy, _) = self
+            .options
+            .mutex(&self.locks, base, deadline)
+            .request(WaitSpec::No)?;
+        request.kind = kind;
+        let Some(lease) = self.locks.backend().acquire(&request).await? else {
+            return Ok(None);
+        };
+        // No await from here on: the keeper takes the lease at once.
+        Ok(Some(MutexGuard::new(
+            &self.locks,
+            request.name,
+            policy,
+            lease,
+        )))
+    }
+
+    fn native(&self) -> bool {
+        self.locks.info().capabilities.rwlock
+    }
+
+    /// Takes the gate of the composed lock.
+    async fn enter(
+        &self,
+        base: &LockName,
+        deadline: Deadline,
+    ) -> Result<Option<(MutexGuard, Vec<LockName>)>> {
         let places = (0..self.max_readers)
-            .map(|i| part_name(&base, &format!("r{i}")))
+            .map(|i| part_name(base, &format!("r{i}")))
             .collect::<Result<Vec<_>>>()?;
-        let gate = part_name(&base, "rwgate")?;
+        let gate = part_name(base, "rwgate")?;
         let mut gate_builder = self.options.mutex(&self.locks, &gate, deadline);
         if self.locks.info().capabilities.fair {
             gate_builder = gate_builder.fair();
@@ -127,8 +168,18 @@ impl RwLockBuilder {
     }
 
     async fn run_read(self, default_wait: WaitSpec) -> Result<Option<ReadGuard>> {
-        let deadline = self.options.start(default_wait)?;
-        let Some((gate, places)) = self.enter(deadline).await? else {
+        let (base, deadline) = self.start(default_wait)?;
+        if self.native() {
+            let kind = LockKind::Read {
+                max_readers: self.max_readers,
+            };
+            let held = self.acquire_native(&base, deadline, kind).await?;
+            return Ok(held.map(|place| ReadGuard {
+                fence: place.fence(),
+                place,
+            }));
+        }
+        let Some((gate, places)) = self.enter(&base, deadline).await? else {
             return Ok(None);
         };
         let fence = gate.fence();
@@ -144,8 +195,17 @@ impl RwLockBuilder {
     }
 
     async fn run_write(self, default_wait: WaitSpec) -> Result<Option<WriteGuard>> {
-        let deadline = self.options.start(default_wait)?;
-        let Some((gate, places)) = self.enter(deadline).await? else {
+        let (base, deadline) = self.start(default_wait)?;
+        if self.native() {
+            let held = self
+                .acquire_native(&base, deadline, LockKind::Write)
+                .await?;
+            return Ok(held.map(|hold| WriteGuard {
+                fence: hold.fence(),
+                set: GuardSet::new(vec![hold]),
+            }));
+        }
+        let Some((gate, places)) = self.enter(&base, deadline).await? else {
             return Ok(None);
         };
         let attempts = join_all(places.iter().map(|place| {

@@ -3,8 +3,8 @@
 mod config;
 pub(crate) mod error;
 pub(crate) mod node;
-mod permits;
 mod scripts;
+mod shared_holds;
 pub(crate) mod wake;
 
 pub use config::{MAX_POLL, RedisConfig, WAITER_TTL};
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    LockKind, MonitorStore, ValueStore, Versioned, Wait,
+    MonitorStore, ValueStore, Versioned, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -47,6 +47,7 @@ const INFO: BackendInfo = BackendInfo::new(
         monitor: true,
         values: true,
         permits: true,
+        rwlock: true,
     },
 );
 
@@ -304,8 +305,8 @@ impl Backend for RedisBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let inner = &self.inner;
-        if let LockKind::Permit { permits } = req.kind {
-            return permits::acquire(inner, req, permits).await;
+        if let Some(shared) = shared_holds::acquire(inner, req).await {
+            return shared;
         }
         let keys = inner.keys(req.name.as_str());
         let waits = req.wait != Wait::No;

@@ -26,6 +26,12 @@ pub(super) static PERMIT_RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/permit_release.lua")));
 pub(super) static PERMIT_EXTEND: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/permit_extend.lua")));
+pub(super) static RW_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/rw_acquire.lua")));
+pub(super) static RW_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/rw_release.lua")));
+pub(super) static RW_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/rw_extend.lua")));
 pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/release.lua")));
 pub(super) static EXTEND: LazyLock<Script> =
@@ -46,20 +52,30 @@ pub(super) fn value_key(prefix: &str, name: &str) -> String {
     format!("{prefix}value:{name}")
 }
 
-/// The keys and the channel of one native semaphore (layout in `scripts/permit_acquire.lua`).
+/// The keys and the channel of one native semaphore or read-write lock: a zset of holders
+/// scored by lease end, a hash of fences (and a read-write lock's writer), a wake channel.
+/// Layouts in `scripts/permit_acquire.lua` and `scripts/rw_acquire.lua`.
 #[derive(Clone, Debug)]
-pub(super) struct PermitKeys {
+pub(super) struct SharedKeys {
     pub(super) holders: String,
-    pub(super) fences: String,
+    pub(super) state: String,
     pub(super) channel: String,
 }
 
-impl PermitKeys {
-    pub(super) fn new(prefix: &str, name: &str) -> PermitKeys {
-        PermitKeys {
+impl SharedKeys {
+    pub(super) fn permits(prefix: &str, name: &str) -> SharedKeys {
+        SharedKeys {
             holders: format!("{prefix}permits:{name}"),
-            fences: format!("{prefix}pfence:{name}"),
+            state: format!("{prefix}pfence:{name}"),
             channel: format!("{prefix}pwake:{name}"),
+        }
+    }
+
+    pub(super) fn rwlock(prefix: &str, name: &str) -> SharedKeys {
+        SharedKeys {
+            holders: format!("{prefix}rwr:{name}"),
+            state: format!("{prefix}rw:{name}"),
+            channel: format!("{prefix}rwwake:{name}"),
         }
     }
 }

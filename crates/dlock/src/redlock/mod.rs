@@ -41,6 +41,7 @@ const INFO: BackendInfo = BackendInfo::new(
         monitor: false,
         values: false,
         permits: false,
+        rwlock: false,
     },
 );
 

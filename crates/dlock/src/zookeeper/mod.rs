@@ -42,6 +42,7 @@ const INFO: BackendInfo = BackendInfo::new(
         monitor: true,
         values: true,
         permits: false,
+        rwlock: false,
     },
 );
 

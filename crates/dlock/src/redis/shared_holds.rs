@@ -1,0 +1,258 @@
+//! Holds that several clients share: native semaphores and read-write locks. Each kind keeps
+//! its holders in a sorted set scored by lease end and their fences in a hash; every acquire,
+//! extend and release is one script, and releases are published on the lock's channel, so
+//! waiters are woken instead of polling (Redisson's `RPermitExpirableSemaphore` and
+//! `RReadWriteLock` have the same shape).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use ::redis::Script;
+use async_trait::async_trait;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{AcquireRequest, Lease, LockKind, Wait};
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::wait::{Attempt, Backoff, acquire_loop};
+
+use super::error::{bad_reply, map};
+use super::scripts::{self, SharedKeys};
+use super::{Inner, ms};
+
+/// The kind of shared hold, with what it takes in the store.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    Permit { permits: u32 },
+    Read { max_readers: u32 },
+    Write,
+}
+
+impl Shape {
+    fn of(kind: LockKind) -> Option<Shape> {
+        match kind {
+            LockKind::Permit { permits } => Some(Shape::Permit { permits }),
+            LockKind::Read { max_readers } => Some(Shape::Read { max_readers }),
+            LockKind::Write => Some(Shape::Write),
+            _ => None,
+        }
+    }
+
+    fn keys(self, prefix: &str, name: &str) -> SharedKeys {
+        match self {
+            Shape::Permit { .. } => SharedKeys::permits(prefix, name),
+            Shape::Read { .. } | Shape::Write => SharedKeys::rwlock(prefix, name),
+        }
+    }
+
+    fn acquire_script(self) -> &'static LazyLock<Script> {
+        match self {
+            Shape::Permit { .. } => &scripts::PERMIT_ACQUIRE,
+            Shape::Read { .. } | Shape::Write => &scripts::RW_ACQUIRE,
+        }
+    }
+
+    fn release_script(self) -> &'static LazyLock<Script> {
+        match self {
+            Shape::Permit { .. } => &scripts::PERMIT_RELEASE,
+            Shape::Read { .. } | Shape::Write => &scripts::RW_RELEASE,
+        }
+    }
+
+    fn extend_script(self) -> &'static LazyLock<Script> {
+        match self {
+            Shape::Permit { .. } => &scripts::PERMIT_EXTEND,
+            Shape::Read { .. } | Shape::Write => &scripts::RW_EXTEND,
+        }
+    }
+
+    /// The acquire script's arguments after token and TTL.
+    fn acquire_args(self, invocation: &mut ::redis::ScriptInvocation<'_>, waits: bool) {
+        match self {
+            Shape::Permit { permits } => invocation.arg(permits),
+            Shape::Read { max_readers } => {
+                invocation.arg("r").arg(max_readers).arg(u8::from(waits))
+            }
+            Shape::Write => invocation.arg("w").arg(0).arg(u8::from(waits)),
+        };
+    }
+}
+
+/// Takes the shared hold `req.kind` asks for (a permit, a read or a write hold), waiting as
+/// `req.wait` says. `None` for an exclusive request, which is not a shared hold.
+pub(super) async fn acquire(
+    inner: &Arc<Inner>,
+    req: &AcquireRequest,
+) -> Option<Result<Option<Arc<dyn Lease>>>> {
+    let shape = Shape::of(req.kind)?;
+    let name = req.name.as_str();
+    let waits = req.wait != Wait::No;
+    let keys = shape.keys(&inner.config.prefix, name);
+    let waiter = waits.then(|| inner.wakeups.waiter(&keys.channel, &req.token));
+    let in_flight = AtomicBool::new(false);
+    let mut abandon = Abandon {
+        inner,
+        keys: &keys,
+        shape,
+        token: &req.token,
+        in_flight: &in_flight,
+        armed: true,
+    };
+    let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
+    let acquired = acquire_loop(
+        req.wait,
+        Some(poll),
+        || async {
+            let mut conn = inner.conn.clone();
+            let mut invocation = shape.acquire_script().key(&keys.holders);
+            invocation.key(&keys.state).arg(&req.token).arg(ms(req.ttl));
+            shape.acquire_args(&mut invocation, waits);
+            let start = Instant::now();
+            in_flight.store(true, Ordering::Relaxed);
+            let reply: Result<Vec<i64>> = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| map(e, &keys.holders));
+            in_flight.store(false, Ordering::Relaxed);
+            match reply?.as_slice() {
+                [1, fence] => Ok(Attempt::Acquired(Arc::new(SharedHold {
+                    inner: inner.clone(),
+                    keys: keys.clone(),
+                    shape,
+                    name: name.to_owned(),
+                    token: req.token.clone(),
+                    fence: u64::try_from(*fence).unwrap_or(0),
+                    lost: CancellationToken::new(),
+                    start,
+                }))),
+                [0, free_in] => Ok(Attempt::Busy {
+                    free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
+                }),
+                _ => Err(bad_reply("shared acquire")),
+            }
+        },
+        || async {
+            match &waiter {
+                Some(waiter) => waiter.woken().await,
+                None => std::future::pending().await,
+            }
+        },
+    )
+    .await;
+    // A writer that gave up also gives up its claim to the next turn.
+    abandon.armed = !matches!(acquired, Ok(Some(_)))
+        && (in_flight.load(Ordering::Relaxed) || (waits && matches!(shape, Shape::Write)));
+    drop(abandon);
+    Some(acquired)
+}
+
+/// Gives back what an acquire call that ended without the hold may have left: a grant whose
+/// reply was never read, or a writer's claim to the next turn.
+struct Abandon<'a> {
+    inner: &'a Arc<Inner>,
+    keys: &'a SharedKeys,
+    shape: Shape,
+    token: &'a str,
+    in_flight: &'a AtomicBool,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        // Dropped mid-flight, `armed` was never updated: what matters is the reply unread.
+        if !self.armed && !self.in_flight.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the lease or claim expires on its own
+        };
+        let mut conn = self.inner.conn.clone();
+        let keys = self.keys.clone();
+        let shape = self.shape;
+        let token = self.token.to_owned();
+        runtime.spawn(async move {
+            let done: ::redis::RedisResult<i64> = shape
+                .release_script()
+                .key(&keys.holders)
+                .key(&keys.state)
+                .arg(&token)
+                .arg("*")
+                .arg(&keys.channel)
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(error) = done {
+                tracing::debug!(%error, key = keys.holders, "clean-up after an abandoned acquire failed; it expires instead");
+            }
+        });
+    }
+}
+
+/// One held permit, read hold or write hold.
+#[derive(Debug)]
+struct SharedHold {
+    inner: Arc<Inner>,
+    keys: SharedKeys,
+    shape: Shape,
+    name: String,
+    token: String,
+    fence: u64,
+    lost: CancellationToken,
+    start: Instant,
+}
+
+#[async_trait]
+impl Lease for SharedHold {
+    fn fence(&self) -> FencingToken {
+        FencingToken::new(self.fence)
+    }
+
+    fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    fn lease_start(&self) -> Instant {
+        self.start
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let owned: i64 = self
+            .shape
+            .extend_script()
+            .key(&self.keys.holders)
+            .key(&self.keys.state)
+            .arg(&self.token)
+            .arg(self.fence)
+            .arg(ms(ttl))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &self.keys.holders))?;
+        if owned == 1 {
+            Ok(())
+        } else {
+            Err(Error::not_owned(&self.name))
+        }
+    }
+
+    async fn release(&self) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let released: i64 = self
+            .shape
+            .release_script()
+            .key(&self.keys.holders)
+            .key(&self.keys.state)
+            .arg(&self.token)
+            .arg(self.fence)
+            .arg(&self.keys.channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map(e, &self.keys.holders))?;
+        if released == 1 {
+            Ok(())
+        } else {
+            Err(Error::not_owned(&self.name))
+        }
+    }
+}
