@@ -22,7 +22,8 @@ pub const DEFAULT_UPDATE_ATTEMPTS: u32 = 16;
 /// if the version is still the one the caller read, in one atomic step (a Lua script, a
 /// conditional `UPDATE`, an etcd transaction, a ZooKeeper versioned `setData`). A read,
 /// a comparison in the client and an unconditional write, as in the article this project grew
-/// from, can lose updates; this cannot. Values live in their own namespace, beside the locks.
+/// from, can lose updates; this cannot. Values live in their own namespace, beside the locks,
+/// and have no TTL: they stay until removed by hand (versions must never go back).
 ///
 /// # Examples
 ///
