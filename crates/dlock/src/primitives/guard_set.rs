@@ -12,6 +12,62 @@ use crate::lease::Lost;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 
+/// The lost-signal, extend and release methods of a composed primitive's guard, delegated to
+/// its `$field` (a `MutexGuard` or a `GuardSet`, which have the same methods).
+macro_rules! hold_methods {
+    ($field:ident) => {
+        /// Completes when the hold is lost (lease expired, renewal refused, broken; for a hold
+        /// made of several store locks, any of them), or at once after release.
+        pub fn lost(&self) -> crate::lease::Lost<'_> {
+            self.$field.lost()
+        }
+
+        /// An owned token cancelled when the hold is lost. Cancelling it yourself does not
+        /// affect the hold.
+        pub fn lost_token(&self) -> tokio_util::sync::CancellationToken {
+            self.$field.lost_token()
+        }
+
+        /// Whether the hold is known to be lost.
+        pub fn is_lost(&self) -> bool {
+            self.$field.is_lost()
+        }
+
+        /// Makes the lease last at least `ttl` from now, if the hold is still this guard's; see
+        /// [`MutexGuard::extend`](crate::MutexGuard::extend).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::NotOwned`](crate::Error::NotOwned) when the hold was lost (the lost signal
+        /// then fires); [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a TTL out
+        /// of range; store errors (the first, after every store lock was tried).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: each lease is either extended or not.
+        pub async fn extend(&self, ttl: std::time::Duration) -> crate::error::Result<()> {
+            self.$field.extend(ttl).await
+        }
+
+        /// Releases the hold.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::NotOwned`](crate::Error::NotOwned) when the hold had already been lost;
+        /// store errors otherwise (the first, after every store lock was released), the lease
+        /// then expiring within its TTL.
+        ///
+        /// # Cancel safety
+        ///
+        /// A dropped release may or may not have reached the store; the TTL frees the hold at
+        /// the latest.
+        pub async fn release(self) -> crate::error::Result<()> {
+            self.$field.release().await
+        }
+    };
+}
+pub(crate) use hold_methods;
+
 /// Holds; one lost signal fired when any of them is lost.
 #[derive(Debug)]
 pub(crate) struct GuardSet {

@@ -3,7 +3,7 @@
 //! semantics (leases, fences, lost signals, native wake-ups) because each hold is made of
 //! ordinary lock holds.
 
-mod guard_set;
+pub(crate) mod guard_set;
 pub(crate) mod multi_lock;
 mod options;
 pub(crate) mod rwlock;

@@ -1,19 +1,15 @@
 //! [`MultiLockBuilder`]: several exclusive locks taken all-or-nothing, in a canonical order.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::AcquireRequest;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::lease::Lost;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
-use crate::primitives::guard_set::{GuardSet, release_all};
-use crate::primitives::options::{Deadline, HoldOptions};
+use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
+use crate::primitives::options::{Deadline, HoldOptions, hold_option_setters};
 use crate::ttl::WaitSpec;
 
 /// The most names one multi-lock may take.
@@ -63,36 +59,7 @@ impl MultiLockBuilder {
         }
     }
 
-    /// A fixed lease for every lock; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options.ttl = Some(ttl);
-        self
-    }
-
-    /// Waits at most `wait` for all of the locks together.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(WaitSpec::For(wait));
-        self
-    }
-
-    /// Tries each lock once.
-    pub fn no_wait(mut self) -> Self {
-        self.options.wait = Some(WaitSpec::No);
-        self
-    }
-
-    /// Waits as long as it takes (the default for `acquire`).
-    pub fn wait_forever(mut self) -> Self {
-        self.options.wait = Some(WaitSpec::Forever);
-        self
-    }
-
-    /// With the watchdog: stop renewing `max` after acquisition; see
-    /// [`MutexBuilder::max_hold`](crate::MutexBuilder::max_hold).
-    pub fn max_hold(mut self, max: Duration) -> Self {
-        self.options.max_hold = Some(max);
-        self
-    }
+    hold_option_setters!("all of the locks together");
 
     /// Validates the names (none invalid, no duplicates, at least one) in canonical order.
     fn sorted_names(&self) -> Result<Vec<LockName>> {
@@ -283,33 +250,7 @@ impl MultiGuard {
             .map(crate::MutexGuard::fence)
     }
 
-    /// Completes when any of the locks is lost (or after release).
-    pub fn lost(&self) -> Lost<'_> {
-        self.set.lost()
-    }
-
-    /// An owned token cancelled when any of the locks is lost.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.set.lost_token()
-    }
-
-    /// Whether any of the locks is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.set.is_lost()
-    }
-
-    /// Extends every lock's lease; see [`MutexGuard::extend`](crate::MutexGuard::extend).
-    ///
-    /// # Errors
-    ///
-    /// The first error among the locks ([`Error::NotOwned`] for a lost one).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: each lease is either extended or not.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.set.extend(ttl).await
-    }
+    hold_methods!(set);
 
     /// Asks the store whether every lock is still held by this guard.
     ///
@@ -322,19 +263,5 @@ impl MultiGuard {
     /// Cancel safe: it only reads.
     pub async fn is_owned(&self) -> Result<bool> {
         self.set.is_owned().await
-    }
-
-    /// Releases every lock.
-    ///
-    /// # Errors
-    ///
-    /// The first error among the locks ([`Error::NotOwned`] for one lost before), after all
-    /// were released.
-    ///
-    /// # Cancel safety
-    ///
-    /// A dropped release may or may not have reached the store; TTLs free the locks.
-    pub async fn release(self) -> Result<()> {
-        self.set.release().await
     }
 }

@@ -11,6 +11,44 @@ use crate::mutex::MutexBuilder;
 use crate::name::{LockName, MAX_NAME_LEN};
 use crate::ttl::{WaitSpec, validate_ttl};
 
+/// The lease and wait setters every composed primitive's builder has (it has an `options:
+/// HoldOptions` field); `$what` names what is waited for in the docs.
+macro_rules! hold_option_setters {
+    ($what:literal) => {
+        /// A fixed lease; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
+        pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+            self.options.ttl = Some(ttl);
+            self
+        }
+
+        #[doc = concat!("Waits at most `wait` for ", $what, ".")]
+        pub fn wait(mut self, wait: std::time::Duration) -> Self {
+            self.options.wait = Some(crate::ttl::WaitSpec::For(wait));
+            self
+        }
+
+        /// Tries once, without waiting.
+        pub fn no_wait(mut self) -> Self {
+            self.options.wait = Some(crate::ttl::WaitSpec::No);
+            self
+        }
+
+        /// Waits as long as it takes (the default of the waiting methods).
+        pub fn wait_forever(mut self) -> Self {
+            self.options.wait = Some(crate::ttl::WaitSpec::Forever);
+            self
+        }
+
+        /// With the watchdog: stop renewing `max` after acquisition; see
+        /// [`MutexBuilder::max_hold`](crate::MutexBuilder::max_hold).
+        pub fn max_hold(mut self, max: std::time::Duration) -> Self {
+            self.options.max_hold = Some(max);
+            self
+        }
+    };
+}
+pub(crate) use hold_option_setters;
+
 /// The lease and wait options of a composed primitive, as set on its builder.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct HoldOptions {

@@ -1,19 +1,17 @@
 //! [`RwLockBuilder`]: many readers or one writer, with waiting writers not starved.
 
-use std::time::Duration;
-
 use futures::future::join_all;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::LockKind;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::lease::Lost;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
-use crate::primitives::guard_set::{GuardSet, release_all};
-use crate::primitives::options::{Deadline, HoldOptions, base_name, part_name};
+use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
+use crate::primitives::options::{
+    Deadline, HoldOptions, base_name, hold_option_setters, part_name,
+};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
 
@@ -79,36 +77,7 @@ impl RwLockBuilder {
         self
     }
 
-    /// A fixed lease; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options.ttl = Some(ttl);
-        self
-    }
-
-    /// Waits at most `wait`.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(WaitSpec::For(wait));
-        self
-    }
-
-    /// Tries once (the gate and the places are each tried once).
-    pub fn no_wait(mut self) -> Self {
-        self.options.wait = Some(WaitSpec::No);
-        self
-    }
-
-    /// Waits as long as it takes (the default for `read` and `write`).
-    pub fn wait_forever(mut self) -> Self {
-        self.options.wait = Some(WaitSpec::Forever);
-        self
-    }
-
-    /// With the watchdog: stop renewing `max` after acquisition; see
-    /// [`MutexBuilder::max_hold`](crate::MutexBuilder::max_hold).
-    pub fn max_hold(mut self, max: Duration) -> Self {
-        self.options.max_hold = Some(max);
-        self
-    }
+    hold_option_setters!("the lock");
 
     /// Checks the options and fixes the deadline, before any store call.
     fn start(&self, default_wait: WaitSpec) -> Result<(LockName, Deadline)> {
@@ -350,46 +319,7 @@ impl ReadGuard {
         self.fence
     }
 
-    /// Completes when the hold is lost (or after release).
-    pub fn lost(&self) -> Lost<'_> {
-        self.place.lost()
-    }
-
-    /// An owned token cancelled when the hold is lost.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.place.lost_token()
-    }
-
-    /// Whether the hold is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.place.is_lost()
-    }
-
-    /// Extends the lease; see [`MutexGuard::extend`].
-    ///
-    /// # Errors
-    ///
-    /// As [`MutexGuard::extend`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.place.extend(ttl).await
-    }
-
-    /// Releases the read hold.
-    ///
-    /// # Errors
-    ///
-    /// As [`MutexGuard::release`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`MutexGuard::release`].
-    pub async fn release(self) -> Result<()> {
-        self.place.release().await
-    }
+    hold_methods!(place);
 }
 
 impl WriteGuard {
@@ -398,44 +328,5 @@ impl WriteGuard {
         self.fence
     }
 
-    /// Completes when the hold is lost (any of its store locks), or after release.
-    pub fn lost(&self) -> Lost<'_> {
-        self.set.lost()
-    }
-
-    /// An owned token cancelled when the hold is lost.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.set.lost_token()
-    }
-
-    /// Whether the hold is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.set.is_lost()
-    }
-
-    /// Extends every lease of the hold; see [`MutexGuard::extend`].
-    ///
-    /// # Errors
-    ///
-    /// The first error among the store locks.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.set.extend(ttl).await
-    }
-
-    /// Releases the write hold.
-    ///
-    /// # Errors
-    ///
-    /// The first error among the store locks, after all were released.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`MutexGuard::release`].
-    pub async fn release(self) -> Result<()> {
-        self.set.release().await
-    }
+    hold_methods!(set);
 }

@@ -1,17 +1,15 @@
 //! [`SemaphoreBuilder`]: a counting semaphore whose permits are leased like locks.
 
-use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
-
 use crate::backend::LockKind;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::lease::Lost;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
-use crate::primitives::options::{Deadline, HoldOptions, base_name, part_name};
+use crate::primitives::guard_set::hold_methods;
+use crate::primitives::options::{
+    Deadline, HoldOptions, base_name, hold_option_setters, part_name,
+};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
 
@@ -63,36 +61,7 @@ impl SemaphoreBuilder {
         }
     }
 
-    /// A fixed lease for the permit; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options.ttl = Some(ttl);
-        self
-    }
-
-    /// Waits at most `wait` for a permit.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(WaitSpec::For(wait));
-        self
-    }
-
-    /// Tries once.
-    pub fn no_wait(mut self) -> Self {
-        self.options.wait = Some(WaitSpec::No);
-        self
-    }
-
-    /// Waits as long as it takes (the default for `acquire`).
-    pub fn wait_forever(mut self) -> Self {
-        self.options.wait = Some(WaitSpec::Forever);
-        self
-    }
-
-    /// With the watchdog: stop renewing `max` after acquisition; see
-    /// [`MutexBuilder::max_hold`](crate::MutexBuilder::max_hold).
-    pub fn max_hold(mut self, max: Duration) -> Self {
-        self.options.max_hold = Some(max);
-        self
-    }
+    hold_option_setters!("a permit");
 
     async fn run(self, default_wait: WaitSpec) -> Result<Option<Permit>> {
         let base = base_name(&self.name)?;
@@ -219,44 +188,5 @@ impl Permit {
         self.guard.fence()
     }
 
-    /// Completes when the permit's lease is lost (or after release).
-    pub fn lost(&self) -> Lost<'_> {
-        self.guard.lost()
-    }
-
-    /// An owned token cancelled when the permit is lost.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.guard.lost_token()
-    }
-
-    /// Whether the permit is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
-    }
-
-    /// Extends the permit's lease; see [`MutexGuard::extend`].
-    ///
-    /// # Errors
-    ///
-    /// As [`MutexGuard::extend`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.guard.extend(ttl).await
-    }
-
-    /// Returns the permit.
-    ///
-    /// # Errors
-    ///
-    /// As [`MutexGuard::release`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`MutexGuard::release`].
-    pub async fn release(self) -> Result<()> {
-        self.guard.release().await
-    }
+    hold_methods!(guard);
 }
