@@ -343,3 +343,47 @@ async fn a_release_in_another_process_wakes_the_waiter_without_polling() {
         "hand-offs {hand_offs:?}: polled, not woken"
     );
 }
+
+#[tokio::test]
+async fn a_multi_lock_attempt_takes_every_lock_in_one_transaction_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let locks = dlock::connect(&url(&dir.path().join("locks.db")))
+        .await
+        .unwrap();
+    locks
+        .mutex("a")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let blocker = locks.mutex("b").acquire().await.unwrap();
+    assert!(
+        locks
+            .multi_lock(["a", "b", "c"])
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Taken one at a time, "a" would have been granted and let go again (fence 2).
+    let a = locks.mutex("a").acquire().await.unwrap();
+    assert_eq!(
+        a.fence().get(),
+        2,
+        "a failed multi-lock attempt wrote to a lock"
+    );
+    assert!(locks.inspect("c").await.unwrap().is_none());
+    a.release().await.unwrap();
+    blocker.release().await.unwrap();
+    let all = locks
+        .multi_lock(["a", "b", "c"])
+        .no_wait()
+        .acquire()
+        .await
+        .unwrap();
+    let fences: Vec<u64> = all.fences().map(|(_, fence)| fence.get()).collect();
+    assert_eq!(fences, vec![3, 2, 1]);
+    all.release().await.unwrap();
+}

@@ -17,7 +17,8 @@ pub const MAX_MULTI_LOCK_NAMES: usize = 1024;
 
 /// Options for taking several exclusive locks at once; made by [`Locks::multi_lock`].
 ///
-/// Where the store can take several locks in one atomic step (Redis: one script), the first
+/// Where the store can take several locks in one atomic step (Redis: one script; SQLite: one
+/// transaction), the first
 /// attempt does; otherwise, and while waiting, the names are taken one at a time in one
 /// canonical order (sorted by bytes), so two multi-locks over
 /// overlapping names never deadlock, whatever order their callers listed them in. One deadline

@@ -13,7 +13,7 @@ mod worker;
 pub use config::{MAX_POLL, SqliteConfig};
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -216,17 +216,7 @@ impl Backend for SqliteBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
-        let request = Arc::new(Request {
-            name: req.name.as_str().to_owned(),
-            token: req.token.clone(),
-            owner: req.owner.clone(),
-            ttl_ms: sql::ms(req.ttl),
-            reentrant: req.reentrant,
-            fair: req.fair,
-            waits: req.wait != crate::Wait::No,
-            attempts: AtomicU32::new(0),
-            queued: AtomicBool::new(false),
-        });
+        let request = Arc::new(Request::new(req));
         // Whatever ends this call (timeout, error, the future dropped), leave the queue.
         let mut queued = LeaveQueue {
             shared,
@@ -290,6 +280,47 @@ impl Backend for SqliteBackend {
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {
         Some(self)
+    }
+
+    async fn try_acquire_all(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
+        let requests: Arc<Vec<Request>> = Arc::new(reqs.iter().map(Request::new).collect());
+        let start = Instant::now();
+        let (job, undo_requests) = (requests.clone(), requests.clone());
+        let undo_wake = self.shared.wake_handle();
+        let tried = self
+            .shared
+            .exec_undoable(
+                move |conn| sql::try_acquire_all(conn, &job),
+                // The caller gave up while the worker was acquiring: let go at once.
+                move |conn, fences| {
+                    for (request, fence) in undo_requests.iter().zip(fences.unwrap_or_default()) {
+                        let _ = sql::release(conn, &request.name, &request.token, fence);
+                    }
+                    undo_wake.wake_all();
+                },
+            )
+            .await;
+        Some(tried.map_err(Into::into).map(|fences| {
+            fences.map(|fences| {
+                requests
+                    .iter()
+                    .zip(fences)
+                    .map(|(request, fence)| {
+                        Arc::new(SqliteLease {
+                            shared: self.shared.clone(),
+                            name: request.name.clone(),
+                            token: request.token.clone(),
+                            fence,
+                            lost: CancellationToken::new(),
+                            start,
+                        }) as Arc<dyn Lease>
+                    })
+                    .collect()
+            })
+        }))
     }
 
     fn values(&self) -> Option<&dyn ValueStore> {

@@ -108,6 +108,57 @@ fn queue(
     Ok(Tried::Busy { free_in_ms })
 }
 
+/// Writes the grant of `req` (checked free or re-entered as `row` says); returns the fence.
+fn grant(conn: &Connection, req: &Request, row: LockRow, now: i64) -> rusqlite::Result<i64> {
+    let expires_at = now.saturating_add(req.ttl_ms);
+    let fence: i64 = match row {
+        Some((Some(token), live_until)) if live_until > now && token == req.token => conn
+            .prepare_cached(
+                "UPDATE dlock_locks SET holds = holds + 1, expires_at = MAX(expires_at, ?2)
+                 WHERE name = ?1 RETURNING fence",
+            )?
+            .query_row(params![req.name, expires_at], |r| r.get(0))?,
+        _ => conn
+            .prepare_cached(
+                "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
+                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (name) DO UPDATE SET
+                     fence = fence + 1, token = excluded.token, holds = 1, expires_at = excluded.expires_at,
+                     acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
+                     host = excluded.host, pid = excluded.pid
+                 RETURNING fence",
+            )?
+            .query_row(
+                params![req.name, req.token, expires_at, now, req.owner.label, req.owner.host, req.owner.pid],
+                |r| r.get(0),
+            )?,
+    };
+    Ok(fence)
+}
+
+/// Every lock of `reqs` in one IMMEDIATE transaction, or none: the attempt of a multi-lock.
+/// Returns the fences in order, or `None` when any lock is busy.
+pub(super) fn try_acquire_all(
+    conn: &mut Connection,
+    reqs: &[Request],
+) -> rusqlite::Result<Option<Vec<i64>>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = now_ms();
+    let mut rows = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        match check(&tx, req, now)? {
+            Check::Grant(row) => rows.push(row),
+            Check::Busy(_) => return Ok(None), // dropping `tx` rolls back: nothing was written
+        }
+    }
+    let mut fences = Vec::with_capacity(reqs.len());
+    for (req, row) in reqs.iter().zip(rows) {
+        fences.push(grant(&tx, req, row, now)?);
+    }
+    tx.commit()?;
+    Ok(Some(fences))
+}
+
 /// One acquisition attempt: an IMMEDIATE transaction that checks and writes (after a plain
 /// read on retries).
 pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Result<Tried> {
@@ -128,29 +179,7 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
             return queue(conn, req, now, free_in_ms);
         }
     };
-    let expires_at = now.saturating_add(req.ttl_ms);
-    let fence: i64 = match row {
-        Some((Some(token), live_until)) if live_until > now && token == req.token => tx
-            .prepare_cached(
-                "UPDATE dlock_locks SET holds = holds + 1, expires_at = MAX(expires_at, ?2)
-                 WHERE name = ?1 RETURNING fence",
-            )?
-            .query_row(params![req.name, expires_at], |r| r.get(0))?,
-        _ => tx
-            .prepare_cached(
-                "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
-                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (name) DO UPDATE SET
-                     fence = fence + 1, token = excluded.token, holds = 1, expires_at = excluded.expires_at,
-                     acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
-                     host = excluded.host, pid = excluded.pid
-                 RETURNING fence",
-            )?
-            .query_row(
-                params![req.name, req.token, expires_at, now, req.owner.label, req.owner.host, req.owner.pid],
-                |r| r.get(0),
-            )?,
-    };
+    let fence = grant(&tx, req, row, now)?;
     if req.queued.load(Ordering::Relaxed) {
         // Leave the queue, and sweep out waiters that are gone.
         tx.prepare_cached(
@@ -205,6 +234,22 @@ pub(super) struct Request {
     pub(super) attempts: AtomicU32,
     /// Whether it has taken a place in the waiter queue.
     pub(super) queued: AtomicBool,
+}
+
+impl Request {
+    pub(super) fn new(req: &crate::backend::AcquireRequest) -> Request {
+        Request {
+            name: req.name.as_str().to_owned(),
+            token: req.token.clone(),
+            owner: req.owner.clone(),
+            ttl_ms: ms(req.ttl),
+            reentrant: req.reentrant,
+            fair: req.fair,
+            waits: req.wait != crate::Wait::No,
+            attempts: AtomicU32::new(0),
+            queued: AtomicBool::new(false),
+        }
+    }
 }
 
 type InfoRow = (
