@@ -295,3 +295,68 @@ async fn an_unreachable_ensemble_is_unavailable() {
         .unwrap_err();
     assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_and_semaphores_are_native_queues() {
+    let Some(server) = server() else { return };
+    let url = url(&server, "");
+    let zk = Client::connect(&server.addr().to_string()).await.unwrap();
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    // Curator's recipe: one sequential node per hold or waiter, its kind in its name.
+    let reader = a.rwlock("doc").read().await.unwrap();
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.rwlock("doc").write().await }
+    });
+    eventually("the writer queued", async || {
+        nodes(&zk, "doc%00rw").await.len() == 2
+    })
+    .await;
+    let kinds: Vec<char> = {
+        let mut children = nodes(&zk, "doc%00rw").await;
+        children.sort_by_key(|c| c.rsplit_once("-lock-").map(|(_, seq)| seq.to_owned()));
+        children.iter().map(|c| c.chars().nth(3).unwrap()).collect()
+    };
+    assert_eq!(kinds, vec!['r', 'w'], "queue nodes by kind");
+    // A reader arriving behind the waiting writer waits too.
+    assert!(b.rwlock("doc").try_read().await.unwrap().is_none());
+    reader.release().await.unwrap();
+    let writer = writer.await.unwrap().unwrap();
+    assert!(writer.fence() > dlock::FencingToken::new(0));
+    // Deleting the writer's node (as an operator would) fires its lost signal.
+    let node = nodes(&zk, "doc%00rw").await.pop().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await; // past the own-node watch delay
+    zk.delete(&format!("/t/doc%00rw/{node}"), None)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), writer.lost())
+        .await
+        .expect("lost signal");
+
+    // Semaphore: the first `permits` nodes in line hold; the rest wait for any to go.
+    let p1 = a.semaphore("pool", 2).acquire().await.unwrap();
+    let p2 = a.semaphore("pool", 2).acquire().await.unwrap();
+    assert!(p2.fence() > p1.fence());
+    let third = tokio::spawn({
+        let b = b.clone();
+        async move { b.semaphore("pool", 2).acquire().await }
+    });
+    eventually("the third waits", async || {
+        nodes(&zk, "pool%00sem").await.len() == 3
+    })
+    .await;
+    p1.release().await.unwrap();
+    third.await.unwrap().unwrap().release().await.unwrap();
+    p2.release().await.unwrap();
+    eventually("no node is left", async || {
+        nodes(&zk, "pool%00sem").await.is_empty()
+    })
+    .await;
+    // Neither shows up as a lock.
+    use futures::TryStreamExt;
+    let listed: Vec<_> = a.list("").try_collect().await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, MonitorStore,
-    ValueStore, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, ListPage, LockInfo, LockKind,
+    MonitorStore, ValueStore, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -41,8 +41,8 @@ const INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: true,
         values: true,
-        permits: false,
-        rwlock: false,
+        permits: true,
+        rwlock: true,
     },
 );
 
@@ -423,6 +423,88 @@ fn queue(children: Vec<String>) -> Vec<(i64, String)> {
     queue
 }
 
+/// What an acquire call waits for in its directory's queue: the rule of the lock's kind.
+#[derive(Clone, Copy, Debug)]
+enum Turn {
+    /// A mutex, or the write side of a read-write lock: first in line.
+    Exclusive,
+    /// A reader: no writer ahead (so a waiting writer holds back later readers), and fewer
+    /// than `max_readers` readers ahead.
+    Read { max_readers: u32 },
+    /// A writer of a read-write lock: first in line.
+    Write,
+    /// A permit: among the first `permits` in line.
+    Permit { permits: u32 },
+}
+
+/// What to do after looking at the queue.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    Granted,
+    /// Wait for the node at this index to go.
+    WatchNode(usize),
+    /// Wait for any change of the directory.
+    WatchChildren,
+}
+
+impl Turn {
+    fn of(kind: LockKind) -> Turn {
+        match kind {
+            LockKind::Read { max_readers } => Turn::Read { max_readers },
+            LockKind::Write => Turn::Write,
+            LockKind::Permit { permits } => Turn::Permit { permits },
+            _ => Turn::Exclusive,
+        }
+    }
+
+    /// The first letter of a node's tag. Mutex tags are hex, so never `r`, `w` or `p`.
+    fn tag_letter(self) -> &'static str {
+        match self {
+            Turn::Exclusive => "",
+            Turn::Read { .. } => "r",
+            Turn::Write => "w",
+            Turn::Permit { .. } => "p",
+        }
+    }
+
+    /// The directory of the lock: read-write locks and semaphores live beside the mutexes of
+    /// the same name (a NUL, never part of a lock name, keeps them apart).
+    fn dir_name(self, name: &str) -> String {
+        match self {
+            Turn::Exclusive => name.to_owned(),
+            Turn::Read { .. } | Turn::Write => format!("{name}\0rw"),
+            Turn::Permit { .. } => format!("{name}\0sem"),
+        }
+    }
+
+    fn decide(self, queue: &[(i64, String)], position: usize) -> Decision {
+        let limit = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        match self {
+            Turn::Exclusive | Turn::Write if position == 0 => Decision::Granted,
+            Turn::Exclusive | Turn::Write => Decision::WatchNode(position - 1),
+            Turn::Read { max_readers } => {
+                let writer = queue[..position]
+                    .iter()
+                    .rposition(|(_, child)| is_writer(child));
+                match writer {
+                    Some(index) => Decision::WatchNode(index),
+                    None if position < limit(max_readers) => Decision::Granted,
+                    None => Decision::WatchChildren,
+                }
+            }
+            Turn::Permit { permits } if position < limit(permits) => Decision::Granted,
+            Turn::Permit { .. } => Decision::WatchChildren,
+        }
+    }
+}
+
+/// Whether a queue node is a read-write lock's writer.
+fn is_writer(child: &str) -> bool {
+    child
+        .strip_prefix(NODE_PREFIX)
+        .is_some_and(|tag| tag.starts_with('w'))
+}
+
 fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -480,7 +562,9 @@ struct Node {
 struct Waiter {
     inner: Arc<Inner>,
     dir: String,
+    /// Unique per acquire call; its first letter says the kind of hold (see [`Turn`]).
     tag: String,
+    turn: Turn,
     node: Option<Node>,
     /// A create was sent in this session and its reply not read: the node may exist.
     uncertain: Option<Arc<Session>>,
@@ -574,10 +658,12 @@ impl Backend for ZookeeperBackend {
             });
         }
         let deadline = req.wait.deadline();
+        let turn = Turn::of(req.kind);
         let mut waiter = Waiter {
             inner: self.inner.clone(),
-            dir: self.inner.dir(req.name.as_str()),
-            tag: uuid::Uuid::new_v4().simple().to_string(),
+            dir: self.inner.dir(&turn.dir_name(req.name.as_str())),
+            tag: format!("{}{}", turn.tag_letter(), uuid::Uuid::new_v4().simple()),
+            turn,
             node: None,
             uncertain: None,
         };
@@ -768,29 +854,48 @@ async fn attempt_in(
                 source: "the waiter's node disappeared".into(),
             });
         };
-        if position == 0 {
-            let Some(node) = waiter.node.take() else {
-                return Err(session_lost());
-            };
-            return Ok(Some(ZkLease::start(node, req, checked)));
-        }
-        if deadline.is_some_and(|at| at <= Instant::now()) {
-            waiter.leave().await;
-            return Ok(None);
-        }
-        // Watch only the node just ahead: its end wakes one waiter, not the herd. If that
-        // node was a waiter that gave up, the next listing finds the one before it.
-        let ahead = format!("{}/{}", waiter.dir, queue[position - 1].1);
-        let (stat, watcher) = session
-            .client
-            .check_and_watch_stat(&ahead)
-            .await
-            .map_err(|e| map(e, &ahead))?;
-        if stat.is_none() {
-            continue;
-        }
+        let watched = match waiter.turn.decide(&queue, position) {
+            Decision::Granted => {
+                let Some(node) = waiter.node.take() else {
+                    return Err(session_lost());
+                };
+                return Ok(Some(ZkLease::start(node, req, checked)));
+            }
+            Decision::WatchNode(_) | Decision::WatchChildren
+                if deadline.is_some_and(|at| at <= Instant::now()) =>
+            {
+                waiter.leave().await;
+                return Ok(None);
+            }
+            // Watch only the node that must go: its end wakes one waiter, not the herd. If
+            // that node was a waiter that gave up, the next listing finds the next one.
+            Decision::WatchNode(index) => {
+                let ahead = format!("{}/{}", waiter.dir, queue[index].1);
+                let (stat, watcher) = session
+                    .client
+                    .check_and_watch_stat(&ahead)
+                    .await
+                    .map_err(|e| map(e, &ahead))?;
+                if stat.is_none() {
+                    continue;
+                }
+                watcher
+            }
+            // Any node ahead leaving may be our turn (a permit or a reader place came free).
+            Decision::WatchChildren => {
+                let (children, watcher) = session
+                    .client
+                    .list_and_watch_children(&waiter.dir)
+                    .await
+                    .map_err(|e| map(e, &waiter.dir))?;
+                if self::queue(children) != queue {
+                    continue; // changed since the listing we decided on
+                }
+                watcher
+            }
+        };
         tokio::select! {
-            _ = watch_fired(watcher) => {}
+            _ = watch_fired(watched) => {}
             () = sleep_until_opt(deadline) => {
                 waiter.leave().await;
                 return Ok(None);
@@ -1145,6 +1250,8 @@ impl MonitorStore for ZookeeperBackend {
             .iter()
             .filter(|c| c.as_str() != values::VALUES_DIR)
             .filter_map(|c| decode_name(c))
+            // Read-write locks and semaphores (`name NUL kind`) are not locks.
+            .filter(|n| !n.contains('\0'))
             .filter(|n| n.starts_with(prefix) && cursor.is_none_or(|c| n.as_str() > c))
             .collect();
         names.sort_unstable();
