@@ -285,3 +285,75 @@ async fn a_holder_paused_past_its_lease_loses_to_the_next_waiter() {
     assert!(!next.is_lost());
     next.release().await.unwrap();
 }
+
+/// The keys under `base` (raw bytes: etcdctl cannot take the NULs of these bases).
+async fn keys_under(endpoint: &str, base: &[u8]) -> Vec<Vec<u8>> {
+    let mut client = etcd_client::Client::connect([endpoint], None)
+        .await
+        .unwrap();
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_keys_only();
+    let reply = client.get(base, Some(options)).await.unwrap();
+    reply.kvs().iter().map(|kv| kv.key().to_vec()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_and_semaphores_queue_natively_and_busy_tries_leave_nothing() {
+    let Some(server) = server() else { return };
+    let ep = server.addr().to_string();
+    let url = format!("etcd://{ep}");
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let sem_base: &[u8] = b"dlock/\0sem\0pool\0";
+    let permit = a.semaphore("pool", 1).acquire().await.unwrap();
+    assert!(
+        b.semaphore("pool", 1)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        keys_under(&ep, sem_base).await.len(),
+        1,
+        "a busy try left its key"
+    );
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { b.semaphore("pool", 1).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!second.is_finished(), "a second permit of one");
+    permit.release().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert!(second.fence() > dlock::FencingToken::new(0));
+    second.release().await.unwrap();
+
+    let rw_base: &[u8] = b"dlock/\0rw\0doc\0";
+    let reader = a.rwlock("doc").read().await.unwrap();
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.rwlock("doc").write().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sides: Vec<u8> = keys_under(&ep, rw_base)
+        .await
+        .iter()
+        .map(|key| key[rw_base.len()])
+        .collect();
+    assert_eq!(sides.len(), 2, "reader and waiting writer: {sides:?}");
+    assert!(sides.contains(&b'r') && sides.contains(&b'w'), "{sides:?}");
+    // A reader that comes after the waiting writer waits too, and leaves nothing.
+    assert!(a.rwlock("doc").try_read().await.unwrap().is_none());
+    assert_eq!(keys_under(&ep, rw_base).await.len(), 2);
+    reader.release().await.unwrap();
+    let writer = writer.await.unwrap().unwrap();
+    writer.release().await.unwrap();
+    // Neither kind shows up as a lock.
+    use futures::TryStreamExt;
+    let listed: Vec<_> = a.list("").try_collect().await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}

@@ -2,6 +2,7 @@
 
 mod config;
 mod error;
+mod queue_rules;
 mod values;
 
 pub use config::{EtcdConfig, WAITER_LEASE_SECS};
@@ -28,6 +29,7 @@ use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
 use error::{BACKEND, bad_reply, lease_gone, map};
+use queue_rules::{Shape, Wanted};
 
 /// URL schemes served by this backend.
 pub const ETCD_SCHEMES: &[&str] = &["etcd"];
@@ -43,8 +45,8 @@ const INFO: BackendInfo = BackendInfo::new(
         cross_process: true,
         monitor: true,
         values: true,
-        permits: false,
-        rwlock: false,
+        permits: true,
+        rwlock: true,
     },
 );
 
@@ -517,16 +519,16 @@ impl EtcdBackend {
     /// One pass: queue, wait for our turn, confirm. A retryable error means "start over".
     async fn attempt(&self, req: &AcquireRequest, pending: &Pending) -> Result<Option<EtcdLease>> {
         let inner = &self.inner;
-        let prefix = inner.lock_prefix(req.name.as_str());
+        let shape = Shape::of(req.kind);
+        let prefix = shape.base(&inner.config.prefix, req.name.as_str());
         let secs = lease_secs(req.ttl);
         let start = Instant::now();
         let (hold, granted) = inner.grant(secs).await?;
         pending.track(hold);
-        let mut key = prefix.clone();
-        key.extend_from_slice(format!("{hold:016x}").as_bytes());
+        let key = shape.key(&prefix, hold);
         let put = || PutOptions::new().with_lease(hold);
 
-        if req.wait == Wait::No {
+        if req.wait == Wait::No && matches!(shape, Shape::Exclusive) {
             // Create the key only if the lock has no key at all: a busy try leaves nothing.
             let reply = inner
                 .raw_txn(
@@ -579,7 +581,26 @@ impl EtcdBackend {
                 _ => None,
             })
             .ok_or_else(|| bad_reply("queue"))?;
-        if holder_rev == my_rev {
+        let ours = if shape.first_in_line_wins() {
+            holder_rev == my_rev
+        } else {
+            matches!(
+                inner.wanted(shape, &prefix, my_rev).await?.0,
+                Wanted::Nothing
+            )
+        };
+        if !ours && req.wait == Wait::No {
+            // A busy try leaves nothing: the key goes now (it would count as a place ahead of
+            // others until its lease's revocation lands), the lease in the background.
+            let key = &key;
+            inner
+                .resend(|mut c| async move { c.delete(key.as_slice(), None).await })
+                .await
+                .map_err(map)?;
+            pending.revoke_all();
+            return Ok(None);
+        }
+        if ours {
             pending.keep(hold);
             return Ok(Some(EtcdLease::new(
                 inner.clone(),
@@ -621,7 +642,14 @@ impl EtcdBackend {
         }
 
         match self
-            .wait_turn(&prefix, my_rev, queue_lease.0, queue_lease.1, req.wait)
+            .wait_turn(
+                shape,
+                &prefix,
+                my_rev,
+                queue_lease.0,
+                queue_lease.1,
+                req.wait,
+            )
             .await?
         {
             Turn::TimedOut => {
@@ -688,10 +716,12 @@ impl EtcdBackend {
         )))
     }
 
-    /// Waits until no key of the lock has a lower create revision than `my_rev`, watching only
-    /// the key just before ours (no herd) and keeping our queue lease alive meanwhile.
+    /// Waits until the key created at `my_rev` has its turn by the rules of `shape`
+    /// (`queue_rules`), watching only the key that must go where there is one (no herd), and
+    /// keeping our queue lease alive meanwhile.
     async fn wait_turn(
         &self,
+        shape: Shape,
         prefix: &[u8],
         my_rev: i64,
         queue_lease: i64,
@@ -706,41 +736,24 @@ impl EtcdBackend {
         let mut failures = 0u32;
         loop {
             let step = async {
-                let mut reply = inner
-                    .resend(|mut c| async move {
-                        c.get(
-                            prefix,
-                            Some(
-                                GetOptions::new()
-                                    .with_prefix()
-                                    .with_max_create_revision(my_rev - 1)
-                                    .with_sort(SortTarget::Create, SortOrder::Descend)
-                                    .with_limit(1)
-                                    .with_keys_only(),
-                            ),
-                        )
-                        .await
-                    })
-                    .await
-                    .map_err(map)?;
-                let at = revision(reply.header(), "predecessor")?;
-                let Some(before) = reply.take_kvs().into_iter().next() else {
-                    return Ok(None);
+                let (wanted, at) = inner.wanted(shape, prefix, my_rev).await?;
+                let (watched, whole_base) = match wanted {
+                    Wanted::Nothing => return Ok(None),
+                    Wanted::Key(key) => (key, false),
+                    Wanted::AnyDeletion => (prefix.to_vec(), true),
                 };
                 // From the revision we read at: a deletion between the read and the watch is
                 // still delivered.
-                let before = before.key();
+                let watched = &watched;
                 let stream = inner
                     .resend(|mut c| async move {
-                        c.watch(
-                            before,
-                            Some(
-                                WatchOptions::new()
-                                    .with_start_revision(at + 1)
-                                    .with_filters([WatchFilterType::NoPut]),
-                            ),
-                        )
-                        .await
+                        let mut options = WatchOptions::new()
+                            .with_start_revision(at + 1)
+                            .with_filters([WatchFilterType::NoPut]);
+                        if whole_base {
+                            options = options.with_prefix();
+                        }
+                        c.watch(watched.as_slice(), Some(options)).await
                     })
                     .await
                     .map_err(map)?;
