@@ -386,6 +386,17 @@ impl FaultKind {
         FaultKind::LeaderKill,
     ];
 
+    /// A fault of the store or the network rather than of a holder.
+    fn strikes_the_store(self) -> bool {
+        !matches!(
+            self,
+            FaultKind::Baseline
+                | FaultKind::HolderKill
+                | FaultKind::HolderPause
+                | FaultKind::HolderPauseCanary
+        )
+    }
+
     fn slug(self) -> &'static str {
         match self {
             FaultKind::Baseline => "baseline",
@@ -500,10 +511,22 @@ fn stand(backend: &'static str) -> Result<Arc<Stand>, Failed> {
 fn trial(backend: &'static str, fault: FaultKind) -> Result<(), Failed> {
     let stand = stand(backend)?;
     let fenced = fault != FaultKind::HolderPauseCanary;
-    let workload = Workload {
+    let mut workload = Workload {
         fenced,
         ..stand.workload.clone()
     };
+    if full() {
+        workload.holds_before *= 3;
+        workload.holds_after *= 3;
+    }
+    if fault.strikes_the_store() {
+        // Long holds renewed by the watchdog, so the fault strikes a lease that must be kept
+        // (and whose loss must be signalled), not the gap between two short holds.
+        workload.watchdog = true;
+        workload.hold = Duration::from_millis(1200);
+        workload.holds_before = 2;
+        workload.holds_after = 2;
+    }
     let ttl = workload.ttl;
     let injected = match fault {
         FaultKind::Baseline => Fault::None,
@@ -648,12 +671,16 @@ fn record(backend: &str, report: &ScenarioReport) {
     }
 }
 
+fn full() -> bool {
+    std::env::var("DLOCK_SAFETY").is_ok_and(|v| v == "full")
+}
+
 fn main() {
     worker::run_if_worker();
     let mut args = Arguments::from_args();
     // One at a time: faults restart and pause shared servers.
     args.test_threads = Some(1);
-    let full = std::env::var("DLOCK_SAFETY").is_ok_and(|v| v == "full");
+    let full = full();
     let mut trials = Vec::new();
     for backend in BACKENDS {
         let installed = installed(backend);

@@ -64,6 +64,19 @@ impl Default for FencedResource {
     }
 }
 
+/// Two holds whose recorded intervals intersect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overlap {
+    /// The fence of the hold that started first.
+    pub earlier: FencingToken,
+    /// The fence of the hold that started while the earlier one was still open.
+    pub later: FencingToken,
+    /// When the later hold started.
+    pub at: Instant,
+    /// Whether the earlier holder had been told it lost the lock by then.
+    pub signalled: bool,
+}
+
 /// What the checker found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckReport {
@@ -84,6 +97,11 @@ pub struct CheckReport {
     pub unsafe_writes: usize,
     /// Holds whose guard reported the lock lost before the hold ended.
     pub lost_holds: usize,
+    /// Holds whose fence was not greater than every fence of the holds that started before
+    /// it (must be 0: fences are monotonic per lock name).
+    pub fence_regressions: Vec<(FencingToken, FencingToken)>,
+    /// Every overlap, with when it began.
+    pub overlap_details: Vec<Overlap>,
 }
 
 impl FencedResource {
@@ -193,6 +211,16 @@ impl FencedResource {
             .and_then(|hold| hold.lost_at)
     }
 
+    /// The holds open at `at` (started before, not ended), with when each was reported lost.
+    pub fn holds_open_at(&self, at: Instant) -> Vec<(FencingToken, Option<Instant>)> {
+        self.record()
+            .holds
+            .iter()
+            .filter(|hold| hold.start <= at && hold.end.is_none_or(|end| end > at))
+            .map(|hold| (hold.fence, hold.lost_at))
+            .collect()
+    }
+
     /// Holds that started at or after `since`.
     pub fn holds_since(&self, since: Instant) -> Vec<Instant> {
         self.record()
@@ -237,14 +265,29 @@ impl FencedResource {
         holds.sort_by_key(|hold| hold.start);
         let mut overlaps = Vec::new();
         let mut lost_overlaps = Vec::new();
+        let mut overlap_details = Vec::new();
+        let mut fence_regressions = Vec::new();
+        let mut highest: Option<FencingToken> = None;
+        for hold in &holds {
+            match highest {
+                Some(high) if hold.fence <= high => fence_regressions.push((high, hold.fence)),
+                _ => highest = Some(hold.fence),
+            }
+        }
         for (i, earlier) in holds.iter().enumerate() {
             let earlier_end = earlier.end.unwrap_or(now);
             for later in holds[i + 1..]
                 .iter()
                 .take_while(|later| later.start < earlier_end)
             {
-                // Lost before the later hold began: the holder was told, and its writes are
-                // the fence's to refuse.
+                overlap_details.push(Overlap {
+                    earlier: earlier.fence,
+                    later: later.fence,
+                    at: later.start,
+                    signalled: earlier.lost_at.is_some(),
+                });
+                // Lost before the hold ended: the holder was told, and its writes are the
+                // fence's to refuse.
                 if earlier.lost_at.is_some() {
                     lost_overlaps.push((earlier.fence, later.fence));
                 } else {
@@ -260,6 +303,8 @@ impl FencedResource {
             rejected: record.rejected.clone(),
             unsafe_writes: record.unsafe_writes,
             lost_holds: holds.iter().filter(|hold| hold.lost_at.is_some()).count(),
+            fence_regressions,
+            overlap_details,
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct Workload {
     pub release_within: Duration,
     /// Workers are threads of this process (the memory backend) rather than processes.
     pub in_process: bool,
+    /// Holds use the watchdog (a lease of `ttl`, renewed while held) instead of a fixed TTL.
+    pub watchdog: bool,
 }
 
 impl Default for Workload {
@@ -53,6 +55,7 @@ impl Default for Workload {
             deadline: Duration::from_secs(60),
             release_within: Duration::from_secs(10),
             in_process: false,
+            watchdog: false,
         }
     }
 }
@@ -99,12 +102,23 @@ pub struct ScenarioReport {
     pub acquisitions: Acquisitions,
     /// The checker's findings.
     pub check: CheckReport,
+    /// Overlaps of holds whose earlier holder was not told, outside the fault (from its
+    /// start to one lease after its end, the time a holder may need to hear of a loss the
+    /// fault caused): violations of mutual exclusion.
+    pub overlaps_without_fault: usize,
+    /// Overlaps during the fault whose earlier holder was not (yet) told: the fault let a
+    /// second holder in (a store that lost its data); the fence must cover them.
+    pub overlaps_during_fault: usize,
     /// Stale writes refused whose holder's guard never reported the lock lost (must be 0).
     pub stale_writes_unsignalled: usize,
     /// The largest delay between a hold's real loss and its lost signal, frozen holders aside
     /// (`None`: no signal came after the loss; the keeper signals before the store's lease
     /// ends).
     pub lost_lag_max: Option<Duration>,
+    /// Holds open when the fault began, and how many of those were reported lost.
+    pub holds_struck: (usize, usize),
+    /// The longest time from the fault's start to the lost signal of a hold it struck.
+    pub lost_after_fault_max: Option<Duration>,
     /// For a holder pause: whether the paused holder's guard reported the loss, and how long
     /// after it was continued.
     pub paused_holder_lost: Option<Option<Duration>>,
@@ -129,11 +143,16 @@ impl ScenarioReport {
     /// that was not told, recovery, no lock left behind, no failed worker.
     pub fn violations(&self) -> Vec<String> {
         let mut violations = Vec::new();
-        if !self.check.overlaps.is_empty() {
+        if self.overlaps_without_fault > 0 {
             violations.push(format!(
-                "{} overlapping holds with no lost signal: {:?}",
-                self.check.overlaps.len(),
-                self.check.overlaps
+                "{} overlapping holds with no fault active and no lost signal: {:?}",
+                self.overlaps_without_fault, self.check.overlaps
+            ));
+        }
+        if !self.check.fence_regressions.is_empty() {
+            violations.push(format!(
+                "fences did not grow (highest so far, then the next): {:?}",
+                self.check.fence_regressions
             ));
         }
         if self.stale_writes_unsignalled > 0 {
@@ -160,8 +179,8 @@ impl ScenarioReport {
         let ms = |d: Option<Duration>| d.map_or("-".into(), |d| format!("{}", d.as_millis()));
         format!(
             "{fault} ({fenced}): acquisitions {att} attempted / {ok} ok / {to} timed out / {ind} indeterminate; \
-             holds {holds}; overlaps {ov} (after a lost signal {lov}); writes {acc} accepted / {rej} stale refused / {unsafe_} unsafe accepted; \
-             lost signals {lost}, max lag {lag} ms{paused}; recovery {rec} ms after a {dur} ms fault; leftover {left}; {secs:.1} s",
+             holds {holds}; overlaps {ov} unsignalled outside the fault, {ovd} unsignalled during it, {lov} after a lost signal; fence regressions {reg}; writes {acc} accepted / {rej} stale refused / {unsafe_} unsafe accepted; \
+             lost signals {lost}, max lag {lag} ms{paused}; holds struck by the fault {struck} ({struck_lost} told lost, the last {after} ms after it began); recovery {rec} ms after a {dur} ms fault; leftover {left}; {secs:.1} s",
             fault = self.fault,
             fenced = if self.fenced {
                 "fenced"
@@ -173,7 +192,9 @@ impl ScenarioReport {
             to = a.timed_out,
             ind = a.indeterminate,
             holds = self.check.holds,
-            ov = self.check.overlaps.len(),
+            ov = self.overlaps_without_fault,
+            ovd = self.overlaps_during_fault,
+            reg = self.check.fence_regressions.len(),
             lov = self.check.lost_overlaps.len(),
             acc = self.check.accepted,
             rej = self.check.rejected.len(),
@@ -192,6 +213,9 @@ impl ScenarioReport {
                     self.holds_during_pause
                 ),
             },
+            struck = self.holds_struck.0,
+            struck_lost = self.holds_struck.1,
+            after = ms(self.lost_after_fault_max),
             rec = ms(self.recovery),
             dur = self.fault_duration.as_millis(),
             left = self.leftover.as_deref().unwrap_or("none"),
@@ -235,6 +259,7 @@ pub fn run(
         ttl: workload.ttl,
         hold: workload.hold,
         wait: workload.wait,
+        watchdog: workload.watchdog,
         id: 0,
     };
     let mut workers = spawn_workers(&config, workload)?;
@@ -247,6 +272,18 @@ pub fn run(
 
     let resource = service.resource();
     let check = resource.report();
+    let fault_active = |at: Instant| at >= fault_start && at <= fault_end + workload.ttl;
+    let (overlaps_during_fault, overlaps_without_fault) = check
+        .overlap_details
+        .iter()
+        .filter(|overlap| !overlap.signalled)
+        .fold((0, 0), |(during, without), overlap| {
+            if fault_active(overlap.at) {
+                (during + 1, without)
+            } else {
+                (during, without + 1)
+            }
+        });
     let stale_writes_unsignalled = check
         .rejected
         .iter()
@@ -275,6 +312,15 @@ pub fn run(
         }
         None => (None, 0),
     };
+    let struck = resource.holds_open_at(fault_start);
+    let holds_struck = (
+        struck.len(),
+        struck.iter().filter(|(_, lost)| lost.is_some()).count(),
+    );
+    let lost_after_fault_max = struck
+        .iter()
+        .filter_map(|(_, lost)| lost.map(|at| at.saturating_duration_since(fault_start)))
+        .max();
     let recovery = resource
         .holds_since(fault_end)
         .into_iter()
@@ -286,10 +332,14 @@ pub fn run(
         fenced: workload.fenced,
         acquisitions: service.acquisitions(),
         check,
+        overlaps_without_fault,
+        overlaps_during_fault,
         stale_writes_unsignalled,
         lost_lag_max,
         paused_holder_lost,
         holds_during_pause,
+        holds_struck,
+        lost_after_fault_max,
         recovery,
         fault_duration: fault_end - fault_start,
         leftover,
@@ -478,7 +528,8 @@ fn reap(workers: Workers, deadline: Duration) -> Vec<String> {
     failures
 }
 
-/// The lock, if a client of `url` still sees it held after `within`.
+/// The lock, if a client of `url` still sees it held after `within`: by `inspect`, or where
+/// the store has no inspection (Redlock) by trying to take it.
 fn leftover(url: &str, name: &str, within: Duration) -> anyhow::Result<Option<String>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -487,19 +538,33 @@ fn leftover(url: &str, name: &str, within: Duration) -> anyhow::Result<Option<St
         let locks = dlock::connect(url).await?;
         let until = Instant::now() + within;
         loop {
-            match locks.inspect(name).await {
-                Ok(None) => return Ok(None),
-                Ok(Some(info)) if Instant::now() > until => {
-                    return Ok(Some(format!(
-                        "{name} held by {} (fence {})",
-                        info.owner,
-                        info.fence.get()
-                    )));
+            let held = match locks.inspect(name).await {
+                Ok(info) => {
+                    info.map(|info| format!("held by {} (fence {})", info.owner, info.fence.get()))
                 }
-                Err(error) if !error.is_retryable() || Instant::now() > until => {
-                    return Err(error.into());
+                Err(dlock::Error::Unsupported { .. }) => {
+                    match locks
+                        .mutex(name)
+                        .ttl(Duration::from_secs(1))
+                        .try_acquire()
+                        .await
+                    {
+                        Ok(Some(guard)) => {
+                            guard.release().await?;
+                            None
+                        }
+                        Ok(None) => Some("held (a probe could not take it)".to_owned()),
+                        Err(error) if error.is_retryable() => Some(error.to_string()),
+                        Err(error) => return Err(error.into()),
+                    }
                 }
-                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(error) if error.is_retryable() => Some(error.to_string()),
+                Err(error) => return Err(error.into()),
+            };
+            match held {
+                None => return Ok(None),
+                Some(held) if Instant::now() > until => return Ok(Some(format!("{name} {held}"))),
+                Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
     })

@@ -42,6 +42,8 @@ pub struct WorkerConfig {
     pub hold: Duration,
     /// How long each acquire may wait.
     pub wait: Duration,
+    /// Hold with the watchdog (a lease of `ttl` renewed while held) rather than a fixed TTL.
+    pub watchdog: bool,
     /// The id the worker reports (its pid when it runs as a process).
     pub id: u32,
 }
@@ -63,6 +65,8 @@ impl WorkerConfig {
             self.hold.as_millis().to_string(),
             "--wait-ms".into(),
             self.wait.as_millis().to_string(),
+            "--watchdog".into(),
+            self.watchdog.to_string(),
         ]
     }
 
@@ -74,7 +78,7 @@ impl WorkerConfig {
     pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<WorkerConfig> {
         let mut args = args.into_iter();
         let (mut url, mut name, mut checker) = (None, None, None);
-        let (mut ttl, mut hold, mut wait) = (None, None, None);
+        let (mut ttl, mut hold, mut wait, mut watchdog) = (None, None, None, false);
         while let Some(flag) = args.next() {
             let value = args
                 .next()
@@ -87,6 +91,7 @@ impl WorkerConfig {
                 "--ttl-ms" => ttl = Some(millis()?),
                 "--hold-ms" => hold = Some(millis()?),
                 "--wait-ms" => wait = Some(millis()?),
+                "--watchdog" => watchdog = value.parse()?,
                 _ => bail!("unknown argument {flag}"),
             }
         }
@@ -97,6 +102,7 @@ impl WorkerConfig {
             ttl: ttl.context("--ttl-ms")?,
             hold: hold.context("--hold-ms")?,
             wait: wait.context("--wait-ms")?,
+            watchdog,
             id: std::process::id(),
         })
     }
@@ -160,14 +166,16 @@ pub fn run_if_worker() {
 /// The checker service could not be reached, or the client could not be made.
 pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
     let checker = Checker::connect(config.checker, config.id).await?;
-    let locks = connect(&config).await?;
+    let mut locks = connect(&config).await?;
+    if config.watchdog {
+        locks = locks.with_watchdog_lease(config.ttl)?;
+    }
     while checker.send("ATTEMPT", "").await? == "GO" {
-        let acquired = locks
-            .mutex(config.name.clone())
-            .ttl(config.ttl)
-            .wait(config.wait)
-            .acquire()
-            .await;
+        let mut mutex = locks.mutex(config.name.clone()).wait(config.wait);
+        if !config.watchdog {
+            mutex = mutex.ttl(config.ttl);
+        }
+        let acquired = mutex.acquire().await;
         let guard = match acquired {
             Ok(guard) => guard,
             Err(dlock::Error::Timeout { .. }) => {
@@ -195,7 +203,8 @@ pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
             refused |= checker.send("WRITE", &fence).await?.starts_with("STALE");
             tokio::time::sleep(config.hold / WRITES_PER_HOLD).await;
         }
-        if refused || started.elapsed() >= config.ttl {
+        // A fixed lease that ran out, or a refused write: the guard must say it is lost.
+        if refused || (!config.watchdog && started.elapsed() >= config.ttl) {
             let _ = tokio::time::timeout(config.ttl * 2, guard.lost()).await;
             // Let the watcher report it before the hold ends.
             let _ = tokio::time::timeout(Duration::from_secs(1), async {
