@@ -57,18 +57,20 @@ impl FaultProxy {
     ///
     /// The runtime or a listener could not be made.
     pub fn start(upstreams: &[SocketAddr]) -> io::Result<FaultProxy> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+        // Bound here, with std, so `start` also works from inside a runtime.
         let mut listeners = Vec::new();
         for upstream in upstreams {
-            let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listener.set_nonblocking(true)?;
             listeners.push((listener, *upstream));
         }
         let addrs = listeners
             .iter()
             .map(|(listener, _)| listener.local_addr())
             .collect::<io::Result<Vec<_>>>()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let (fault, _) = watch::channel(NetFault::None);
         let (resets, _) = watch::channel(0u64);
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
@@ -78,6 +80,9 @@ impl FaultProxy {
             .spawn(move || {
                 runtime.block_on(async move {
                     for (listener, upstream) in listeners {
+                        let Ok(listener) = TcpListener::from_std(listener) else {
+                            continue;
+                        };
                         tokio::spawn(accept(
                             listener,
                             upstream,

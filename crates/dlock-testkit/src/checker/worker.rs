@@ -143,6 +143,13 @@ pub fn run_if_worker() {
     if std::env::var_os(WORKER_ENV).is_none() {
         return;
     }
+    // `DLOCK_LOG=debug` (a tracing filter) shows what the worker's client does, on stderr.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("DLOCK_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = WorkerConfig::parse(std::env::args().skip(1)).and_then(|config| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
