@@ -65,6 +65,9 @@ impl Stand {
     }
 }
 
+/// A server a fixture shares with the stand's actions.
+type SharedServer = Arc<Mutex<ServerProcess>>;
+
 /// Runs a closure on a stand's server(s), however its fixture keeps them.
 type WithServer = Arc<
     dyn Fn(&mut dyn FnMut(&mut ServerProcess) -> anyhow::Result<()>) -> anyhow::Result<()>
@@ -193,18 +196,18 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             Ok(stand)
         }
         "postgres" | "postgres-session" | "mariadb" | "mariadb-session" => {
-            let fixtures: Vec<(Arc<dyn Fixture>, Arc<Mutex<ServerProcess>>)> =
-                if backend.starts_with("postgres") {
-                    PostgresFixture::start_both()?
-                        .into_iter()
-                        .map(|f| (f.clone() as Arc<dyn Fixture>, f.server().clone()))
-                        .collect()
-                } else {
-                    MysqlFixture::start_both()?
-                        .into_iter()
-                        .map(|f| (f.clone() as Arc<dyn Fixture>, f.server().clone()))
-                        .collect()
-                };
+            let fixtures: Vec<(Arc<dyn Fixture>, SharedServer)> = if backend.starts_with("postgres")
+            {
+                PostgresFixture::start_both()?
+                    .into_iter()
+                    .map(|f| (f.clone() as Arc<dyn Fixture>, f.server().clone()))
+                    .collect()
+            } else {
+                MysqlFixture::start_both()?
+                    .into_iter()
+                    .map(|f| (f.clone() as Arc<dyn Fixture>, f.server().clone()))
+                    .collect()
+            };
             let (fixture, server) = fixtures
                 .into_iter()
                 .find(|(f, _)| f.backend() == backend)
@@ -631,22 +634,18 @@ fn trial(backend: &'static str, fault: FaultKind) -> Result<(), Failed> {
                 violations.push("the frozen holder's guard never reported the loss".into());
             }
         }
-        FaultKind::HolderPause => {
-            // A session lock outlives its holder's freeze: nobody else may get in.
-            if report.holds_during_pause > 0 {
-                violations.push(format!(
-                    "{} holds began while the session holder was frozen",
-                    report.holds_during_pause
-                ));
-            }
+        // A session lock outlives its holder's freeze: nobody else may get in.
+        FaultKind::HolderPause if report.holds_during_pause > 0 => {
+            violations.push(format!(
+                "{} holds began while the session holder was frozen",
+                report.holds_during_pause
+            ));
         }
-        FaultKind::HolderPauseCanary => {
-            if report.check.unsafe_writes == 0 {
-                violations.push(
-                    "canary: without fencing no unsafe write was accepted, so the fault did not happen"
-                        .into(),
-                );
-            }
+        FaultKind::HolderPauseCanary if report.check.unsafe_writes == 0 => {
+            violations.push(
+                "canary: without fencing no unsafe write was accepted, so the fault did not happen"
+                    .into(),
+            );
         }
         _ => {}
     }

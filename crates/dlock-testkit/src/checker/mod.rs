@@ -169,7 +169,7 @@ impl FencedResource {
         });
     }
 
-    fn open_hold<'r>(record: &'r mut Record, fence: FencingToken) -> Option<&'r mut Hold> {
+    fn open_hold(record: &mut Record, fence: FencingToken) -> Option<&mut Hold> {
         record
             .holds
             .iter_mut()
