@@ -29,13 +29,18 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
         url: redact_url(url),
         reason,
     };
-    let Some((scheme, _rest)) = url.split_once("://") else {
+    let Some((scheme, rest)) = url.split_once("://") else {
         return Err(invalid(
             "expected SCHEME://…, e.g. sqlite:///var/lib/app/locks.db or memory://".into(),
         ));
     };
     let scheme = scheme.to_ascii_lowercase();
     match scheme.as_str() {
+        // Every other scheme refuses options it does not know; memory has none, and a `?…`
+        // would otherwise silently become part of the store's name.
+        "memory" if rest.contains('?') => Err(invalid(
+            "memory:// takes no options (memory://NAME names a store of this process)".into(),
+        )),
         "memory" => Ok(Locks::new(crate::memory::MemoryBackend::from_url(url))),
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Locks::new(

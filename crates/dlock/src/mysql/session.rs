@@ -73,7 +73,6 @@ impl ModeStore for SessionStore {
 }
 
 async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt> {
-    let start = Instant::now();
     let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
     let slice = match req.wait {
         Wait::Forever => WAIT_SLICE,
@@ -104,6 +103,11 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     if !got {
         return Ok(Attempt::Busy { free_in: None });
     }
+    // The hold starts at the grant, not before the request: the wait happened inside the
+    // server, and a session lock has no expiry there, so its client-kept TTL counts from here
+    // (counting from before a long wait made a lock granted after a wait longer than its TTL
+    // lost on arrival).
+    let start = Instant::now();
     let fence = sqlx::query(AssertSqlSafe(shared.fence_sql.clone()))
         .bind(req.name.as_str())
         .execute(&mut *conn)

@@ -92,9 +92,10 @@ pub(super) async fn ensure(pool: &PgPool, table: &str, ddl: &str, shape: Shape) 
         {
             Ok(_) => {}
             // Two clients creating the table at once: one of them loses on the catalog's
-            // unique index; the table is there either way.
+            // unique index, or on the table's row type ("type … already exists", 42710);
+            // the table is there either way.
             Err(sqlx::Error::Database(db))
-                if matches!(db.code().as_deref(), Some("23505" | "42P07")) => {}
+                if matches!(db.code().as_deref(), Some("23505" | "42P07" | "42710")) => {}
             Err(e) => return Err(from_sqlx(e)),
         }
         found = columns(pool, table).await?;

@@ -43,8 +43,9 @@ pub(crate) struct SessionLease {
 }
 
 impl SessionLease {
-    /// Starts the keeper task of a lock just taken on `conn`. `start` is the instant before
-    /// the request that took it; the lease lasts `ttl` from there unless extended.
+    /// Starts the keeper task of a lock just taken on `conn`. `start` is the instant the grant
+    /// arrived (the server holds a session lock until the session ends, so nothing expires
+    /// before it); the lease lasts `ttl` from there unless extended.
     pub(crate) fn start<C: SessionConn>(
         conn: C,
         name: String,

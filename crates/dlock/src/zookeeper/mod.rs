@@ -1144,9 +1144,15 @@ impl Lease for ZkLease {
             state.over = true;
         }
         shared.changed.notify_one();
-        // Lost (session over, node deleted by someone else): nothing of ours is left to delete.
+        // Lost: by the keeper's deadline (renewals failed while the connection was suspended)
+        // or a session given up on, the node may still exist, and the session may come back
+        // with it; the lock would then stay held by nobody. Delete it (a no-op if it is gone).
         if shared.lost.is_cancelled() || shared.session.gone.is_cancelled() {
-            return Err(Error::not_owned(&shared.name));
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                delete_until_done(&shared.session, &shared.path).await;
+            });
+            return Err(Error::not_owned(&self.shared.name));
         }
         match shared.session.client.delete(&shared.path, None).await {
             Ok(()) => Ok(()),

@@ -2,7 +2,8 @@
 -- Keys on every node, with P the prefix and N the lock name:
 --   P rlock:N   string 'dlockr1' NUL token NUL fence NUL owner; its TTL is the lease
 --   P rfence:N  string: the last fence this node gave out or was told about (no TTL, so a
---               fence survives the lock; only a node that loses its data forgets it)
+--               fence survives the lock; only a node that loses its data forgets it, and
+--               then starts again from its clock, see acquire.lua)
 --   P wake:N    pub/sub channel: released (the payload is empty: every waiter retries)
 
 local function integer(n)
