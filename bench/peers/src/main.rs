@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Libraries: `rslock` (its `acquire`, which retries `lock` with its default 3 × up to 200 ms)
-//! and `distributed-lock` (its Redis `acquire` with a timeout). Both hold with a busy loop, like
-//! dlock's workers, and run on a one-thread runtime, like `dlock bench`.
+//! and `distributed-lock` (the project's Redis backend, `distributed-lock-redis`: its
+//! `try_acquire`, retried every millisecond, since its `acquire` does not wait). Both hold
+//! with a busy loop, like dlock's workers, and run on a one-thread runtime, like `dlock bench`.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,6 +17,8 @@ use anyhow::{Context, bail};
 use distributed_lock_core::{DistributedLock, LockHandle, LockProvider};
 
 const TTL: Duration = Duration::from_secs(30);
+/// How often the distributed-lock peer retries a busy lock.
+const RETRY: Duration = Duration::from_millis(1);
 
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -74,8 +77,17 @@ impl Client {
             }
             Client::DistributedLock(provider) => {
                 let lock = provider.create_lock(name);
-                let Ok(handle) = lock.acquire(Some(wait)).await else {
-                    return Ok(None);
+                // Its `acquire` makes one attempt and fails when the lock is busy (0.2.0), so
+                // wait the way its users must: retry, here every millisecond.
+                let deadline = Instant::now() + wait;
+                let handle = loop {
+                    if let Some(handle) = lock.try_acquire().await? {
+                        break handle;
+                    }
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    tokio::time::sleep(RETRY).await;
                 };
                 let acquired = now_ns();
                 busy(hold);

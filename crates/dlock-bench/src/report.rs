@@ -289,8 +289,8 @@ fn targets(md: &mut String, entries: &Entries) {
             None,
         ),
     }
-    let zk = find(entries, "zookeeper", "dlock").and_then(|e| e.uncontended.as_ref());
-    let kazoo = peers(entries, "zookeeper", "kazoo").find_map(|(_, e)| e.uncontended.as_ref());
+    let zk = find(entries, "zk", "dlock").and_then(|e| e.uncontended.as_ref());
+    let kazoo = peers(entries, "zk", "kazoo").find_map(|(_, e)| e.uncontended.as_ref());
     match (zk, kazoo) {
         (Some((d, _)), Some((k, _))) => {
             let ratio = d.pairs_per_sec.median / k.pairs_per_sec.median;
@@ -307,8 +307,8 @@ fn targets(md: &mut String, entries: &Entries) {
         }
         _ => row("ZooKeeper ≥ 2x kazoo", "–".to_owned(), None),
     }
-    let zk_handoff = find(entries, "zookeeper", "dlock").and_then(|e| e.handoff.as_ref());
-    let kazoo_handoff = peers(entries, "zookeeper", "kazoo").find_map(|(_, e)| e.handoff.as_ref());
+    let zk_handoff = find(entries, "zk", "dlock").and_then(|e| e.handoff.as_ref());
+    let kazoo_handoff = peers(entries, "zk", "kazoo").find_map(|(_, e)| e.handoff.as_ref());
     if let (Some((d, _)), Some((k, _))) = (zk_handoff, kazoo_handoff) {
         let ratio = d.acquisitions_per_sec.median / k.acquisitions_per_sec.median;
         row(
