@@ -6,7 +6,11 @@
 #
 #   scripts/bench.sh                     # everything (about 10 minutes on 2 cores)
 #   BENCH_STORES="redis zookeeper" scripts/bench.sh      # some stores only
-#   BENCH_REPEAT=3 BENCH_DURATION=1s scripts/bench.sh    # shorter runs while developing
+#   BENCH_ROUNDS=1 BENCH_DURATION=1s scripts/bench.sh    # shorter runs while developing
+#
+# Rounds: every library and scenario runs once per round, all in turn, BENCH_ROUNDS times (3),
+# so a change in the machine's load (other builds) falls on all of them alike; the report gives
+# min / median / max over the rounds.
 #
 # Placement: the servers are pinned to CPU $SERVER_CPU, single-client scenarios (uncontended,
 # floor, many locks, watchdog) to CPU $CLIENT_CPU; the hand-off's worker processes are not pinned
@@ -17,7 +21,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGET="${CARGO_TARGET_DIR:-target}"
-REPEAT="${BENCH_REPEAT:-3}"
+ROUNDS="${BENCH_ROUNDS:-3}"
+# Runs per invocation (per round).
+REPEAT="${BENCH_REPEAT:-1}"
 DURATION="${BENCH_DURATION:-3s}"
 STORES="${BENCH_STORES:-memory sqlite redis redlock zookeeper postgres mysql etcd}"
 CLIENT_CPU="${CLIENT_CPU:-0}"
@@ -89,9 +95,9 @@ run() {
     [ "$pinned" = pinned ] && pin=(taskset -c "$CLIENT_CPU")
     local server=()
     case "$store" in memory | sqlite) ;; *) server=(--server-cpus "$SERVER_CPU") ;; esac
-    echo "== $file ($(cut -d' ' -f1-3 /proc/loadavg))"
+    echo "== round $round: $file (load $(cut -d' ' -f1-3 /proc/loadavg))"
     "${pin[@]}" "$DLOCK" --url "$url" bench --repeat "$REPEAT" --duration "$DURATION" \
-        "${server[@]}" --json "$RESULTS/$file.json" "$@"
+        "${server[@]}" --json "$RESULTS/$file.r$round.json" "$@"
 }
 
 # peer FILE STORE LABEL COUNTED_COMMANDS COMMAND [args…]: a peer's uncontended (pinned) and
@@ -105,6 +111,7 @@ peer() {
     run "$file-handoff" "$store" unpinned --scenario handoff --library "$label" --peer "$command" "${counting[@]}" "$@"
 }
 
+for round in $(seq 1 "$ROUNDS"); do
 for store in $STORES; do
     case "$store" in
     memory)
@@ -135,6 +142,7 @@ for store in $STORES; do
         run "$store-handoff" "$store" unpinned --scenario handoff ;;
     *) echo "unknown store $store" >&2; exit 1 ;;
     esac
+done
 done
 
 echo "== report"

@@ -23,6 +23,124 @@ struct Entry {
     watchdog: Option<WatchdogScale>,
 }
 
+/// Every report about one library on one store: `scripts/bench.sh` runs the libraries in
+/// rounds, so that a change in the machine's load falls on all of them alike.
+#[derive(Default)]
+struct Rounds {
+    uncontended: Vec<Uncontended>,
+    uncontended_place: String,
+    floor: Vec<Floor>,
+    many: Vec<ManyLocks>,
+    handoff: Vec<Handoff>,
+    handoff_place: String,
+    watchdog: Vec<WatchdogScale>,
+}
+
+/// One spread from several reports: a single report keeps its own (min, median, max of its
+/// runs); several give the min, median and max of their medians.
+fn merge_spreads<'a>(spreads: impl IntoIterator<Item = &'a Spread>) -> Spread {
+    let spreads: Vec<&Spread> = spreads.into_iter().collect();
+    match spreads[..] {
+        [single] => single.clone(),
+        _ => Spread::of(spreads.iter().map(|s| s.median).collect()),
+    }
+}
+
+impl Rounds {
+    fn merge(self) -> Entry {
+        let uncontended = (!self.uncontended.is_empty()).then(|| {
+            let u = &self.uncontended;
+            let ratios: Vec<&Spread> = u.iter().filter_map(|u| u.ratio_to_floor.as_ref()).collect();
+            (
+                Uncontended {
+                    pairs: u[0].pairs,
+                    pairs_per_sec: merge_spreads(u.iter().map(|u| &u.pairs_per_sec)),
+                    p50_us: merge_spreads(u.iter().map(|u| &u.p50_us)),
+                    p99_us: merge_spreads(u.iter().map(|u| &u.p99_us)),
+                    ratio_to_floor: (!ratios.is_empty()).then(|| merge_spreads(ratios)),
+                },
+                self.uncontended_place.clone(),
+            )
+        });
+        let floor = self.floor.first().map(|first| Floor {
+            what: first.what.clone(),
+            pairs_per_sec: merge_spreads(self.floor.iter().map(|f| &f.pairs_per_sec)),
+            p50_us: merge_spreads(self.floor.iter().map(|f| &f.p50_us)),
+            p99_us: merge_spreads(self.floor.iter().map(|f| &f.p99_us)),
+        });
+        let many = self.many.first().map(|first| ManyLocks {
+            points: first
+                .points
+                .iter()
+                .enumerate()
+                .map(|(i, point)| {
+                    let same: Vec<&crate::results::ManyPoint> =
+                        self.many.iter().filter_map(|m| m.points.get(i)).collect();
+                    crate::results::ManyPoint {
+                        tasks: point.tasks,
+                        pairs_per_sec: merge_spreads(same.iter().map(|p| &p.pairs_per_sec)),
+                        p50_us: merge_spreads(same.iter().map(|p| &p.p50_us)),
+                        p99_us: merge_spreads(same.iter().map(|p| &p.p99_us)),
+                    }
+                })
+                .collect(),
+        });
+        let handoff = self.handoff.first().map(|first| {
+            let h = &self.handoff;
+            let commands: Vec<&Spread> = h
+                .iter()
+                .filter_map(|h| h.store_commands_per_acquisition.as_ref())
+                .collect();
+            // The distributions of the rounds, averaged quantile by quantile.
+            let quantiles = (0..first.gap_quantiles_us.len())
+                .map(|i| {
+                    let values: Vec<f64> = h
+                        .iter()
+                        .filter_map(|h| h.gap_quantiles_us.get(i).copied())
+                        .collect();
+                    values.iter().sum::<f64>() / values.len().max(1) as f64
+                })
+                .collect();
+            (
+                Handoff {
+                    processes: first.processes,
+                    hold_ms: first.hold_ms,
+                    acquisitions_per_sec: merge_spreads(h.iter().map(|h| &h.acquisitions_per_sec)),
+                    handoffs_per_sec: merge_spreads(h.iter().map(|h| &h.handoffs_per_sec)),
+                    gap_p50_us: merge_spreads(h.iter().map(|h| &h.gap_p50_us)),
+                    gap_p99_us: merge_spreads(h.iter().map(|h| &h.gap_p99_us)),
+                    fairness: merge_spreads(h.iter().map(|h| &h.fairness)),
+                    worst_wait_ms: merge_spreads(h.iter().map(|h| &h.worst_wait_ms)),
+                    store_commands_per_acquisition: (!commands.is_empty())
+                        .then(|| merge_spreads(commands)),
+                    gap_quantiles_us: quantiles,
+                },
+                self.handoff_place.clone(),
+            )
+        });
+        let watchdog = self.watchdog.first().map(|first| {
+            let w = &self.watchdog;
+            let rss: Vec<&Spread> = w.iter().filter_map(|w| w.rss_mib.as_ref()).collect();
+            WatchdogScale {
+                held: first.held,
+                lease_ms: first.lease_ms,
+                renewals_per_sec: merge_spreads(w.iter().map(|w| &w.renewals_per_sec)),
+                cpu_percent: merge_spreads(w.iter().map(|w| &w.cpu_percent)),
+                rss_growth_mib: merge_spreads(w.iter().map(|w| &w.rss_growth_mib)),
+                rss_mib: (!rss.is_empty()).then(|| merge_spreads(rss)),
+                lost: w.iter().map(|w| w.lost).sum(),
+            }
+        });
+        Entry {
+            uncontended,
+            floor,
+            many,
+            handoff,
+            watchdog,
+        }
+    }
+}
+
 /// (backend, library) → what was measured; dlock first within a backend.
 type Entries = BTreeMap<(String, (bool, String)), Entry>;
 
@@ -62,7 +180,7 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
         "no JSON reports in {}",
         results.display()
     );
-    let mut entries = Entries::new();
+    let mut rounds: BTreeMap<_, Rounds> = BTreeMap::new();
     let (mut load_min, mut load_max) = (f64::MAX, f64::MIN);
     let (mut first, mut last) = (u64::MAX, 0);
     for report in reports {
@@ -75,29 +193,32 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
         first = first.min(report.environment.started_unix_s);
         last = last.max(report.environment.started_unix_s);
         let place = placement(&report);
-        let entry = entries.entry(key(&report)).or_default();
+        let entry = rounds.entry(key(&report)).or_default();
         if let Some(u) = report.uncontended {
-            entry.uncontended = Some((u, place.clone()));
+            entry.uncontended.push(u);
+            entry.uncontended_place = place.clone();
         }
-        if report.floor.is_some() {
-            entry.floor = report.floor;
-        }
-        if report.many.is_some() {
-            entry.many = report.many;
-        }
+        entry.floor.extend(report.floor);
+        entry.many.extend(report.many);
         if let Some(h) = report.handoff {
-            entry.handoff = Some((h, place));
+            entry.handoff.push(h);
+            entry.handoff_place = place;
         }
-        if report.watchdog.is_some() {
-            entry.watchdog = report.watchdog;
-        }
+        entry.watchdog.extend(report.watchdog);
     }
+    let entries: Entries = rounds
+        .into_iter()
+        .map(|(key, rounds)| (key, rounds.merge()))
+        .collect();
     let base = results.parent().unwrap_or(Path::new("."));
     let charts_dir = base.join("charts");
     std::fs::create_dir_all(&charts_dir)
         .with_context(|| format!("create {}", charts_dir.display()))?;
     let chart_links = draw_charts(&entries, &charts_dir)?;
-    let out_dir = out.parent().unwrap_or(Path::new("."));
+    let out_dir = out
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let relative = |path: &Path| -> String {
         let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
         let (path, dir) = (absolute(path), absolute(out_dir));
@@ -117,10 +238,12 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
         "# Benchmarks\n\n\
          Generated by `dlock bench --report {}` from the JSON reports of one run of\n\
          `scripts/bench.sh` ({} to {} UTC); do not edit by hand: edit `{}` or rerun.\n\n\
-         Every scenario runs at least 3 times; cells read **median** (min – max). Servers come\n\
-         from the test kit (child processes on loopback); the peers were installed from their\n\
-         registries by the script and ran on the same server instances as dlock. 1-minute load\n\
-         average during the run: {:.2} – {:.2} (the machine has {} CPUs).\n",
+         The script runs every library and scenario once per round, all of them in turn, for\n\
+         several rounds (3 by default), so that a change in the machine's load falls on all of\n\
+         them alike; cells read **median** (min – max) over the rounds. Servers come from the\n\
+         test kit (child processes on loopback); the peers were installed from their registries\n\
+         by the script and ran on the same server instances as dlock. 1-minute load average\n\
+         during the run: {:.2} – {:.2} (the machine has {} CPUs).\n",
         relative(results),
         date(first),
         date(last),
