@@ -295,6 +295,9 @@ fn num(x: f64) -> String {
         }
     } else if x.abs() >= 10.0 {
         format!("{x:.1}")
+    } else if x.abs() < 1.0 {
+        // Fairness and ratios: 0.99 against 0.985 decides a target.
+        format!("{x:.3}")
     } else {
         format!("{x:.2}")
     }
