@@ -388,7 +388,11 @@ fn targets(md: &mut String, entries: &Entries) {
             );
             row(
                 "hand-off fairness (Jain) ≥ 0.99",
-                cell(&h.fairness),
+                // Four decimals: at 0.9899 the verdict must not look like 0.990.
+                format!(
+                    "**{:.4}** ({:.4} – {:.4})",
+                    h.fairness.median, h.fairness.min, h.fairness.max
+                ),
                 Some(h.fairness.median >= 0.99),
             );
         }
