@@ -389,11 +389,16 @@ fn targets(md: &mut String, entries: &Entries) {
             );
             row(
                 "hand-off fairness (Jain) ≥ 0.99",
-                // Four decimals: at 0.9899 the verdict must not look like 0.990.
-                format!(
-                    "**{:.4}** ({:.4} – {:.4})",
-                    h.fairness.median, h.fairness.min, h.fairness.max
-                ),
+                // Four decimals, cut rather than rounded: 0.98999 must not read as 0.9900.
+                {
+                    let cut = |x: f64| (x * 1e4).floor() / 1e4;
+                    format!(
+                        "**{:.4}** ({:.4} – {:.4})",
+                        cut(h.fairness.median),
+                        cut(h.fairness.min),
+                        cut(h.fairness.max)
+                    )
+                },
                 Some(h.fairness.median >= 0.99),
             );
         }
