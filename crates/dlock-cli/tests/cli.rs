@@ -505,7 +505,62 @@ fn bench_runs_every_scenario_and_reports_json() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("renewals/s"));
+    let results = env.path("results");
+    let many = results.join("many.json");
+    let out = env.run(&[
+        "bench",
+        "--scenario",
+        "many,handoff",
+        "--tasks",
+        "1,4",
+        "--pairs",
+        "40",
+        "--repeat",
+        "1",
+        "--processes",
+        "2",
+        "--duration",
+        "300ms",
+        "--json",
+        many.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&many).unwrap()).unwrap();
+    let points = json["many"]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{json}");
+    assert_eq!(points[1]["tasks"], 4);
+    // The gap distribution behind the chart.
+    assert!(
+        json["handoff"]["gap_quantiles_us"]
+            .as_array()
+            .is_some_and(|q| q.len() > 10),
+        "{json}"
+    );
     assert!(env.held().is_empty(), "the bench left locks behind");
+    // The report: Markdown tables and SVG charts from the JSON of the runs above.
+    std::fs::copy(&report, results.join("sqlite.json")).unwrap();
+    let markdown = env.path("BENCHMARKS.md");
+    let out = env.run(&[
+        "bench",
+        "--report",
+        results.to_str().unwrap(),
+        "--out",
+        markdown.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&markdown).unwrap();
+    assert!(
+        text.contains("## Contended hand-off") && text.contains("## Many distinct locks"),
+        "{text}"
+    );
+    for chart in ["handoff-gap.svg", "throughput-vs-tasks.svg"] {
+        let svg = std::fs::read_to_string(env.path("charts").join(chart)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("polyline"),
+            "{chart}: {svg}"
+        );
+        assert!(text.contains(&format!("charts/{chart}")), "{text}");
+    }
 }
 
 /// Each bad input: a non-zero exit, a message naming the problem, no panic, no lock left.

@@ -1,0 +1,165 @@
+//! What one `dlock bench` invocation measured: the JSON it writes with `--json`, and what
+//! `dlock bench --report` reads back to write BENCHMARKS.md and the charts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::Spread;
+
+/// Everything one `dlock bench` invocation measured.
+#[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Report {
+    /// The client library measured: `dlock`, or the peer's label (`--library`).
+    #[serde(default = "dlock_library")]
+    pub library: String,
+    /// The store's backend name (`redis`, `sqlite`, `zookeeper`…).
+    pub backend: String,
+    /// Where and how it ran.
+    #[serde(default)]
+    pub environment: Environment,
+    /// Uncontended results, if run.
+    pub uncontended: Option<Uncontended>,
+    /// Hand-off results, if run.
+    pub handoff: Option<Handoff>,
+    /// The floor (or, for Redlock, one node), if run.
+    pub floor: Option<Floor>,
+    /// Many distinct locks with concurrent tasks, if run.
+    #[serde(default)]
+    pub many: Option<ManyLocks>,
+    /// The watchdog scale, if run.
+    pub watchdog: Option<WatchdogScale>,
+}
+
+fn dlock_library() -> String {
+    "dlock".to_owned()
+}
+
+/// Where and how a run happened: the CPU placement and how busy the machine was.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Environment {
+    /// CPUs the bench process may run on (`Cpus_allowed_list`), e.g. `0` when pinned.
+    pub client_cpus: String,
+    /// CPUs of the store's server, as the caller placed it (`--server-cpus`), if known.
+    pub server_cpus: Option<String>,
+    /// Online CPUs of the machine.
+    pub cpus: usize,
+    /// Runtime threads of the bench (`--threads`).
+    pub threads: usize,
+    /// 1-minute load average when the run started.
+    pub load_start: f64,
+    /// 1-minute load average when the run ended.
+    pub load_end: f64,
+    /// Unix time (s) the run started.
+    pub started_unix_s: u64,
+    /// Runs per scenario.
+    pub repeat: u32,
+}
+
+/// Results of the uncontended scenario.
+#[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Uncontended {
+    /// Acquire+release pairs per run.
+    #[serde(default)]
+    pub pairs: u32,
+    /// Acquire+release pairs per second.
+    pub pairs_per_sec: Spread,
+    /// Median pair latency, µs.
+    pub p50_us: Spread,
+    /// 99th percentile pair latency, µs.
+    pub p99_us: Spread,
+    /// Pairs per second as a fraction of the floor's, run by run (blocks of the two
+    /// alternate, so both see the same machine).
+    pub ratio_to_floor: Option<Spread>,
+}
+
+/// Results of the hand-off scenario.
+#[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Handoff {
+    /// Worker processes.
+    pub processes: u32,
+    /// Hold time per acquisition, ms.
+    pub hold_ms: f64,
+    /// Acquisitions per second, all workers together.
+    pub acquisitions_per_sec: Spread,
+    /// Hand-offs to a different worker per second.
+    pub handoffs_per_sec: Spread,
+    /// Median gap from a release to the next acquisition, µs.
+    pub gap_p50_us: Spread,
+    /// 99th percentile gap, µs.
+    pub gap_p99_us: Spread,
+    /// Jain's fairness index over per-worker acquisition counts (1 = perfectly even).
+    pub fairness: Spread,
+    /// Longest single wait for the lock, ms.
+    pub worst_wait_ms: Spread,
+    /// Commands sent to the store per acquisition, by every client together (Redis, from
+    /// `INFO commandstats`, so the server must be the benchmark's alone; commands a script
+    /// runs inside are not counted).
+    pub store_commands_per_acquisition: Option<Spread>,
+    /// The gap distribution over all runs together, µs, at [`crate::QUANTILES`].
+    #[serde(default)]
+    pub gap_quantiles_us: Vec<f64>,
+}
+
+/// Results of the floor scenario: on SQLite, plain write-transaction pairs on a scratch
+/// database beside the lock file, through the same library and settings (WAL,
+/// synchronous=NORMAL); on Redis, plain `SET NX PX` + `DEL` pairs through redis-rs; on
+/// Redlock, the same acquire + release on one node.
+#[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Floor {
+    /// What a pair is.
+    pub what: String,
+    /// Pairs per second.
+    pub pairs_per_sec: Spread,
+    /// Median pair latency, µs.
+    pub p50_us: Spread,
+    /// 99th percentile pair latency, µs.
+    pub p99_us: Spread,
+}
+
+/// Results of the many-locks scenario: C tasks of one process, each acquiring and releasing
+/// names of its own, so nothing contends but the client and the store.
+#[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ManyLocks {
+    /// One point per number of concurrent tasks.
+    pub points: Vec<ManyPoint>,
+}
+
+/// Throughput and latency at one number of concurrent tasks.
+#[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ManyPoint {
+    /// Concurrent tasks.
+    pub tasks: u32,
+    /// Acquire+release pairs per second, all tasks together.
+    pub pairs_per_sec: Spread,
+    /// Median pair latency, µs.
+    pub p50_us: Spread,
+    /// 99th percentile pair latency, µs.
+    pub p99_us: Spread,
+}
+
+/// Results of the watchdog scenario.
+#[non_exhaustive]
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WatchdogScale {
+    /// Locks held and renewed.
+    pub held: u32,
+    /// Watchdog lease, ms.
+    pub lease_ms: f64,
+    /// Renewals per second seen by the store (expected: held × 3 / lease).
+    pub renewals_per_sec: Spread,
+    /// Process CPU time while holding, in percent of one core.
+    pub cpu_percent: Spread,
+    /// Resident memory growth from before acquiring to while holding, MiB.
+    pub rss_growth_mib: Spread,
+    /// Resident memory of the whole process while holding, MiB.
+    #[serde(default)]
+    pub rss_mib: Option<Spread>,
+    /// Locks lost while held (must be 0).
+    pub lost: u64,
+}

@@ -1,0 +1,6 @@
+//! The scenarios `dlock bench` runs, one module each.
+
+pub(crate) mod handoff;
+pub(crate) mod many;
+pub(crate) mod uncontended;
+pub(crate) mod watchdog;

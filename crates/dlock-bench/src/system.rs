@@ -1,0 +1,46 @@
+//! What the bench reads about its own process and the machine from `/proc`.
+
+use std::time::Duration;
+
+/// User + system CPU time of this process.
+pub(crate) fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after ')'.
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    // The kernel's USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// Resident memory of this process, MiB.
+pub(crate) fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |pages| pages * 4096.0 / (1024.0 * 1024.0))
+}
+
+/// The 1-minute load average.
+pub(crate) fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// The CPUs this process may run on, as the kernel lists them (`0`, `0-1`…).
+pub(crate) fn allowed_cpus() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+                .map(|cpus| cpus.trim().to_owned())
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The full benchmark run behind BENCHMARKS.md: builds dlock and the Rust peers, installs the
+# Python peers from PyPI into a venv, starts every store from the test kit, runs `dlock bench`
+# for dlock and each peer on the same server instances, writes one JSON report per run into
+# bench/results/, and regenerates BENCHMARKS.md and bench/charts/ from them.
+#
+#   scripts/bench.sh                     # everything (about 10 minutes on 2 cores)
+#   BENCH_STORES="redis zookeeper" scripts/bench.sh      # some stores only
+#   BENCH_ROUNDS=1 BENCH_DURATION=1s scripts/bench.sh    # shorter runs while developing
+#
+# Rounds: every library and scenario runs once per round, all in turn, BENCH_ROUNDS times (3),
+# so a change in the machine's load (other builds) falls on all of them alike; the report gives
+# min / median / max over the rounds.
+#
+# Placement: the servers are pinned to CPU $SERVER_CPU, single-client scenarios (uncontended,
+# floor, many locks, watchdog) to CPU $CLIENT_CPU; the hand-off's worker processes are not pinned
+# (four processes spinning for 1 ms holds on one CPU would measure the scheduler). Each report
+# records the placement it ran with. Run it on an otherwise idle machine: the reports record
+# the load average, and BENCHMARKS.md shows its range.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET="${CARGO_TARGET_DIR:-target}"
+ROUNDS="${BENCH_ROUNDS:-3}"
+# Runs per invocation (per round).
+REPEAT="${BENCH_REPEAT:-1}"
+DURATION="${BENCH_DURATION:-3s}"
+STORES="${BENCH_STORES:-memory sqlite redis redlock zookeeper postgres mysql etcd}"
+CLIENT_CPU="${CLIENT_CPU:-0}"
+SERVER_CPU="${SERVER_CPU:-1}"
+RESULTS=bench/results
+# Peers come from their registries at these versions (the ones measured in BENCHMARKS.md).
+PY_PEERS=(redis==8.1.0 kazoo==2.11.0)
+
+for tool in taskset python3.11 cargo; do
+    command -v "$tool" >/dev/null || { echo "bench.sh: $tool not found" >&2; exit 1; }
+done
+
+echo "== build (release)"
+features=(--features dlock-bench/servers)
+# etcd needs protoc to build; without it the etcd store is left out.
+if command -v protoc >/dev/null; then features+=(--features dlock-cli/etcd); fi
+cargo build --release -q -p dlock-cli -p dlock-bench "${features[@]}"
+cargo build --release -q --manifest-path bench/peers/Cargo.toml --target-dir "$TARGET"
+DLOCK="$TARGET/release/dlock"
+RUST_PEERS="$TARGET/release/dlock-bench-peers"
+
+echo "== Python peers (venv, PyPI)"
+VENV="$TARGET/bench-venv"
+[ -x "$VENV/bin/python" ] || python3.11 -m venv "$VENV"
+"$VENV/bin/pip" install -q "${PY_PEERS[@]}"
+PY="$VENV/bin/python"
+
+mkdir -p "$RESULTS"
+rm -f "$RESULTS"/*.json
+
+# The stores that need a server, started by the test kit and kept up until its stdin closes.
+servers=()
+for store in $STORES; do
+    case "$store" in memory | sqlite) ;; *) servers+=("$store") ;; esac
+done
+declare -A URL
+SQLITE_DIR="$(mktemp -d)"
+URL[memory]="memory://"
+URL[sqlite]="sqlite://$SQLITE_DIR/locks.db"
+if [ ${#servers[@]} -gt 0 ]; then
+    coproc SERVERS { "$TARGET/release/bench-servers" "${servers[@]}"; }
+    while read -r name url pids <&"${SERVERS[0]}"; do
+        [ "$name" = ready ] && break
+        URL[$name]="$url"
+        for pid in $pids; do
+            # -a: every thread, and what the server forks later (PostgreSQL backends) inherits it.
+            taskset -a -p -c "$SERVER_CPU" "$pid" >/dev/null
+            for child in $(pgrep -P "$pid" || true); do taskset -a -p -c "$SERVER_CPU" "$child" >/dev/null; done
+        done
+        echo "   $name: $url (pinned to CPU $SERVER_CPU)"
+    done
+fi
+cleanup() {
+    [ -n "${SERVERS_PID:-}" ] && { exec {SERVERS[1]}>&-; wait "$SERVERS_PID" || true; }
+    rm -rf "$SQLITE_DIR"
+}
+trap cleanup EXIT
+
+# run FILE STORE PINNED [dlock bench args…]: one `dlock bench` invocation, one JSON report.
+run() {
+    local file="$1" store="$2" pinned="$3"
+    shift 3
+    local url="${URL[$store]:-}"
+    if [ -z "$url" ]; then
+        echo "   (no $store server: $file skipped)"
+        return
+    fi
+    local pin=()
+    [ "$pinned" = pinned ] && pin=(taskset -c "$CLIENT_CPU")
+    local server=()
+    case "$store" in memory | sqlite) ;; *) server=(--server-cpus "$SERVER_CPU") ;; esac
+    echo "== round $round: $file (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    "${pin[@]}" "$DLOCK" --url "$url" bench --repeat "$REPEAT" --duration "$DURATION" \
+        "${server[@]}" --json "$RESULTS/$file.r$round.json" "$@"
+}
+
+# peer FILE STORE LABEL COUNTED_COMMANDS COMMAND [args…]: a peer's uncontended (pinned) and
+# hand-off runs; COUNTED_COMMANDS are the Redis commands it sends itself besides scripts.
+peer() {
+    local file="$1" store="$2" label="$3" counted="$4" command="$5"
+    shift 5
+    local counting=()
+    [ -n "$counted" ] && counting=(--count-commands "$counted")
+    run "$file-uncontended" "$store" pinned --scenario uncontended --library "$label" --peer "$command" "$@"
+    run "$file-handoff" "$store" unpinned --scenario handoff --library "$label" --peer "$command" "${counting[@]}" "$@"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+for store in $STORES; do
+    case "$store" in
+    memory)
+        run memory memory pinned --scenario uncontended,many,watchdog ;;
+    sqlite)
+        run sqlite sqlite pinned --scenario uncontended,many,watchdog
+        run sqlite-handoff sqlite unpinned --scenario handoff ;;
+    redis)
+        run redis redis pinned --scenario uncontended,many,watchdog
+        run redis-handoff redis unpinned --scenario handoff
+        for mode in sync asyncio; do
+            for sleep in 0.1 0.001; do
+                peer "redis-py-$mode-$sleep" redis "redis-py $mode, sleep=$sleep" set \
+                    "$PY scripts/peers/redis_py.py $mode $sleep"
+            done
+        done
+        peer rslock redis "rslock 0.10 (tokio-comp)" set "$RUST_PEERS rslock"
+        peer distributed-lock redis "distributed-lock-redis 0.2" set "$RUST_PEERS distributed-lock" ;;
+    redlock)
+        run redlock redlock pinned --scenario uncontended
+        run redlock-handoff redlock unpinned --scenario handoff ;;
+    zookeeper)
+        run zookeeper zookeeper pinned --scenario uncontended,many --pairs 500
+        run zookeeper-handoff zookeeper unpinned --scenario handoff
+        peer kazoo zookeeper "kazoo 2.11" "" "$PY scripts/peers/kazoo_lock.py" --pairs 500 ;;
+    postgres | mysql | etcd)
+        run "$store" "$store" pinned --scenario uncontended,many --pairs 500
+        run "$store-handoff" "$store" unpinned --scenario handoff ;;
+    *) echo "unknown store $store" >&2; exit 1 ;;
+    esac
+done
+done
+
+echo "== report"
+"$DLOCK" bench --report "$RESULTS" --out BENCHMARKS.md
