@@ -60,61 +60,46 @@ pub(crate) fn lines(
         .margin(12)
         .x_label_area_size(48)
         .y_label_area_size(78);
+    // The two y axes give charts of different types: the drawing is written once for both.
+    macro_rules! draw_lines {
+        ($chart:expr, $legend_at:expr) => {{
+            let mut chart = $chart.map_err(|e| anyhow!("{e}"))?;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .draw()
+                .map_err(|e| anyhow!("{e}"))?;
+            for (i, s) in series.iter().enumerate() {
+                let c = color(i);
+                chart
+                    .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+                    .map_err(|e| anyhow!("{e}"))?
+                    .label(s.label.clone())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(2))
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .position($legend_at)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| anyhow!("{e}"))?;
+        }};
+    }
     if log_y {
         let y_range = (y_min * 0.8).max(1e-3)..y_max * 1.25;
-        let mut chart = builder
-            .build_cartesian_2d(x_range.log_scale(), y_range.log_scale())
-            .map_err(|e| anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
-        for (i, s) in series.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
-                .map_err(|e| anyhow!("{e}"))?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+        draw_lines!(
+            builder.build_cartesian_2d(x_range.log_scale(), y_range.log_scale()),
+            SeriesLabelPosition::UpperLeft
+        );
     } else {
-        let mut chart = builder
-            .build_cartesian_2d(x_range.log_scale(), 0f64..1f64)
-            .map_err(|e| anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
-        for (i, s) in series.iter().enumerate() {
-            let c = color(i);
-            chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
-                .map_err(|e| anyhow!("{e}"))?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+        draw_lines!(
+            builder.build_cartesian_2d(x_range.log_scale(), 0f64..1f64),
+            SeriesLabelPosition::LowerRight
+        );
     }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
