@@ -179,9 +179,15 @@ impl Keeper {
         }
     }
 
-    /// Number of leases being kept.
+    /// Number of leases being kept and not yet known lost. A lease whose loss was signalled
+    /// by its store (a session lock's own task) may wait a moment for the keeper to drop it;
+    /// it no longer counts.
     pub(crate) fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock()
+            .entries
+            .values()
+            .filter(|entry| !entry.lease.lost().is_cancelled())
+            .count()
     }
 }
 
