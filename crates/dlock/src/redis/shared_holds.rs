@@ -98,7 +98,8 @@ pub(super) async fn acquire(
         shape,
         token: &req.token,
         in_flight: &in_flight,
-        armed: true,
+        may_claim: waits && matches!(shape, Shape::Write),
+        granted: false,
     };
     let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
     let acquired = acquire_loop(
@@ -141,9 +142,7 @@ pub(super) async fn acquire(
         },
     )
     .await;
-    // A writer that gave up also gives up its claim to the next turn.
-    abandon.armed = !matches!(acquired, Ok(Some(_)))
-        && (in_flight.load(Ordering::Relaxed) || (waits && matches!(shape, Shape::Write)));
+    abandon.granted = matches!(acquired, Ok(Some(_)));
     drop(abandon);
     Some(acquired)
 }
@@ -156,13 +155,18 @@ struct Abandon<'a> {
     shape: Shape,
     token: &'a str,
     in_flight: &'a AtomicBool,
-    armed: bool,
+    /// A waiting writer may have claimed the next turn, which must be given up.
+    may_claim: bool,
+    /// The call ended with the hold: nothing to clean up.
+    granted: bool,
 }
 
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
-        // Dropped mid-flight, `armed` was never updated: what matters is the reply unread.
-        if !self.armed && !self.in_flight.load(Ordering::Relaxed) {
+        // Only a grant whose reply was never read, or a writer's claim, is left to give back:
+        // a reader or permit waiter that simply stops waiting leaves nothing (and its
+        // clean-up would wake every waiter for nothing).
+        if self.granted || !(self.in_flight.load(Ordering::Relaxed) || self.may_claim) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
