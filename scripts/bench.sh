@@ -38,8 +38,6 @@ done
 
 echo "== build (release)"
 features=(--features dlock-bench/servers)
-# etcd needs protoc to build; without it the etcd store is left out.
-if command -v protoc >/dev/null; then features+=(--features dlock-cli/etcd); fi
 cargo build --release -q -p dlock-cli -p dlock-bench "${features[@]}"
 cargo build --release -q --manifest-path bench/peers/Cargo.toml --target-dir "$TARGET"
 DLOCK="$TARGET/release/dlock"

@@ -8,11 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: the real servers (PostgreSQL, MariaDB and ZooKeeper too), and setpriv (util-linux) for the
-# file-permission test when running as root, and script (bsdutils) for the terminal test.
-# etcd: the server and etcdctl (the tests drive it), and protoc, which the etcd-client crate's
-# build script needs (`--all-features` builds the etcd backend).
-packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client protobuf-compiler)
+# Debian packages the tests use: the real servers (PostgreSQL, MariaDB and ZooKeeper too), and
+# setpriv (util-linux) for the file-permission test when running as root, and script (bsdutils)
+# for the terminal test. etcd: the server and etcdctl (the tests drive it). No protoc: the etcd
+# client's build uses the one vendored in a crate (see .cargo/config.toml).
+packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -26,9 +26,42 @@ if [ ${#missing[@]} -gt 0 ]; then
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     else
         echo "missing Debian packages: ${missing[*]}" >&2
-        echo "install them with: sudo apt-get install -y ${missing[*]}" >&2
+        echo "install them with: sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
         exit 1
     fi
+fi
+
+# Before cargo starts: every tool and file the build and the tests use, with the package that
+# brings it. A package can be installed and still lack a file (a recommends left out), so the
+# files themselves are checked.
+need=(
+    "cc:gcc"                                        # rusqlite's bundled SQLite, ring
+    "/usr/include/stdio.h:libc6-dev"
+    "redis-server:redis-server"
+    "redis-cli:redis-tools"
+    "etcd:etcd-server"
+    "etcdctl:etcd-client"
+    "/usr/bin/mariadbd:mariadb-server"
+    "/usr/bin/mariadb-install-db:mariadb-server"
+    "/usr/share/java/zookeeper.jar:zookeeper"
+    "/usr/share/java/slf4j-simple.jar:libslf4j-java"
+    "/usr/lib/jvm/default-java/bin/java:default-jre-headless"
+    "kill:procps"                                   # the ZooKeeper and etcd pause tests
+    "setpriv:util-linux"
+    "script:bsdutils"
+)
+absent=()
+for entry in "${need[@]}"; do
+    item="${entry%%:*}"
+    pkg="${entry#*:}"
+    if [[ "$item" == /* ]]; then [ -e "$item" ] || absent+=("$item (package $pkg)")
+    else command -v "$item" >/dev/null || absent+=("$item (package $pkg)"); fi
+done
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || absent+=("/usr/lib/postgresql/*/bin/postgres (package postgresql)")
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || absent+=("/usr/lib/postgresql/*/bin/initdb (package postgresql)")
+if [ ${#absent[@]} -gt 0 ]; then
+    printf 'missing after install: %s\n' "${absent[@]}" >&2
+    exit 1
 fi
 if ! command -v cargo >/dev/null; then
     echo "cargo not found: install Rust (https://rustup.rs), then run this script again" >&2

@@ -100,7 +100,8 @@
 //! * `redis`: the Redis and Redlock backends (redis-rs, rustls with ring).
 //! * `postgres`: the PostgreSQL backend (sqlx, rustls).
 //! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
-//! * `etcd`: the etcd backend (etcd-client, rustls; needs `protoc` to build, so not in `full`).
+//! * `etcd`: the etcd backend (etcd-client, rustls). etcd-client's build runs `protoc`: this
+//!   repository vendors one (`scripts/protoc`); elsewhere set `PROTOC` or install it.
 //! * `zookeeper`: the ZooKeeper backend (zookeeper-client, pure Rust).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
