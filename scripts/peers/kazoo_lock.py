@@ -4,12 +4,13 @@
     dlock --url zk://127.0.0.1:2181/bench bench --peer 'python3 scripts/peers/kazoo_lock.py'
 
 Protocol (the bench appends it; see crates/dlock-bench/src/peer.rs):
-    uncontended <url> <pairs>                        one pair latency (µs) a line
-    worker <url> <name> <duration_ms> <hold_us>      `acquired_ns released_ns waited_ns` a line
+    uncontended <pairs>                        one pair latency (µs) a line
+    worker <name> <duration_ms> <hold_us>      `acquired_ns released_ns waited_ns` a line
 
-The URL is dlock's (`zk://host:port[,host:port]/chroot`); kazoo gets the same hosts and chroot.
+The URL, in the environment variable DLOCK_PEER_URL, is dlock's (`zk://host:port[,host:port]/chroot`); kazoo gets the same hosts and chroot.
 """
 
+import os
 import sys
 import time
 import uuid
@@ -72,11 +73,12 @@ def worker(url, name, duration, hold):
 
 
 def main():
-    scenario, url = sys.argv[1], sys.argv[2]
+    # The URL comes in the environment: on the command line `ps` would show its credentials.
+    scenario, url = sys.argv[1], os.environ["DLOCK_PEER_URL"]
     if scenario == "uncontended":
-        lines = uncontended(url, int(sys.argv[3]))
+        lines = uncontended(url, int(sys.argv[2]))
     elif scenario == "worker":
-        lines = worker(url, sys.argv[3], int(sys.argv[4]) / 1e3, int(sys.argv[5]) / 1e6)
+        lines = worker(url, sys.argv[2], int(sys.argv[3]) / 1e3, int(sys.argv[4]) / 1e6)
     else:
         sys.exit(f"unknown scenario {scenario}")
     print("\n".join(lines))

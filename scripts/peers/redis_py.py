@@ -4,12 +4,15 @@
     dlock --url redis://127.0.0.1:6379 bench --peer 'python3 scripts/peers/redis_py.py sync 0.1'
 
 Protocol (the bench appends it; see crates/dlock-bench/src/peer.rs):
-    <sync|asyncio> <sleep> uncontended <url> <pairs>    one pair latency (µs) a line
-    <sync|asyncio> <sleep> worker <url> <name> <duration_ms> <hold_us>
-                                                        `acquired_ns released_ns waited_ns` a line
+    <sync|asyncio> <sleep> uncontended <pairs>    one pair latency (µs) a line
+    <sync|asyncio> <sleep> worker <name> <duration_ms> <hold_us>
+                                                  `acquired_ns released_ns waited_ns` a line
+
+The store's URL is in the environment variable DLOCK_PEER_URL.
 """
 
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -98,15 +101,17 @@ async def async_worker(url, name, duration, hold, sleep):
 
 
 def main():
-    mode, sleep, scenario, url = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+    # The URL comes in the environment: on the command line `ps` would show its password.
+    url = os.environ["DLOCK_PEER_URL"]
+    mode, sleep, scenario = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     if scenario == "uncontended":
-        pairs = int(sys.argv[5])
+        pairs = int(sys.argv[4])
         if mode == "asyncio":
             lines = [f"{x:.3f}" for x in asyncio.run(async_uncontended(url, pairs, sleep))]
         else:
             lines = [f"{x:.3f}" for x in sync_uncontended(url, pairs, sleep)]
     elif scenario == "worker":
-        name, duration, hold = sys.argv[5], int(sys.argv[6]) / 1e3, int(sys.argv[7]) / 1e6
+        name, duration, hold = sys.argv[4], int(sys.argv[5]) / 1e3, int(sys.argv[6]) / 1e6
         if mode == "asyncio":
             lines = asyncio.run(async_worker(url, name, duration, hold, sleep))
         else:

@@ -1,10 +1,12 @@
 //! Rust lock crates measured by `dlock bench --peer`, speaking its peer protocol:
 //!
 //! ```text
-//! dlock-bench-peers <library> uncontended <url> <pairs>                 one pair latency (µs) a line
-//! dlock-bench-peers <library> worker <url> <name> <duration_ms> <hold_us>
-//!                                                  one hold a line: acquired_ns released_ns waited_ns
+//! dlock-bench-peers <library> uncontended <pairs>                 one pair latency (µs) a line
+//! dlock-bench-peers <library> worker <name> <duration_ms> <hold_us>
+//!                                            one hold a line: acquired_ns released_ns waited_ns
 //! ```
+//!
+//! The store's URL is in `DLOCK_PEER_URL` (not on the command line, where `ps` shows it).
 //!
 //! Libraries: `rslock` (its `acquire`, which retries `lock` with its default 3 × up to 200 ms)
 //! and `distributed-lock` (the project's Redis backend, `distributed-lock-redis`: its
@@ -103,10 +105,11 @@ impl Client {
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).context("usage: see the module docs");
-    let client = Client::connect(arg(0)?, arg(2)?).await?;
+    let url = std::env::var("DLOCK_PEER_URL").context("DLOCK_PEER_URL is not set")?;
+    let client = Client::connect(arg(0)?, &url).await?;
     match arg(1)?.as_str() {
         "uncontended" => {
-            let pairs: usize = arg(3)?.parse()?;
+            let pairs: usize = arg(2)?.parse()?;
             let name = format!("peer-bench/uncontended/{}", std::process::id());
             let second = Duration::from_secs(1);
             for _ in 0..50 {
@@ -124,9 +127,9 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", lines.join("\n"));
         }
         "worker" => {
-            let name = arg(3)?;
-            let deadline = Instant::now() + Duration::from_millis(arg(4)?.parse()?);
-            let hold = Duration::from_micros(arg(5)?.parse()?);
+            let name = arg(2)?;
+            let deadline = Instant::now() + Duration::from_millis(arg(3)?.parse()?);
+            let hold = Duration::from_micros(arg(4)?.parse()?);
             let mut lines = Vec::new();
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());

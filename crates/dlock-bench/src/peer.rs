@@ -4,10 +4,14 @@
 //! A peer is a command (`--peer 'python3 redis_py.py sync 0.1'`) to which the bench appends:
 //!
 //! ```text
-//! uncontended <url> <pairs>                          prints one pair latency (µs) a line
-//! worker <url> <name> <duration_ms> <hold_us>        prints `acquired_ns released_ns waited_ns`
-//!                                                    a line, one line per hold
+//! uncontended <pairs>                          prints one pair latency (µs) a line
+//! worker <name> <duration_ms> <hold_us>        prints `acquired_ns released_ns waited_ns`
+//!                                              a line, one line per hold
 //! ```
+//!
+//! The store's URL is in the environment variable `DLOCK_PEER_URL`, never on the command line,
+//! where `ps` would show its credentials to every user of the machine (dlock's own workers get
+//! it in `DLOCK_URL` for the same reason).
 //!
 //! A pair is an acquire and a release of one name, after the peer's own warm-up; a worker
 //! takes the name again and again until the duration is over, holding it `hold_us` with a busy
@@ -48,8 +52,7 @@ impl Client {
             Client::Dlock { threads } => {
                 command = Command::new(std::env::current_exe().context("current_exe")?);
                 command
-                    .arg("--url")
-                    .arg(url)
+                    .env("DLOCK_URL", url)
                     .args(["bench", "--worker", name, "--duration"])
                     .arg(format!("{}ms", duration.as_millis()))
                     .arg("--hold")
@@ -58,9 +61,9 @@ impl Client {
                     .arg(threads.to_string());
             }
             Client::Peer { command: peer } => {
-                command = peer_command(peer)?;
+                command = peer_command(peer, url)?;
                 command
-                    .args(["worker", url, name])
+                    .args(["worker", name])
                     .arg(duration.as_millis().to_string())
                     .arg(hold.as_micros().to_string());
             }
@@ -70,17 +73,17 @@ impl Client {
     }
 }
 
-fn peer_command(peer: &[String]) -> anyhow::Result<Command> {
+fn peer_command(peer: &[String], url: &str) -> anyhow::Result<Command> {
     let (program, args) = peer.split_first().context("an empty --peer command")?;
     let mut command = Command::new(program);
-    command.args(args);
+    command.args(args).env("DLOCK_PEER_URL", url);
     Ok(command)
 }
 
 /// One uncontended run of a peer: its pair latencies, µs.
 pub(crate) async fn peer_pairs(peer: &[String], url: &str, pairs: u32) -> anyhow::Result<Vec<f64>> {
-    let output = peer_command(peer)?
-        .args(["uncontended", url])
+    let output = peer_command(peer, url)?
+        .args(["uncontended"])
         .arg(pairs.to_string())
         .stderr(Stdio::inherit())
         .output()
@@ -99,4 +102,37 @@ pub(crate) async fn peer_pairs(peer: &[String], url: &str, pairs: u32) -> anyhow
         bail!("peer {peer:?} reported no pairs");
     }
     Ok(latencies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's URL (and its password) goes through the environment, never the command line.
+    #[test]
+    fn worker_commands_keep_the_url_off_the_command_line() {
+        let url = "redis://user:pw-secret@127.0.0.1:6379";
+        let clients = [
+            Client::Dlock { threads: 1 },
+            Client::Peer {
+                command: vec!["python3".into(), "peer.py".into()],
+            },
+        ];
+        for client in clients {
+            let command = client
+                .worker(url, "lock", Duration::from_secs(1), Duration::ZERO)
+                .unwrap();
+            let command = command.as_std();
+            for arg in command.get_args() {
+                assert!(
+                    !arg.to_string_lossy().contains("pw-secret"),
+                    "{client:?}: {arg:?}"
+                );
+            }
+            let in_env = command
+                .get_envs()
+                .any(|(_, value)| value.is_some_and(|v| v.to_string_lossy() == url));
+            assert!(in_env, "{client:?} does not get the URL in its environment");
+        }
+    }
 }

@@ -5,6 +5,7 @@ use std::io::Write;
 use clap::Args;
 use tokio::io::AsyncReadExt;
 
+use crate::shown::shown;
 use crate::signals::{self, Signals};
 use crate::take::{LockArgs, take};
 use crate::{exit, fail};
@@ -45,7 +46,7 @@ pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i3
     };
     tokio::select! {
         () = guard.lost() => {
-            eprintln!("dlock: lock {} lost", args.name);
+            eprintln!("dlock: lock {} lost", shown(&args.name));
             return exit::LOST;
         }
         () = stdin_closed => {}
@@ -54,7 +55,7 @@ pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i3
     match guard.release().await {
         Ok(()) => 0,
         Err(dlock::Error::NotOwned { .. }) => {
-            eprintln!("dlock: lock {} was lost before release", args.name);
+            eprintln!("dlock: lock {} was lost before release", shown(&args.name));
             exit::LOST
         }
         Err(e) => fail(&e.into()),

@@ -7,6 +7,7 @@ use clap::Args;
 use futures::TryStreamExt;
 use serde_json::json;
 
+use crate::shown::shown;
 use crate::{connect, exit, fail};
 
 #[derive(Debug, Args)]
@@ -96,7 +97,7 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
                 if args.prefix.is_empty() {
                     String::new()
                 } else {
-                    format!(" under {:?}", args.prefix)
+                    format!(" under \"{}\"", shown(&args.prefix))
                 }
             );
         }
@@ -106,9 +107,12 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
         .iter()
         .map(|info| {
             [
-                info.name.clone(),
-                info.owner.label.clone().unwrap_or_else(|| "-".into()),
-                info.owner.host.clone(),
+                shown(&info.name).into_owned(),
+                info.owner
+                    .label
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |l| shown(l).into_owned()),
+                shown(&info.owner.host).into_owned(),
                 info.owner.pid.to_string(),
                 info.fence.to_string(),
                 short(held_for(info)),
@@ -154,9 +158,12 @@ pub(crate) async fn inspect(url: &str, args: InspectArgs) -> i32 {
             0
         }
         Ok(Some(info)) => {
-            println!("name:      {}", info.name);
-            println!("owner:     {}", info.owner.label.as_deref().unwrap_or("-"));
-            println!("host:      {}", info.owner.host);
+            println!("name:      {}", shown(&info.name));
+            println!(
+                "owner:     {}",
+                shown(info.owner.label.as_deref().unwrap_or("-"))
+            );
+            println!("host:      {}", shown(&info.owner.host));
             println!("pid:       {}", info.owner.pid);
             println!("fence:     {}", info.fence);
             println!("holds:     {}", info.holds);
@@ -176,7 +183,7 @@ pub(crate) async fn inspect(url: &str, args: InspectArgs) -> i32 {
             exit::NOT_HELD
         }
         Ok(None) => {
-            println!("{}: free", args.name);
+            println!("{}: free", shown(&args.name));
             exit::NOT_HELD
         }
         Err(e) => fail(&e.into()),
@@ -192,19 +199,23 @@ pub(crate) async fn break_lock(url: &str, args: BreakArgs) -> i32 {
         if !std::io::stdin().is_terminal() {
             eprintln!(
                 "dlock: refusing to break {} without --yes when stdin is not a terminal",
-                args.name
+                shown(&args.name)
             );
             return exit::FAILED;
         }
         let holder = match locks.inspect(&args.name).await {
-            Ok(Some(info)) => format!("held by {} (fence {})", info.owner, info.fence),
+            Ok(Some(info)) => format!(
+                "held by {} (fence {})",
+                shown(&info.owner.to_string()),
+                info.fence
+            ),
             Ok(None) => {
-                println!("{}: free", args.name);
+                println!("{}: free", shown(&args.name));
                 return exit::NOT_HELD;
             }
             Err(e) => return fail(&e.into()),
         };
-        eprint!("break {} {holder}? [y/N] ", args.name);
+        eprint!("break {} {holder}? [y/N] ", shown(&args.name));
         let mut answer = String::new();
         if std::io::stdin().lock().read_line(&mut answer).is_err()
             || !answer.trim().eq_ignore_ascii_case("y")
@@ -215,11 +226,11 @@ pub(crate) async fn break_lock(url: &str, args: BreakArgs) -> i32 {
     }
     match locks.force_release(&args.name).await {
         Ok(true) => {
-            println!("{}: broken", args.name);
+            println!("{}: broken", shown(&args.name));
             0
         }
         Ok(false) => {
-            println!("{}: free", args.name);
+            println!("{}: free", shown(&args.name));
             exit::NOT_HELD
         }
         Err(e) => fail(&e.into()),

@@ -5,7 +5,9 @@ mod demo;
 mod exit;
 mod hold;
 mod inspect;
+mod job;
 mod run;
+mod shown;
 mod signals;
 mod take;
 
@@ -20,11 +22,12 @@ use clap::{Parser, Subcommand};
 struct Cli {
     /// Lock store URL: sqlite:///path/locks.db (the default: one file shared by the processes of
     /// this machine), memory:// (this process only), or any other URL dlock::connect accepts.
-    #[arg(long, env = "DLOCK_URL", global = true, default_value_t = default_url())]
+    // The URL may hold a password: `--help` must not print it from the environment.
+    #[arg(long, env = "DLOCK_URL", hide_env_values = true, global = true, default_value_t = default_url())]
     url: String,
 
     /// Label stored with the locks this invocation takes, shown by `dlock ls`.
-    #[arg(long, env = "DLOCK_LABEL", global = true)]
+    #[arg(long, env = "DLOCK_LABEL", hide_env_values = true, global = true)]
     label: Option<String>,
 
     #[command(subcommand)]
@@ -48,9 +51,17 @@ enum Command {
     Bench(dlock_bench::BenchArgs),
     /// Run a seed scenario (seckill, scheduler) over many processes and check its outcome.
     Demo(demo::DemoArgs),
+    /// Internal: started by `dlock run` to stop its command's processes if dlock dies.
+    #[command(name = "__guard", hide = true)]
+    Guard(job::GuardArgs),
 }
 
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!(
+            "{text:?} is negative: a duration is 0 or more (examples: 500ms, 10s, 5m)"
+        ));
+    }
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 10s, 5m)"))
 }
 
@@ -65,12 +76,15 @@ fn default_url() -> String {
 
 /// Reports an error from dlock itself and returns the matching exit code.
 pub(crate) fn fail(error: &anyhow::Error) -> i32 {
-    eprintln!("dlock: {error:#}");
+    eprintln!("dlock: {}", shown::shown(&format!("{error:#}")));
     exit::FAILED
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Command::Guard(args) = &cli.command {
+        std::process::exit(job::guard(args));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DLOCK_LOG")
@@ -105,6 +119,7 @@ fn main() {
             Command::Inspect(args) => inspect::inspect(&cli.url, args).await,
             Command::Break(args) => inspect::break_lock(&cli.url, args).await,
             Command::Demo(args) => demo::demo(&cli.url, args).await,
+            Command::Guard(_) => exit::FAILED,
             Command::Bench(args) => match dlock_bench::run(&cli.url, args).await {
                 Ok(()) => 0,
                 Err(e) => fail(&e),

@@ -4,9 +4,10 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 
 use clap::{Args, ValueEnum};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
+use crate::job::Job;
+use crate::shown::shown;
 use crate::signals::{self, Signals};
 use crate::take::{LockArgs, take};
 use crate::{exit, fail};
@@ -21,7 +22,7 @@ pub(crate) struct RunArgs {
     on_lost: OnLost,
 
     /// After the --on-lost signal, SIGKILL the command if it still runs this much later.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = crate::parse_duration, allow_hyphen_values = true, default_value = "10s")]
     kill_after: std::time::Duration,
 
     /// The command to run (after `--`); it gets DLOCK_FENCE and DLOCK_NAME in its environment.
@@ -35,12 +36,6 @@ enum Event {
     Lost,
     Escalate,
     Signal(Signal),
-}
-
-/// Whether dlock runs in the terminal's foreground process group, where terminal-generated
-/// signals reach its command directly.
-fn in_terminal_foreground() -> bool {
-    nix::unistd::tcgetpgrp(std::io::stdin()).is_ok_and(|group| group == nix::unistd::getpgrp())
 }
 
 /// What to send the command when the lock is lost.
@@ -86,43 +81,34 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
             Err(code) => return code,
         },
         sig = signals.recv() => {
-            eprintln!("dlock: {sig} while waiting for {name}; the command was not run");
+            eprintln!("dlock: {sig} while waiting for {}; the command was not run", shown(name));
             return signals::exit_code(sig);
         }
     };
     let fence = guard.fence();
+    let shown_name = shown(name);
     let (program, rest) = match args.command.split_first() {
         Some(split) => split,
         None => return fail(&anyhow::anyhow!("no command given")),
     };
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(rest)
-        .env("DLOCK_FENCE", fence.to_string())
-        .env("DLOCK_NAME", name);
-    if let Some(sig) = args.on_lost.signal() {
-        // If dlock itself dies (SIGKILL, OOM), its lock expires: treat that as a loss too.
-        die_with_parent(&mut command, sig);
-    }
-    let spawned = command.spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
+    let envs = [
+        ("DLOCK_FENCE", fence.to_string()),
+        ("DLOCK_NAME", name.to_owned()),
+    ];
+    // If dlock itself dies (SIGKILL, OOM), its lock expires: treat that as a loss too.
+    let on_dlock_death = args.on_lost.signal().map(|sig| (sig, args.kill_after));
+    let mut job = match Job::spawn(program, rest, &envs, on_dlock_death) {
+        Ok(job) => job,
         Err(e) => {
             let _ = guard.release().await;
-            eprintln!("dlock: cannot run {}: {e}", program.to_string_lossy());
+            eprintln!(
+                "dlock: cannot run {}: {e}",
+                shown(&program.to_string_lossy())
+            );
             return match e.kind() {
                 std::io::ErrorKind::NotFound => exit::NOT_FOUND,
                 _ => exit::NOT_EXECUTABLE,
             };
-        }
-    };
-    let pid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
-    let forward = |sig: Signal| {
-        if let Some(pid) = pid {
-            let _ = kill(pid, sig);
         }
     };
     let mut lost = false;
@@ -135,10 +121,11 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
             }
         };
         let event = tokio::select! {
-            status = child.wait() => Event::Exited(status),
+            status = job.child.wait() => Event::Exited(status),
             () = guard.lost(), if !lost => Event::Lost,
             () = escalate => Event::Escalate,
             sig = signals.recv() => Event::Signal(sig),
+            () = job.stops.follow() => continue,
         };
         match event {
             Event::Exited(status) => break status,
@@ -147,15 +134,15 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
                 match args.on_lost.signal() {
                     Some(sig) => {
                         eprintln!(
-                            "dlock: lock {name} (fence {fence}) was lost while the command ran; sending {sig}"
+                            "dlock: lock {shown_name} (fence {fence}) was lost while the command ran; sending {sig}"
                         );
-                        forward(sig);
+                        job.signal(sig);
                         if sig != Signal::SIGKILL {
                             kill_at = Some(tokio::time::Instant::now() + args.kill_after);
                         }
                     }
                     None => eprintln!(
-                        "dlock: lock {name} (fence {fence}) was lost while the command ran"
+                        "dlock: lock {shown_name} (fence {fence}) was lost while the command ran"
                     ),
                 }
             }
@@ -164,15 +151,15 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
                     "dlock: the command still runs {} after losing the lock; sending SIGKILL",
                     humantime::format_duration(args.kill_after)
                 );
-                forward(Signal::SIGKILL);
+                job.signal(Signal::SIGKILL);
                 kill_at = None;
             }
-            // A Ctrl-C on the terminal already reached the command, which shares our
-            // foreground process group: forwarding it would deliver it twice.
-            Event::Signal(Signal::SIGINT) if in_terminal_foreground() => {}
-            Event::Signal(sig) => forward(sig),
+            // The command has a process group of its own (and the terminal, if dlock had it),
+            // so a signal dlock receives is meant for the whole command.
+            Event::Signal(sig) => job.signal(sig),
         }
     };
+    job.finish();
     let code = match status {
         Ok(status) => status
             .code()
@@ -187,7 +174,7 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
         match guard.release().await {
             Ok(()) => {}
             Err(dlock::Error::NotOwned { .. }) => {
-                eprintln!("dlock: lock {} was lost before the command finished", name);
+                eprintln!("dlock: lock {shown_name} was lost before the command finished");
                 lost = true;
             }
             Err(e) => eprintln!("dlock: release failed ({e}); the lock expires with its lease"),
@@ -195,19 +182,3 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
     }
     if lost && code == 0 { exit::LOST } else { code }
 }
-
-/// Has the kernel send `signal` to the command when dlock exits, whatever the cause.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut tokio::process::Command, signal: Signal) {
-    // SAFETY: the closure runs in the child between fork and exec; it only calls prctl(2),
-    // which is async-signal-safe, and allocates nothing. The parent is the main thread, which
-    // lives as long as dlock (PR_SET_PDEATHSIG follows the spawning thread).
-    unsafe {
-        command
-            .pre_exec(move || nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from));
-    }
-}
-
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn die_with_parent(_command: &mut tokio::process::Command, _signal: Signal) {}

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 
+use crate::shown::shown;
 use crate::{connect, exit, fail, parse_duration};
 
 /// The options of every command that takes a lock.
@@ -15,11 +16,11 @@ pub(crate) struct LockArgs {
 
     /// Lease length, renewed by the watchdog while the lock is held (default 30s). If dlock is
     /// killed, the lock frees up within this.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) ttl: Option<Duration>,
 
     /// Give up after this long (e.g. 30s, 5m); default: wait until acquired.
-    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
 
     /// Do not wait: exit 75 at once if the lock is held.
@@ -31,7 +32,7 @@ pub(crate) struct LockArgs {
     pub(crate) fair: bool,
 
     /// Stop renewing after this long: the lock then expires and counts as lost.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) max_hold: Option<Duration>,
 
     /// Take one of N permits of the semaphore NAME instead of the lock: at most N holders at
@@ -100,7 +101,10 @@ pub(crate) async fn take(url: &str, label: Option<String>, args: &LockArgs) -> R
         return match take_permit(&locks, args, permits).await {
             Ok(held) => Ok(held),
             Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
-                eprintln!("dlock: all {permits} permits of {} are taken", args.name);
+                eprintln!(
+                    "dlock: all {permits} permits of {} are taken",
+                    shown(&args.name)
+                );
                 Err(exit::BUSY)
             }
             Err(error) => Err(report_failure(&args.name, error)),
@@ -129,10 +133,10 @@ pub(crate) async fn take(url: &str, label: Option<String>, args: &LockArgs) -> R
         Ok(guard) => Ok(Held::Lock(guard)),
         Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
             let holder = match locks.inspect(&args.name).await {
-                Ok(Some(info)) => format!(" by {}", info.owner),
+                Ok(Some(info)) => format!(" by {}", shown(&info.owner.to_string())),
                 _ => String::new(),
             };
-            eprintln!("dlock: {} is held{holder}", args.name);
+            eprintln!("dlock: {} is held{holder}", shown(&args.name));
             Err(exit::BUSY)
         }
         Err(error) => Err(report_failure(&args.name, error)),
@@ -144,8 +148,9 @@ fn report_failure(name: &str, error: dlock::Error) -> i32 {
     match error {
         dlock::Error::Timeout { waited, .. } => {
             eprintln!(
-                "dlock: timed out after {} waiting for {name}",
+                "dlock: timed out after {} waiting for {}",
                 humantime::format_duration(waited),
+                shown(name),
             );
             exit::TIMED_OUT
         }
@@ -172,8 +177,9 @@ async fn show_holder(locks: dlock::Locks, name: String) {
                 })
                 .unwrap_or_default();
             eprint!(
-                "\r\x1b[2Kdlock: waiting for {name}: held by {} for {held}{ttl}",
-                info.owner
+                "\r\x1b[2Kdlock: waiting for {}: held by {} for {held}{ttl}",
+                shown(&name),
+                shown(&info.owner.to_string())
             );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -780,3 +780,289 @@ fn an_unreadable_database_is_permission_denied() {
     );
     let _ = std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o644));
 }
+
+const SECRET: &str = "Pw-s3cret";
+
+/// `--help` never prints the URL it found in the environment (clap shows env values by default).
+#[test]
+fn help_never_shows_a_url_from_the_environment() {
+    for args in [vec!["--help"], vec!["run", "--help"], vec!["ls", "--help"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .env("DLOCK_URL", format!("redis://:{SECRET}@127.0.0.1:6379"))
+            .env("DLOCK_LABEL", format!("label-{SECRET}"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        assert!(out.status.success(), "{args:?}: {text}");
+        assert!(!text.contains("s3cret"), "{args:?} shows a secret: {text}");
+    }
+}
+
+/// An error about a URL names the problem, never the password, in every credential form.
+#[test]
+fn url_errors_never_show_a_password() {
+    let env = Env::new();
+    for url in [
+        format!("postgres://app@127.0.0.1:1/db?password={SECRET}&bogus=1"),
+        format!("redis://u:pa/{SECRET}@127.0.0.1:1"),
+        format!("redis://u:{SECRET}@127.0.0.1:1/0?bogus=1"),
+        format!("redlock://u:{SECRET}@127.0.0.1:1,u:{SECRET}@127.0.0.1:1"),
+    ] {
+        let out = env.run(&["--url", &url, "ls"]);
+        assert!(!out.status.success(), "{url}");
+        assert!(!stderr(&out).contains("s3cret"), "{url}: {}", stderr(&out));
+        if stderr(&out).contains("invalid URL") {
+            assert!(stderr(&out).contains("***"), "{url}: {}", stderr(&out));
+        }
+    }
+}
+
+/// Lock names, labels and hosts come from whoever took the lock: the human output shows their
+/// control characters escaped, so none reaches the terminal; JSON keeps them exact.
+#[test]
+fn names_and_labels_with_escape_sequences_never_reach_the_terminal() {
+    let env = Env::new();
+    let name = "evil\u{1b}[2J\u{1b}]0;pwned\u{7}";
+    let label = "lbl\u{1b}[31m\u{202e}";
+    let mut holder = env
+        .cmd()
+        .args(["--label", label, "hold", name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 11];
+    holder.stdout.take().unwrap().read_exact(&mut line).unwrap();
+    let outputs = [
+        env.run(&["ls"]),
+        env.run(&["inspect", name]),
+        env.run(&["run", "--no-wait", name, "--", "true"]),
+        env.run(&["break", name]),
+        env.run(&["--label", label, "break", "--yes", name]),
+        env.run(&["inspect", name]),
+    ];
+    for out in &outputs {
+        for text in [&out.stdout, &out.stderr] {
+            let text = String::from_utf8_lossy(text);
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'),
+                "raw control characters printed: {text:?}"
+            );
+        }
+    }
+    let shown = String::from_utf8_lossy(&outputs[0].stdout);
+    assert!(shown.contains("evil\\u{1b}[2J"), "{shown}");
+    assert!(String::from_utf8_lossy(&outputs[3].stderr).contains("evil\\u{1b}"));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
+    // JSON is exact.
+    let mut holder = env
+        .cmd()
+        .args(["--label", label, "hold", name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    holder.stdout.take().unwrap().read_exact(&mut line).unwrap();
+    let held = env.held();
+    assert_eq!(held[0]["name"], name);
+    assert_eq!(held[0]["label"], label);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+/// A negative duration gets a message about durations, not clap's "unexpected argument".
+#[test]
+fn a_negative_duration_is_named_as_such() {
+    let env = Env::new();
+    for flag in ["--wait", "--ttl", "--max-hold", "--kill-after"] {
+        let out = env.run(&["run", flag, "-1s", "x", "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("negative"),
+            "{flag}: {}",
+            stderr(&out)
+        );
+        assert!(
+            !stderr(&out).contains("unexpected argument"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert!(env.held().is_empty());
+}
+
+/// The pids a shell command wrote, one a line, once all `count` are there.
+fn read_pids(path: &std::path::Path, count: usize) -> Vec<i32> {
+    let mut pids = Vec::new();
+    eventually(
+        Duration::from_secs(10),
+        "the command never started its workers",
+        || {
+            pids = std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            pids.len() >= count
+        },
+    );
+    pids
+}
+
+/// Gone, or a zombie nobody has reaped yet.
+fn is_dead(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| stat.contains(") Z "))
+}
+
+/// A command that starts background workers and waits for them; `ignore_term` makes every
+/// process of it ignore SIGTERM (an ignored signal is inherited through fork and exec).
+fn worker_tree(pids: &std::path::Path, ignore_term: bool) -> Vec<String> {
+    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    let p = pids.display();
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "{trap}sleep 300 & echo $! >> {p}; sleep 300 & echo $! >> {p}; echo $$ >> {p}; wait"
+        ),
+    ]
+}
+
+#[test]
+fn a_lost_lock_stops_every_process_the_command_started() {
+    let env = Env::new();
+    let pids_file = env.path("pids");
+    let mut run = env
+        .cmd()
+        .args(["run", "--ttl", "300ms", "tree", "--"])
+        .args(worker_tree(&pids_file, false))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = read_pids(&pids_file, 3);
+    assert!(env.run(&["break", "--yes", "tree"]).status.success());
+    wait_with_timeout(&mut run, Duration::from_secs(10));
+    eventually(
+        Duration::from_secs(10),
+        "a worker outlived the lost lock",
+        || pids.iter().all(|&pid| is_dead(pid)),
+    );
+}
+
+#[test]
+fn kill_after_reaches_every_process_that_ignores_the_first_signal() {
+    let env = Env::new();
+    let pids_file = env.path("pids");
+    let mut run = env
+        .cmd()
+        .args([
+            "run",
+            "--ttl",
+            "300ms",
+            "--kill-after",
+            "300ms",
+            "tree",
+            "--",
+        ])
+        .args(worker_tree(&pids_file, true))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = read_pids(&pids_file, 3);
+    assert!(env.run(&["break", "--yes", "tree"]).status.success());
+    let status = wait_with_timeout(&mut run, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + 9));
+    eventually(
+        Duration::from_secs(10),
+        "a worker survived --kill-after",
+        || pids.iter().all(|&pid| is_dead(pid)),
+    );
+}
+
+#[test]
+fn a_killed_dlock_takes_every_process_of_its_command_down() {
+    let env = Env::new();
+    let pids_file = env.path("pids");
+    let mut run = env
+        .cmd()
+        .args(["run", "--kill-after", "300ms", "tree", "--"])
+        .args(worker_tree(&pids_file, true))
+        .spawn()
+        .unwrap();
+    let pids = read_pids(&pids_file, 3);
+    run.kill().unwrap();
+    run.wait().unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "a worker outlived a SIGKILLed dlock",
+        || pids.iter().all(|&pid| is_dead(pid)),
+    );
+}
+
+/// Processes the command left running after it ended normally are its business: dlock does
+/// not signal a group whose leader exited cleanly.
+#[test]
+fn a_normal_exit_leaves_background_processes_alone() {
+    let env = Env::new();
+    let pids_file = env.path("pids");
+    let p = pids_file.display();
+    let out = env.run(&[
+        "run",
+        "tree",
+        "--",
+        "sh",
+        "-c",
+        &format!("sleep 300 > /dev/null 2>&1 & echo $! >> {p}"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pids = read_pids(&pids_file, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !is_dead(pids[0]),
+        "a background process was killed after a clean exit"
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pids[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// On a terminal the command's group gets the terminal: Ctrl-C (typed into a pseudo-terminal
+/// that `script` provides) reaches the command once, and dlock returns its exit code.
+#[test]
+fn ctrl_c_on_a_terminal_reaches_the_command() {
+    let env = Env::new();
+    let inner = format!(
+        "DLOCK_URL='{}' '{}' run tty-job -- sh -c 'trap \"echo got-int; exit 9\" INT; echo ready; while :; do sleep 0.05; done'",
+        env.url,
+        env!("CARGO_BIN_EXE_dlock")
+    );
+    let mut script = Command::new("script")
+        .args(["-q", "-e", "-c", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("script (bsdutils) runs the command on a pseudo-terminal");
+    let mut stdout = script.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("ready") {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the command never started: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    std::io::Write::write_all(script.stdin.as_mut().unwrap(), b"\x03").unwrap();
+    let status = wait_with_timeout(&mut script, Duration::from_secs(10));
+    let mut rest = String::new();
+    let _ = stdout.read_to_string(&mut rest);
+    assert_eq!(status.code(), Some(9), "{rest}");
+    assert_eq!(rest.matches("got-int").count(), 1, "{rest}");
+    assert!(env.held().is_empty(), "the lock outlived the command");
+}

@@ -182,20 +182,132 @@ impl Error {
     }
 }
 
-/// Replaces the password of a URL (`scheme://user:password@host`) with `***` so it can be shown.
+/// Query options whose values are secrets, matched as substrings of the lowercased key
+/// (`password`, `sentinel_password`, `sslpassword`, `auth_token`, …).
+const SECRET_OPTION_WORDS: [&str; 7] = ["pass", "pwd", "secret", "token", "auth", "key", "cred"];
+
+/// A URL safe to show: every credential replaced by `***`.
+///
+/// Covers the password of each `user:password@host` (every host of a multi-host URL), a
+/// userinfo that is malformed (a raw `/`, `?` or `#` in a password makes the authority end
+/// early, so everything before the last `@` of the part before the query is treated as
+/// credentials), and the values of password-like query options. It errs on the side of hiding:
+/// a URL that cannot be read is cut to its scheme.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        // Not a URL at all: it may still carry a secret, so show only its length.
+        return if url.contains('@') || url.contains('=') {
+            format!("<{} characters, not a URL>", url.chars().count())
+        } else {
+            url.to_owned()
+        };
     };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
+    let mut out = format!("{scheme}://");
+    // A URL with an authority: everything before the last `@` counts as credentials, even
+    // past a `/`, `?` or `#` that a password may hold raw. A path right after `://` (a file
+    // URL such as `sqlite:///tmp/x.db`) has no authority.
+    let tail = match rest.rfind('@') {
+        Some(last_at) if !rest.starts_with('/') => {
+            let credentials = &rest[..last_at];
+            let pieces: Vec<&str> = credentials.split(',').collect();
+            let last = pieces.len() - 1;
+            // Every piece but the last is `userinfo@host` of an earlier host; one without an `@`
+            // means a password holds a comma: hide the whole credential part.
+            if pieces[..last].iter().any(|piece| !piece.contains('@')) {
+                out.push_str("***");
+            } else {
+                for (i, piece) in pieces.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    // The last piece is all userinfo (it ends at the URL's last `@`).
+                    match piece.rsplit_once('@').filter(|_| i < last) {
+                        Some((userinfo, host)) => {
+                            out.push_str(&redact_userinfo(userinfo));
+                            out.push('@');
+                            out.push_str(host);
+                        }
+                        None => out.push_str(&redact_userinfo(piece)),
+                    }
+                }
+            }
+            &rest[last_at..]
+        }
+        _ => rest,
+    };
+    match tail.split_once('?') {
+        Some((before, query)) => {
+            out.push_str(before);
+            out.push('?');
+            out.push_str(&redact_query(query));
+        }
+        None => out.push_str(tail),
     }
+    out
+}
+
+/// `text` with every secret that `url` holds (passwords of its userinfo, a whole malformed
+/// credential part, values of password-like options) replaced by `***`.
+pub(crate) fn scrub_secrets(url: &str, text: &str) -> String {
+    let mut secrets: Vec<&str> = Vec::new();
+    if let Some((_, rest)) = url.split_once("://") {
+        if let Some(last_at) = rest.rfind('@').filter(|_| !rest.starts_with('/')) {
+            for piece in rest[..last_at].split(',') {
+                let userinfo = piece
+                    .rsplit_once('@')
+                    .map_or(piece, |(userinfo, _)| userinfo);
+                // A user name alone is no secret (and scrubbing it would mangle messages).
+                if let Some((_, password)) = userinfo.split_once(':') {
+                    secrets.push(password);
+                }
+            }
+        }
+        if let Some((_, query)) = rest.split_once('?') {
+            for pair in query.split('&') {
+                if let Some((key, value)) = pair.split_once('=')
+                    && is_secret_option(key)
+                {
+                    secrets.push(value);
+                }
+            }
+        }
+    }
+    // Longest first, so a secret that contains another is replaced whole.
+    secrets.retain(|secret| !secret.is_empty());
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    let mut out = text.to_owned();
+    for secret in secrets {
+        out = out.replace(secret, "***");
+    }
+    out
+}
+
+/// `user:password` → `user:***`; a userinfo that is not plainly `user[:password]` → `***`.
+fn redact_userinfo(userinfo: &str) -> String {
+    if userinfo.contains(['/', '?', '#', '[', ']', '@']) {
+        return "***".to_owned();
+    }
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{user}:***"),
+        None => userinfo.to_owned(),
+    }
+}
+
+fn redact_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _value)) if is_secret_option(key) => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Whether a URL option's value is a secret (its key names a password, token or key).
+pub(crate) fn is_secret_option(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    SECRET_OPTION_WORDS.iter().any(|word| key.contains(word))
 }
 
 #[cfg(test)]
@@ -211,6 +323,59 @@ mod tests {
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
         assert_eq!(redact_url("no scheme"), "no scheme");
+    }
+
+    /// Every credential form a user can write, and none of the secrets may survive.
+    #[test]
+    fn redact_url_hides_every_credential_form() {
+        let cases = [
+            ("redis://:pw-secret@host:6379", "redis://:***@host:6379"),
+            (
+                "postgres://app@h/db?password=pw-secret&x=1",
+                "postgres://app@h/db?password=***&x=1",
+            ),
+            (
+                "postgres://h/db?sslpassword=pw-secret",
+                "postgres://h/db?sslpassword=***",
+            ),
+            ("redis://u:pa/ss-secret@h", "redis://***@h"),
+            ("redis://u:pa?ss-secret@h/0", "redis://***@h/0"),
+            ("redis://u:pa#ss-secret@h", "redis://***@h"),
+            (
+                "redlock://u:s1-secret@a:1,u:s2-secret@b:2",
+                "redlock://u:***@a:1,u:***@b:2",
+            ),
+            ("redis://u:pa,ss-secret@h", "redis://***@h"),
+            ("redis://u:p@ss-secret@h", "redis://***@h"),
+            (
+                "zk://h:1/chroot?auth=digest:u:pw-secret",
+                "zk://h:1/chroot?auth=***",
+            ),
+            (
+                "redis+sentinel://h:1/m?sentinel_password=pw-secret",
+                "redis+sentinel://h:1/m?sentinel_password=***",
+            ),
+            ("u:pw-secret@host", "<16 characters, not a URL>"),
+        ];
+        assert_eq!(
+            scrub_secrets(
+                "redis://app:pa/ss@h/0",
+                "database \"ss@h\" in pa/ss@h for app"
+            ),
+            "database \"ss@h\" in ***@h for app"
+        );
+        assert_eq!(
+            scrub_secrets(
+                "postgres://h/db?password=hunter2",
+                "bad option password=hunter2"
+            ),
+            "bad option password=***"
+        );
+        for (url, want) in cases {
+            let shown = redact_url(url);
+            assert_eq!(shown, want, "{url}");
+            assert!(!shown.contains("secret"), "{url} leaks: {shown}");
+        }
     }
 
     #[test]

@@ -284,9 +284,14 @@ impl MutexGuard {
         policy: KeepPolicy,
         lease: std::sync::Arc<dyn crate::backend::Lease>,
     ) -> MutexGuard {
-        let registration = locks
-            .keeper()
-            .register(lease.clone(), policy, lease.lease_start());
+        let label = crate::lease::keeper::LeaseLabel {
+            name: name.as_str().into(),
+            backend: locks.info().name,
+        };
+        let registration =
+            locks
+                .keeper()
+                .register(lease.clone(), label, policy, lease.lease_start());
         tracing::debug!(%name, fence = %lease.fence(), "acquired");
         MutexGuard {
             held: HeldLease::new(name, lease, registration),

@@ -1,6 +1,6 @@
 //! URL scheme → backend: the one place `connect` learns which stores this build has.
 
-use crate::error::{Error, Result, redact_url};
+use crate::error::{Error, Result, redact_url, scrub_secrets};
 use crate::locks::Locks;
 
 /// The schemes this build can connect to.
@@ -25,6 +25,18 @@ pub fn enabled_schemes() -> Vec<&'static str> {
 }
 
 pub(crate) async fn connect(url: &str) -> Result<Locks> {
+    // Every backend redacts the URL it shows; a reason quoting a piece of a malformed URL
+    // could still hold a password, so each reason is scrubbed here too.
+    connect_scheme(url).await.map_err(|error| match error {
+        Error::InvalidUrl { url: shown, reason } => Error::InvalidUrl {
+            url: shown,
+            reason: scrub_secrets(url, &reason),
+        },
+        other => other,
+    })
+}
+
+async fn connect_scheme(url: &str) -> Result<Locks> {
     let invalid = |reason: String| Error::InvalidUrl {
         url: redact_url(url),
         reason,

@@ -682,3 +682,66 @@ fn cli_bad_input() {
     }
     assert_clean(failures);
 }
+
+/// A password (or token) written in any of the forms users write reaches neither an error's
+/// message, its source chain nor its `Debug` form, for every scheme, whether the URL is
+/// malformed, has a bad option, or points at a closed port.
+#[tokio::test]
+async fn no_secret_reaches_an_error_message() {
+    const SECRET: &str = "Pw-s3cret";
+    let urls = [
+        format!("redis://:{SECRET}@127.0.0.1:1"),
+        format!("redis://u:pa/{SECRET}@127.0.0.1:1"),
+        format!("redis://u:{SECRET}@127.0.0.1:1/0?bogus=1"),
+        format!("redis://u:{SECRET}@127.0.0.1:notaport"),
+        format!("rediss://u:{SECRET}@127.0.0.1:1?connect_timeout=200ms"),
+        format!(
+            "redlock://u:{SECRET}@127.0.0.1:1,u:{SECRET}@127.0.0.1:2,u:{SECRET}@127.0.0.1:3?bogus=1"
+        ),
+        format!("redlock://u:{SECRET}@127.0.0.1:1,u:{SECRET}@127.0.0.1:2,u:{SECRET}@127.0.0.1:3"),
+        format!("postgres://app@127.0.0.1:1/db?password={SECRET}&x=1"),
+        format!("postgres://app:{SECRET}@127.0.0.1:1/db?connect_timeout=200ms"),
+        format!("postgres://app:{SECRET}@127.0.0.1:1/db?bogus=1"),
+        format!("mysql://root:{SECRET}@127.0.0.1:1/db"),
+        format!("mysql://root@127.0.0.1:1/db?password={SECRET}"),
+        format!("mariadb://root:pa/{SECRET}@127.0.0.1:1/db"),
+        format!("etcd://u:{SECRET}@127.0.0.1:1?bogus=1"),
+        format!("etcd://u:{SECRET}@127.0.0.1:1?connect_timeout=200ms"),
+        format!("zk://u:{SECRET}@127.0.0.1:1?bogus=1"),
+        format!("zk://u:{SECRET}@127.0.0.1:1?connect_timeout=200ms"),
+        format!("sqlite:///nonexistent-dir/x.db?password={SECRET}"),
+        format!("carrier-pigeon://u:{SECRET}@coop"),
+        format!("u:{SECRET}@127.0.0.1:6379"),
+    ];
+    let mut failures = Failures::new();
+    for url in &urls {
+        let result = tokio::time::timeout(Duration::from_secs(20), dlock::connect(url)).await;
+        let error = match result {
+            Ok(Ok(locks)) => {
+                // A lazy client fails on first use instead.
+                match locks.inspect("x").await {
+                    Ok(_) => {
+                        failures.push(format!("{url}: no error at all"));
+                        continue;
+                    }
+                    Err(e) => e,
+                }
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                failures.push("a connect with a closed port hung for 20 s".to_owned());
+                continue;
+            }
+        };
+        let mut shown = format!("{error} | {error:?}");
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            shown.push_str(&format!(" | {cause} | {cause:?}"));
+            source = cause.source();
+        }
+        if shown.contains(SECRET) || shown.contains("s3cret") {
+            failures.push(format!("leaked: {shown}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -72,6 +72,22 @@ async fn worker(url: &str, kind: &str, params: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The command of one worker process. The URL goes in the environment: on the command line
+/// `ps` would show its password to every user of the machine.
+fn worker_command(
+    exe: &std::path::Path,
+    url: &str,
+    kind: &str,
+    params: &str,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .env("DLOCK_URL", url)
+        .args(["demo", "worker", kind])
+        .arg(params);
+    command
+}
+
 /// Runs one worker per parameter set: OS processes when the store is shared between processes,
 /// tasks of this process otherwise. Returns the workers' reports in order.
 async fn run_workers<P, R, F, Fut>(
@@ -101,11 +117,7 @@ where
     let exe = std::env::current_exe().context("cannot find the dlock binary to start workers")?;
     let mut children = Vec::with_capacity(params.len());
     for p in params {
-        let child = tokio::process::Command::new(&exe)
-            .arg("--url")
-            .arg(url)
-            .args(["demo", "worker", kind])
-            .arg(serde_json::to_string(&p)?)
+        let child = worker_command(&exe, url, kind, &serde_json::to_string(&p)?)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -147,4 +159,24 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
     }
     let rank = (q * (sorted.len() - 1) as f64).round() as usize;
     sorted[rank.min(sorted.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_worker_gets_the_url_in_its_environment_not_its_arguments() {
+        let url = "postgres://app:pw-secret@db/locks";
+        let command = super::worker_command(std::path::Path::new("dlock"), url, "seckill", "{}");
+        let command = command.as_std();
+        assert!(
+            command
+                .get_args()
+                .all(|arg| !arg.to_string_lossy().contains("pw-secret")),
+            "{command:?}"
+        );
+        assert!(
+            command.get_envs().any(|(key, value)| key == "DLOCK_URL"
+                && value.is_some_and(|v| v.to_string_lossy() == url))
+        );
+    }
 }

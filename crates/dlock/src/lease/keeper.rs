@@ -34,9 +34,20 @@ fn trusted(ttl: Duration) -> Duration {
     ttl.saturating_sub(Duration::from_millis(2) + ttl / 100)
 }
 
+/// What the keeper's log lines name: the lock and its store, never the lease's internals
+/// (connections, files, watchers).
+#[derive(Clone, Debug)]
+pub(crate) struct LeaseLabel {
+    /// The lock's name.
+    pub(crate) name: Arc<str>,
+    /// The backend's scheme name.
+    pub(crate) backend: &'static str,
+}
+
 #[derive(Debug)]
 struct Entry {
     lease: Arc<dyn Lease>,
+    label: LeaseLabel,
     policy: KeepPolicy,
     /// Renewal stops here (from `max_hold`).
     renew_until: Option<Instant>,
@@ -141,6 +152,7 @@ impl Keeper {
     pub(crate) fn register(
         &self,
         lease: Arc<dyn Lease>,
+        label: LeaseLabel,
         policy: KeepPolicy,
         started: Instant,
     ) -> Registration {
@@ -149,6 +161,7 @@ impl Keeper {
         state.next_id += 1;
         let mut entry = Entry {
             lease,
+            label,
             policy,
             renew_until: policy.max_hold.and_then(|max| started.checked_add(max)),
             deadline: started + trusted(policy.ttl),
@@ -228,7 +241,19 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                     continue;
                 };
                 if now >= entry.deadline {
-                    tracing::warn!(lease = ?entry.lease, "lease deadline passed: lock lost");
+                    let why = if entry.policy.renew {
+                        "its lease ran out before a renewal was confirmed (store unreachable or slow)"
+                    } else {
+                        "its fixed lease ran out"
+                    };
+                    tracing::warn!(
+                        lock = %entry.label.name,
+                        backend = %entry.label.backend,
+                        fence = entry.lease.fence().get(),
+                        late_ms = u64::try_from(now.duration_since(entry.deadline).as_millis())
+                            .unwrap_or(u64::MAX),
+                        "lock lost: {why}"
+                    );
                     metrics::counter!("dlock_lost_total", "reason" => "deadline").increment(1);
                     entry.lease.lost().cancel();
                     state.entries.remove(&id);
@@ -291,7 +316,15 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
             entry.due = next_due(entry, started);
         }
         Err(Error::NotOwned { .. }) => {
-            tracing::warn!(lease = ?entry.lease, "renewal refused: lock lost");
+            tracing::warn!(
+                lock = %entry.label.name,
+                backend = %entry.label.backend,
+                fence = entry.lease.fence().get(),
+                lease_left_ms =
+                    u64::try_from(entry.deadline.saturating_duration_since(Instant::now()).as_millis())
+                        .unwrap_or(u64::MAX),
+                "lock lost: the store refused the renewal (expired, broken or taken over)"
+            );
             metrics::counter!("dlock_lost_total", "reason" => "not_owned").increment(1);
             entry.lease.lost().cancel();
             state.schedule.remove(&(old_due, id));
@@ -357,6 +390,13 @@ mod tests {
         }
     }
 
+    fn label() -> LeaseLabel {
+        LeaseLabel {
+            name: "keeper-test".into(),
+            backend: "test",
+        }
+    }
+
     fn watchdog(ttl_ms: u64) -> KeepPolicy {
         KeepPolicy {
             ttl: Duration::from_millis(ttl_ms),
@@ -369,7 +409,7 @@ mod tests {
     async fn watchdog_renews_through_many_ttls() {
         let keeper = Keeper::default();
         let lease = Arc::new(ScriptedLease::default());
-        let reg = keeper.register(lease.clone(), watchdog(300), Instant::now());
+        let reg = keeper.register(lease.clone(), label(), watchdog(300), Instant::now());
         tokio::time::sleep(Duration::from_millis(3000)).await;
         assert!(!lease.lost.is_cancelled());
         let n = lease.renewals.load(Ordering::SeqCst);
@@ -388,7 +428,7 @@ mod tests {
     async fn refused_renewal_fires_lost_at_once() {
         let keeper = Keeper::default();
         let lease = Arc::new(ScriptedLease::default());
-        let _reg = keeper.register(lease.clone(), watchdog(300), Instant::now());
+        let _reg = keeper.register(lease.clone(), label(), watchdog(300), Instant::now());
         lease.disowned.store(true, Ordering::SeqCst);
         let start = Instant::now();
         lease.lost.cancelled().await;
@@ -400,7 +440,7 @@ mod tests {
         let keeper = Keeper::default();
         let lease = Arc::new(ScriptedLease::default());
         let start = Instant::now();
-        let _reg = keeper.register(lease.clone(), watchdog(300), start);
+        let _reg = keeper.register(lease.clone(), label(), watchdog(300), start);
         lease.unreachable.store(true, Ordering::SeqCst);
         lease.lost.cancelled().await;
         assert_eq!(start.elapsed(), trusted(Duration::from_millis(300)));
@@ -416,7 +456,7 @@ mod tests {
             renew: false,
             max_hold: None,
         };
-        let reg = keeper.register(lease.clone(), policy, start);
+        let reg = keeper.register(lease.clone(), label(), policy, start);
         tokio::time::sleep(Duration::from_millis(400)).await;
         reg.extended(Instant::now(), Duration::from_millis(500));
         lease.lost.cancelled().await;
@@ -438,8 +478,9 @@ mod tests {
                     .enable_all()
                     .build()
                     .unwrap();
-                let registration = runtime
-                    .block_on(async { keeper.register(first, watchdog(300), Instant::now()) });
+                let registration = runtime.block_on(async {
+                    keeper.register(first, label(), watchdog(300), Instant::now())
+                });
                 drop(runtime); // the keeper task dies mid-sleep
                 registration
             }
@@ -447,7 +488,7 @@ mod tests {
         .join()
         .unwrap();
         let second = Arc::new(ScriptedLease::default());
-        let _reg = keeper.register(second.clone(), watchdog(300), Instant::now());
+        let _reg = keeper.register(second.clone(), label(), watchdog(300), Instant::now());
         tokio::time::sleep(Duration::from_millis(1000)).await;
         assert!(
             second.renewals.load(Ordering::SeqCst) >= 5,
@@ -465,7 +506,7 @@ mod tests {
             max_hold: Some(Duration::from_millis(1000)),
             ..watchdog(300)
         };
-        let _reg = keeper.register(lease.clone(), policy, start);
+        let _reg = keeper.register(lease.clone(), label(), policy, start);
         lease.lost.cancelled().await;
         let held = start.elapsed();
         assert!(

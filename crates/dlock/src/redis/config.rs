@@ -120,6 +120,11 @@ impl RedisConfig {
         if host.is_empty() || host.starts_with(':') {
             return Err(invalid("missing host".into()));
         }
+        if db.contains('@') {
+            return Err(invalid(
+                "a `/` in the user name or password must be written as %2F".into(),
+            ));
+        }
         if !db.is_empty() && db.parse::<u16>().is_err() {
             return Err(invalid(format!(
                 "database {db:?} is not a number (redis://host:port/DB)"
