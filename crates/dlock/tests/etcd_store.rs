@@ -61,6 +61,10 @@ fn lock_keys(endpoints: &str, name: &str) -> usize {
         .count()
 }
 
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test]
 async fn bad_urls_are_invalid_url_and_hide_the_password() {
     for url in [
@@ -85,6 +89,10 @@ async fn bad_urls_are_invalid_url_and_hide_the_password() {
     );
 }
 
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_cluster_is_unavailable() {
     let port = dlock_testkit::server::free_port().unwrap();
@@ -96,6 +104,10 @@ async fn an_unreachable_cluster_is_unavailable() {
     assert!(err.is_retryable(), "{err:?}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_unauthenticated_and_a_user_without_rights_is_denied() {
     let Some(server) = server() else { return };
@@ -121,6 +133,10 @@ async fn wrong_credentials_are_unauthenticated_and_a_user_without_rights_is_deni
     guard.release().await.unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_waiter_leaves_no_key_behind() {
     let Some(server) = server() else { return };
@@ -161,6 +177,10 @@ async fn a_cancelled_waiter_leaves_no_key_behind() {
     assert_eq!(tokio::task::block_in_place(|| lock_keys(&ep, name)), 0);
 }
 
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_keeps_held_locks_and_clients_continue() {
     if !have_etcd() {
@@ -240,6 +260,10 @@ async fn a_killed_leader_keeps_held_locks_and_clients_continue() {
     fresh.release().await.unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_paused_past_its_lease_loses_to_the_next_waiter() {
     let Some(server) = server() else { return };
@@ -298,6 +322,10 @@ async fn keys_under(endpoint: &str, base: &[u8]) -> Vec<Vec<u8>> {
     reply.kvs().iter().map(|kv| kv.key().to_vec()).collect()
 }
 
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_locks_and_semaphores_queue_natively_and_busy_tries_leave_nothing() {
     let Some(server) = server() else { return };

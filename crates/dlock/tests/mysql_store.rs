@@ -25,6 +25,10 @@ async fn admin(server: &ServerProcess) -> MySqlPool {
     MySqlPool::connect(&Mariadb::url(server)).await.unwrap()
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
     let Some(server) = server() else { return };
@@ -50,6 +54,10 @@ async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
     .await;
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_survives_its_connections_being_killed() {
     let Some(server) = server() else { return };
@@ -71,6 +79,10 @@ async fn a_lease_survives_its_connections_being_killed() {
     .await;
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_during_holds_and_waits() {
     let Some(mut server) = server() else { return };
@@ -78,6 +90,10 @@ async fn a_server_restart_during_holds_and_waits() {
     sql_support::a_restart_during_holds_and_waits(&mut server, &url).await;
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_table_is_created_and_a_foreign_one_refused() {
     let Some(server) = server() else { return };
@@ -148,6 +164,10 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
     }
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_without_rights_get_typed_errors() {
     let Some(server) = server() else { return };
@@ -175,6 +195,10 @@ async fn users_without_rights_get_typed_errors() {
     assert!(!format!("{err:?}").contains(":wrong@"));
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_differing_in_case_or_trailing_spaces_stay_distinct() {
     let Some(server) = server() else { return };
@@ -193,6 +217,10 @@ async fn names_differing_in_case_or_trailing_spaces_stay_distinct() {
     }
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_is_unavailable() {
     let Some(mut server) = server() else { return };
@@ -205,6 +233,10 @@ async fn a_stopped_server_is_unavailable() {
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test]
 async fn bad_url_options_are_invalid_urls() {
     for url in [
@@ -249,6 +281,10 @@ async fn queued(admin: &MySqlPool, name: &str) -> i64 {
         .unwrap()
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiter_queue_decides_who_gets_a_free_lock() {
     let Some(server) = server() else { return };
@@ -294,6 +330,10 @@ async fn the_waiter_queue_decides_who_gets_a_free_lock() {
         .unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_leaves_the_queue_when_it_gives_up_or_gets_the_lock() {
     let Some(server) = server() else { return };
@@ -343,4 +383,15 @@ async fn wait_until_unqueued(admin: &MySqlPool, name: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the waiter's entry is still queued");
+}
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_release_on_a_hung_server_returns_within_its_limit() {
+    let Some(mut server) = server() else { return };
+    let url = format!("{}?mode=session", Mariadb::url(&server));
+    sql_support::release_on_a_hung_server_is_bounded(&mut server, &url).await;
 }

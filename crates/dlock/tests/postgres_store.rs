@@ -25,6 +25,10 @@ async fn admin(server: &ServerProcess) -> PgPool {
     PgPool::connect(&Postgres::url(server)).await.unwrap()
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
     let Some(server) = server() else { return };
@@ -47,6 +51,10 @@ async fn a_killed_session_fires_lost_and_the_next_waiter_gets_the_lock() {
     .await;
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_survives_its_connections_being_killed() {
     let Some(server) = server() else { return };
@@ -63,6 +71,10 @@ async fn a_lease_survives_its_connections_being_killed() {
     .await;
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_during_holds_and_waits() {
     let Some(mut server) = server() else { return };
@@ -70,6 +82,10 @@ async fn a_server_restart_during_holds_and_waits() {
     sql_support::a_restart_during_holds_and_waits(&mut server, &url).await;
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_table_is_created_and_a_foreign_one_refused() {
     let Some(server) = server() else { return };
@@ -133,6 +149,10 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
     }
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_without_rights_get_typed_errors() {
     let Some(server) = server() else { return };
@@ -163,6 +183,10 @@ async fn users_without_rights_get_typed_errors() {
     assert!(matches!(err, Error::Unauthenticated { .. }), "{err:?}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_is_unavailable() {
     let Some(mut server) = server() else { return };
@@ -176,6 +200,10 @@ async fn a_stopped_server_is_unavailable() {
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test]
 async fn bad_url_options_are_invalid_urls() {
     for url in [
@@ -217,6 +245,10 @@ async fn queued(admin: &PgPool, name: &str) -> i64 {
         .unwrap()
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiter_queue_decides_who_gets_a_free_lock() {
     let Some(server) = server() else { return };
@@ -266,6 +298,10 @@ async fn the_waiter_queue_decides_who_gets_a_free_lock() {
     );
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_leaves_the_queue_and_notifies() {
     let Some(server) = server() else { return };
@@ -325,4 +361,15 @@ async fn wait_until_unqueued(admin: &PgPool, name: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the waiter's entry is still queued");
+}
+
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_release_on_a_hung_server_returns_within_its_limit() {
+    let Some(mut server) = server() else { return };
+    let url = format!("{}?mode=session", Postgres::url(&server));
+    sql_support::release_on_a_hung_server_is_bounded(&mut server, &url).await;
 }

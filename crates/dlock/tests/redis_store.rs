@@ -63,6 +63,10 @@ async fn eventually(mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_key_at_a_lock_name_is_a_type_error_at_once() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -120,6 +124,10 @@ async fn a_foreign_key_at_a_lock_name_is_a_type_error_at_once() -> anyhow::Resul
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restarted_empty_fires_lost_on_every_guard_and_fences_keep_growing()
 -> anyhow::Result<()> {
@@ -154,6 +162,10 @@ async fn a_server_restarted_empty_fires_lost_on_every_guard_and_fences_keep_grow
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_connections_are_reestablished_during_holds_and_waits() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -207,6 +219,10 @@ async fn killed_connections_are_reestablished_during_holds_and_waits() -> anyhow
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_waiter_without_polling() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -246,6 +262,10 @@ async fn a_release_wakes_the_waiter_without_polling() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_fair_waiter_does_not_stall_the_queue() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -286,6 +306,10 @@ async fn a_killed_fair_waiter_does_not_stall_the_queue() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandoned_waits_leave_no_queue_entry_behind() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -330,6 +354,10 @@ async fn abandoned_waits_leave_no_queue_entry_behind() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_are_checked_when_connecting() -> anyhow::Result<()> {
     let server = match ServerProcess::start(Redis {
@@ -394,6 +422,10 @@ async fn credentials_are_checked_when_connecting() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_a_private_ca() -> anyhow::Result<()> {
     let certs = TestCertificates::generate()?;
@@ -434,6 +466,10 @@ async fn tls_with_a_private_ca() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_unavailable() -> anyhow::Result<()> {
     let port = dlock_testkit::server::free_port()?;
@@ -445,6 +481,10 @@ async fn an_unreachable_server_is_unavailable() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_lists_inspects_and_breaks_redis_locks() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -475,6 +515,10 @@ async fn the_cli_lists_inspects_and_breaks_redis_locks() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[test]
 fn a_client_keeps_its_wake_ups_when_the_runtime_that_started_them_is_gone() -> anyhow::Result<()> {
     let Some(fx) = start()? else {
@@ -541,6 +585,10 @@ fn command_calls(addr: SocketAddr, command: &str) -> anyhow::Result<u64> {
         .map_or(Ok(0), str::parse)?)
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_lock_takes_every_name_in_one_script_or_none() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -589,6 +637,10 @@ async fn a_multi_lock_takes_every_name_in_one_script_or_none() -> anyhow::Result
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_semaphore_wakes_waiters_and_leaves_no_keys() -> anyhow::Result<()> {
     let fx = redis_or_skip!();
@@ -639,6 +691,10 @@ async fn a_native_semaphore_wakes_waiters_and_leaves_no_keys() -> anyhow::Result
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_rwlock_hands_over_by_notification_and_signals_loss() -> anyhow::Result<()> {
     let fx = redis_or_skip!();

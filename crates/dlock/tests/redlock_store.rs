@@ -34,6 +34,10 @@ fn url(nodes: &RedisNodes, options: &str) -> String {
     format!("{}{options}", redlock_url(&nodes.addrs()))
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_five_nodes_down_still_lock_extend_and_release() -> anyhow::Result<()> {
     let mut nodes = nodes_or_skip!();
@@ -65,6 +69,10 @@ async fn two_of_five_nodes_down_still_lock_extend_and_release() -> anyhow::Resul
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_of_five_nodes_down_fail_acquires_and_lose_holds() -> anyhow::Result<()> {
     let mut nodes = nodes_or_skip!();
@@ -105,6 +113,10 @@ async fn three_of_five_nodes_down_fail_acquires_and_lose_holds() -> anyhow::Resu
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_costs_no_more_than_the_node_timeout() -> anyhow::Result<()> {
     let mut nodes = nodes_or_skip!();
@@ -125,6 +137,10 @@ async fn a_paused_node_costs_no_more_than_the_node_timeout() -> anyhow::Result<(
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_empty_does_not_let_a_second_client_in() -> anyhow::Result<()> {
     let mut nodes = nodes_or_skip!();
@@ -175,6 +191,10 @@ async fn a_node_restarted_empty_does_not_let_a_second_client_in() -> anyhow::Res
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_keep_growing_across_different_majorities() -> anyhow::Result<()> {
     let mut nodes = nodes_or_skip!();
@@ -228,6 +248,10 @@ async fn fences_keep_growing_across_different_majorities() -> anyhow::Result<()>
     Ok(())
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_urls_are_rejected() -> anyhow::Result<()> {
     for url in [

@@ -42,6 +42,10 @@ async fn session_lock_granted_after_a_long_wait_is_held(fixture: &dyn Fixture) {
     granted.release().await.unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_session_lock_granted_after_a_long_wait_is_held() {
     for fixture in PostgresFixture::start_both().unwrap() {
@@ -51,6 +55,10 @@ async fn postgres_session_lock_granted_after_a_long_wait_is_held() {
     }
 }
 
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_session_lock_granted_after_a_long_wait_is_held() {
     for fixture in MysqlFixture::start_both().unwrap() {

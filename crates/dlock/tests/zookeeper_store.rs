@@ -56,6 +56,10 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
     panic!("not within 10 s: {what}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_keeps_held_locks_and_clients_reconnect() {
     if !installed() {
@@ -98,6 +102,10 @@ async fn killing_the_leader_keeps_held_locks_and_clients_reconnect() {
     next.release().await.unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_paused_past_its_session_loses_the_lock_to_the_next_waiter() {
     let Some(server) = server() else { return };
@@ -150,6 +158,10 @@ async fn a_holder_paused_past_its_session_loses_the_lock_to_the_next_waiter() {
     next.release().await.unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_connection_makes_the_hold_uncertain_then_it_recovers() {
     let Some(mut server) = server() else { return };
@@ -181,6 +193,10 @@ async fn a_suspended_connection_makes_the_hold_uncertain_then_it_recovers() {
     held.release().await.unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_that_time_out_or_are_cancelled_leave_no_node() {
     let Some(server) = server() else { return };
@@ -236,6 +252,10 @@ async fn waiters_that_time_out_or_are_cancelled_leave_no_node() {
     .await;
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_lock_directories_are_removed_and_fences_keep_growing_across_them() {
     let Some(server) = server() else { return };
@@ -264,6 +284,10 @@ async fn empty_lock_directories_are_removed_and_fences_keep_growing_across_them(
     second.release().await.unwrap();
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_credentials_protect_the_nodes_of_their_user() {
     let Some(server) = server() else { return };
@@ -287,6 +311,10 @@ async fn digest_credentials_protect_the_nodes_of_their_user() {
     assert!(!error.to_string().contains("s3cret"), "{error}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_ensemble_is_unavailable() {
     let port = dlock_testkit::server::free_port().unwrap();
@@ -296,6 +324,10 @@ async fn an_unreachable_ensemble_is_unavailable() {
     assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_locks_and_semaphores_are_native_queues() {
     let Some(server) = server() else { return };

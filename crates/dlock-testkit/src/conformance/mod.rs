@@ -294,8 +294,21 @@ fn run_case(fx: Arc<dyn Fixture>, case: Case) -> Result<(), Failed> {
 /// Runs the suite on `fixtures` as a test binary's `main` (`harness = false`): prints the table
 /// of unsupported cases to stderr, runs everything else, exits with libtest's status.
 pub fn main(fixtures: Vec<Arc<dyn Fixture>>) -> ! {
+    main_with_missing(fixtures, Vec::new())
+}
+
+/// [`main`], plus one ignored trial per backend whose server is missing (`(backend, reason)`),
+/// so a run without a server reports it as not run instead of saying nothing.
+pub fn main_with_missing(fixtures: Vec<Arc<dyn Fixture>>, missing: Vec<(String, String)>) -> ! {
     let args = Arguments::from_args();
-    let mut all = Vec::new();
+    let mut all: Vec<Trial> = missing
+        .into_iter()
+        .map(|(backend, reason)| {
+            Trial::test(format!("{backend}::server_missing"), || Ok(()))
+                .with_kind(reason)
+                .with_ignored_flag(true)
+        })
+        .collect();
     let mut skipped = Vec::new();
     for fx in fixtures {
         let (trials, skips) = trials(fx);

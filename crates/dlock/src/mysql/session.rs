@@ -142,6 +142,8 @@ struct Held {
 
 #[async_trait]
 impl SessionConn for Held {
+    const BACKEND: &'static str = "mysql";
+
     async fn ping(&mut self) -> Result<()> {
         self.conn.ping().await.map_err(from_sqlx)
     }

@@ -163,6 +163,8 @@ struct Held {
 
 #[async_trait]
 impl SessionConn for Held {
+    const BACKEND: &'static str = "postgres";
+
     async fn ping(&mut self) -> Result<()> {
         self.conn.ping().await.map_err(from_sqlx)
     }

@@ -16,6 +16,8 @@ use super::attempt::fence;
 /// The connection that holds one session lock.
 #[async_trait]
 pub(crate) trait SessionConn: Send + 'static {
+    /// The backend's scheme name, for errors.
+    const BACKEND: &'static str;
     /// A cheap round trip: fails when the connection (and so the lock) is gone.
     async fn ping(&mut self) -> Result<()>;
     /// Releases the server-side lock; `Ok(false)` when the server says it was not held.
@@ -109,6 +111,35 @@ impl Lease for SessionLease {
     }
 }
 
+/// The longest one round trip on a session lock's connection may take. A server or network
+/// that hangs would otherwise hold a `release()` or a ping for as long as TCP takes to give up
+/// (minutes); past this the connection counts as dead and is closed, which frees the lock on
+/// the server.
+const ROUND_TRIP_LIMIT: Duration = Duration::from_secs(5);
+
+/// The error of a round trip that got no answer within `limit`, naming what timed out.
+fn timed_out<C: SessionConn>(what: &str, limit: Duration) -> Error {
+    Error::Unavailable {
+        backend: C::BACKEND,
+        source: format!(
+            "{what} got no answer within {} (server or network hung); the connection was closed",
+            humantime::format_duration(limit)
+        )
+        .into(),
+    }
+}
+
+/// `call` bounded by `limit`; a call that overruns fails as unavailable, naming what timed out.
+async fn bounded<T, C: SessionConn>(
+    what: &'static str,
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| Err(timed_out::<C>(what, limit)))
+}
+
 async fn keep_session<C: SessionConn>(
     mut conn: C,
     name: String,
@@ -128,7 +159,8 @@ async fn keep_session<C: SessionConn>(
                         let _ = reply.send(Err(Error::not_owned(&name)));
                         break;
                     }
-                    match conn.ping().await {
+                    let limit = ROUND_TRIP_LIMIT.min(deadline.saturating_duration_since(Instant::now()));
+                    match bounded::<_, C>("the session check", limit, conn.ping()).await {
                         Ok(()) => {
                             deadline = deadline.max(started + more);
                             ttl = ttl.max(more);
@@ -149,16 +181,22 @@ async fn keep_session<C: SessionConn>(
                         let _ = reply.send(Err(Error::not_owned(&name)));
                         break;
                     }
-                    let result = conn.unlock().await;
+                    let result = tokio::time::timeout(ROUND_TRIP_LIMIT, conn.unlock()).await;
                     lost.cancel();
                     match result {
-                        Ok(true) => {
+                        Ok(Ok(true)) => {
                             let _ = reply.send(Ok(()));
                             conn.recycle();
                         }
+                        // No answer: closing the connection frees the lock once the server
+                        // notices; the caller learns that the release is not confirmed.
+                        Err(_) => {
+                            let _ = reply.send(Err(timed_out::<C>("release", ROUND_TRIP_LIMIT)));
+                            conn.discard();
+                        }
                         // Not held by this connection any more, or the connection died (and
                         // with it the lock): either way the hold was lost before the release.
-                        Ok(false) | Err(_) => {
+                        Ok(Ok(false) | Err(_)) => {
                             let _ = reply.send(Err(Error::not_owned(&name)));
                             conn.discard();
                         }
@@ -173,7 +211,8 @@ async fn keep_session<C: SessionConn>(
                 break;
             }
             () = tokio::time::sleep_until(next_check) => {
-                if let Err(error) = conn.ping().await {
+                let limit = ROUND_TRIP_LIMIT.min(deadline.saturating_duration_since(Instant::now()));
+                if let Err(error) = bounded::<_, C>("the session check", limit, conn.ping()).await {
                     tracing::warn!(%name, %error, "session lock lost: its connection is gone");
                     lost.cancel();
                     conn.discard();
@@ -185,7 +224,7 @@ async fn keep_session<C: SessionConn>(
     }
     // Expired or abandoned: free the lock on the server, as a lease store would.
     lost.cancel();
-    match conn.unlock().await {
+    match bounded::<_, C>("release", ROUND_TRIP_LIMIT, conn.unlock()).await {
         Ok(true) => conn.recycle(),
         _ => conn.discard(),
     }

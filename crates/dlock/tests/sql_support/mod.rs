@@ -142,3 +142,28 @@ pub(crate) async fn a_restart_during_holds_and_waits(server: &mut ServerProcess,
         .unwrap();
     assert!(lease_next.fence() > lease_fence);
 }
+
+/// A session lock's `release()` on a hung server (paused with SIGSTOP) returns a clear
+/// "unavailable" error naming the release and the time it waited, instead of hanging as long
+/// as TCP would; after the server resumes, the lock is free again (the connection was closed).
+pub(crate) async fn release_on_a_hung_server_is_bounded(server: &mut ServerProcess, url: &str) {
+    let locks = dlock::connect(url).await.unwrap();
+    let held = locks.mutex("jobs/hung").acquire().await.unwrap();
+    tokio::task::block_in_place(|| server.pause()).unwrap();
+    let released = tokio::time::timeout(Duration::from_secs(30), held.release()).await;
+    tokio::task::block_in_place(|| server.resume()).unwrap();
+    let error = released
+        .expect("release() hung on a paused server")
+        .expect_err("release() cannot be confirmed by a paused server");
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("release") && text.contains("5s"), "{text}");
+    let other = dlock::connect(url).await.unwrap();
+    let next = other
+        .mutex("jobs/hung")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("the lock stayed held after its connection was closed");
+    next.release().await.unwrap();
+}

@@ -1,0 +1,84 @@
+//! For the tests only: which real servers this machine has. The store tests of a server that
+//! is missing are then reported as ignored, with the reason, instead of passing without
+//! running (`#[cfg_attr(dlock_test_missing = "redis", ignore = "…")]`). When
+//! `DLOCK_TEST_REQUIRE` asks for a server, it is never marked missing, so its tests run and
+//! fail loudly. The library itself does not read these flags.
+
+use std::path::{Path, PathBuf};
+
+/// (name, binary, env override, extra directories)
+const SERVERS: [(&str, &str, &str, &[&str]); 5] = [
+    ("redis", "redis-server", "DLOCK_TEST_REDIS_BIN", &[]),
+    ("postgres", "postgres", "DLOCK_TEST_POSTGRES_BIN", &[]),
+    ("mariadb", "mariadbd", "DLOCK_TEST_MARIADB_BIN", &[]),
+    ("etcd", "etcd", "DLOCK_TEST_ETCD_BIN", &[]),
+    (
+        "zookeeper",
+        "java",
+        "DLOCK_TEST_ZOOKEEPER_BIN",
+        &["/usr/lib/jvm/default-java/bin"],
+    ),
+];
+
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn found(binary: &str, env: &str, extra: &[&str]) -> bool {
+    if let Some(value) = std::env::var_os(env).filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(&value);
+        if path.components().count() > 1 {
+            return executable(&path);
+        }
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.extend(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from));
+    dirs.extend(extra.iter().map(PathBuf::from));
+    if binary == "postgres" {
+        // Debian keeps the server outside PATH, one folder per major version.
+        if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
+            dirs.extend(entries.flatten().map(|e| e.path().join("bin")));
+        }
+    }
+    dirs.iter().any(|dir| executable(&dir.join(binary)))
+}
+
+fn required(name: &str) -> bool {
+    std::env::var("DLOCK_TEST_REQUIRE").is_ok_and(|list| {
+        list.split(',')
+            .map(str::trim)
+            .any(|item| item.eq_ignore_ascii_case("all") || item.eq_ignore_ascii_case(name))
+    })
+}
+
+fn main() {
+    let names: Vec<String> = SERVERS.iter().map(|s| format!("\"{}\"", s.0)).collect();
+    println!(
+        "cargo::rustc-check-cfg=cfg(dlock_test_missing, values({}))",
+        names.join(", ")
+    );
+    println!("cargo::rerun-if-env-changed=PATH");
+    println!("cargo::rerun-if-env-changed=DLOCK_TEST_REQUIRE");
+    println!("cargo::rerun-if-env-changed=DLOCK_TEST_ZOOKEEPER_JAR");
+    for (name, binary, env, extra) in SERVERS {
+        println!("cargo::rerun-if-env-changed={env}");
+        let mut present = found(binary, env, extra);
+        if name == "zookeeper" {
+            let jar = std::env::var_os("DLOCK_TEST_ZOOKEEPER_JAR")
+                .filter(|v| !v.is_empty())
+                .map_or_else(
+                    || PathBuf::from("/usr/share/java/zookeeper.jar"),
+                    PathBuf::from,
+                );
+            println!("cargo::rerun-if-changed={}", jar.display());
+            present &= jar.is_file();
+        }
+        // Installing the server later must rebuild the tests with the flag gone.
+        println!("cargo::rerun-if-changed=/usr/bin/{binary}");
+        if !present && !required(name) {
+            println!("cargo::rustc-cfg=dlock_test_missing=\"{name}\"");
+        }
+    }
+}
