@@ -750,3 +750,171 @@ fn expect_not_owned(result: dlock::Result<()>) -> anyhow::Result<()> {
         other => anyhow::bail!("expected NotOwned, got {other:?}"),
     }
 }
+
+/// The kinds of hold whose fences must keep rising across a partial data loss.
+#[derive(Clone, Copy, Debug)]
+enum HoldKind {
+    Mutex,
+    Permit,
+    Writer,
+    Reader,
+}
+
+const HOLD_KINDS: [HoldKind; 4] = [
+    HoldKind::Mutex,
+    HoldKind::Permit,
+    HoldKind::Writer,
+    HoldKind::Reader,
+];
+
+/// One hold of `kind` on `name`: its fence and the guard (boxed, dropped to let go).
+async fn take(
+    locks: &Locks,
+    kind: HoldKind,
+    name: &str,
+) -> anyhow::Result<(dlock::FencingToken, Box<dyn std::any::Any + Send>)> {
+    let wait = Duration::from_secs(5);
+    Ok(match kind {
+        HoldKind::Mutex => {
+            let g = locks.mutex(name).wait(wait).acquire().await?;
+            (g.fence(), Box::new(g))
+        }
+        HoldKind::Permit => {
+            let g = locks.semaphore(name, 1).wait(wait).acquire().await?;
+            (g.fence(), Box::new(g))
+        }
+        HoldKind::Writer => {
+            let g = locks.rwlock(name).wait(wait).write().await?;
+            (g.fence(), Box::new(g))
+        }
+        HoldKind::Reader => {
+            let g = locks.rwlock(name).wait(wait).read().await?;
+            (g.fence(), Box::new(g))
+        }
+    })
+}
+
+/// Takes `name` once, lets `checkpoint` save the store's state, takes it three more times,
+/// then holds it (fence F) while `lose` brings back the saved state; the next hold, through
+/// `after` (a client of the store as it is now), must get a fence above F.
+async fn fences_rise_across_a_partial_loss(
+    before: &Locks,
+    kind: HoldKind,
+    name: &str,
+    checkpoint: impl AsyncFnOnce() -> anyhow::Result<()>,
+    lose: impl AsyncFnOnce() -> anyhow::Result<Locks>,
+) -> anyhow::Result<()> {
+    let (_, first) = take(before, kind, name).await?;
+    drop(first);
+    // Let the background releases land before the checkpoint.
+    sleep(Duration::from_millis(100)).await;
+    checkpoint().await?;
+    for _ in 0..3 {
+        let (_, guard) = take(before, kind, name).await?;
+        drop(guard);
+        sleep(Duration::from_millis(50)).await;
+    }
+    let (held_fence, held) = take(before, kind, name).await?;
+    let after = lose().await?;
+    let (next_fence, next) = take(&after, kind, name).await?;
+    drop(next);
+    drop(held);
+    ensure!(
+        next_fence > held_fence,
+        "{kind:?} {name}: fence {next_fence} given after the loss, while the holder before it has {held_fence}"
+    );
+    Ok(())
+}
+
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_after_a_restart_from_an_older_snapshot() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    for kind in HOLD_KINDS {
+        let before = fx
+            .connect()
+            .await?
+            .with_watchdog_lease(Duration::from_secs(30))?;
+        let name = format!("snapshot/{kind:?}");
+        let addr = fx.addr();
+        fences_rise_across_a_partial_loss(
+            &before,
+            kind,
+            &name,
+            async || {
+                let reply: String = query(addr, &["SAVE"])?;
+                ensure!(reply == "OK", "SAVE: {reply}");
+                Ok(())
+            },
+            async || {
+                // A crash, then a start from the RDB file SAVE wrote.
+                tokio::task::block_in_place(|| fx.server().restart())?;
+                Ok(fx.connect().await?)
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_after_a_failover_to_a_lagging_replica() -> anyhow::Result<()> {
+    for kind in HOLD_KINDS {
+        let fx = redis_or_skip!();
+        let primary = fx.addr();
+        let replica = tokio::task::block_in_place(|| {
+            ServerProcess::start(Redis {
+                extra_args: vec![
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    primary.port().to_string(),
+                ],
+            })
+        })?;
+        let replica_addr = replica.addr();
+        let replica = std::sync::Mutex::new(Some(replica));
+        let before = fx
+            .connect()
+            .await?
+            .with_watchdog_lease(Duration::from_secs(30))?;
+        let name = format!("failover/{kind:?}");
+        fences_rise_across_a_partial_loss(
+            &before,
+            kind,
+            &name,
+            async || {
+                // Caught up, then cut off: the replica keeps what it has and misses the rest.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let info: String = query(replica_addr, &["INFO", "replication"])?;
+                    let acked: i64 = query(primary, &["WAIT", "1", "100"])?;
+                    if info.contains("master_link_status:up") && acked >= 1 {
+                        break;
+                    }
+                    ensure!(
+                        Instant::now() < deadline,
+                        "the replica never caught up: {info}"
+                    );
+                    sleep(Duration::from_millis(50)).await;
+                }
+                let _: String = query(replica_addr, &["REPLICAOF", "NO", "ONE"])?;
+                Ok(())
+            },
+            async || {
+                // The primary dies; clients move to the promoted replica.
+                tokio::task::block_in_place(|| fx.server().kill())?;
+                Ok(dlock::connect(&format!("redis://{replica_addr}")).await?)
+            },
+        )
+        .await?;
+        drop(replica.lock().unwrap().take());
+    }
+    Ok(())
+}

@@ -268,3 +268,58 @@ async fn bad_urls_are_rejected() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Every node restarts from a snapshot taken three holds ago (a correlated restore): the
+/// next holder still gets a fence above the last one given out.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_after_every_node_restarts_from_an_older_snapshot() -> anyhow::Result<()> {
+    let mut nodes = nodes_or_skip!();
+    let url = url(&nodes, "?connect_timeout=200ms&timeout=200ms");
+    let locks = dlock::connect(&url).await?;
+    let take = async |locks: &dlock::Locks| -> anyhow::Result<u64> {
+        let guard = locks.mutex("restored").acquire().await?;
+        let fence = guard.fence().get();
+        guard.release().await?;
+        Ok(fence)
+    };
+    take(&locks).await?;
+    for addr in nodes.addrs() {
+        let mut admin = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+        redis::cmd("SAVE").query::<()>(&mut admin)?;
+    }
+    for _ in 0..3 {
+        take(&locks).await?;
+    }
+    let held = locks.mutex("restored").acquire().await?;
+    for node in &mut nodes.nodes {
+        node.restart()?;
+    }
+    let other = dlock::connect(&url).await?;
+    let mut next = None;
+    for _ in 0..40 {
+        match other
+            .mutex("restored")
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await
+        {
+            Ok(guard) => {
+                next = Some(guard);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let next = next.context("no lock after the restore")?;
+    ensure!(
+        next.fence() > held.fence(),
+        "fence {} after the restore, {} before it",
+        next.fence(),
+        held.fence()
+    );
+    Ok(())
+}

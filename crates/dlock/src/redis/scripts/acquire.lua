@@ -44,16 +44,10 @@ if queued == '1' or (not holder and redis.call('EXISTS', KEYS[2]) == 1) then
   end
 end
 
--- The fence continues from the last holder's. A lock value only disappears a lease after its
--- last grant (or with the server's data), and fences never outrun the clock in ms * 1024 (a
--- lock cannot change hands a thousand times a millisecond), so starting again from the clock
--- keeps them growing.
+-- The fence continues from the last holder's, or from the clock floor when that is higher
+-- (the value is gone, or came back older than fences already given out).
 local next_fence
-if holder then
-  next_fence = tonumber(fence) + 1
-else
-  next_fence = now_ms() * 1024
-end
+next_fence = fence_after(holder and fence or nil)
 local still_queued = '0'
 if q and q.exists() then
   still_queued = '1'

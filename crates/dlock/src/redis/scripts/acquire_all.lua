@@ -35,13 +35,8 @@ end
 local reply = {1}
 for i = 1, count do
   local holder, fence, still_queued = taken[i][1], taken[i][2], taken[i][3]
-  local next_fence
-  if holder then
-    next_fence = tonumber(fence) + 1
-  else
-    now = now or now_ms()
-    next_fence = now * 1024
-  end
+  now = now or now_ms()
+  local next_fence = fence_after(holder and fence or nil, now)
   redis.call('SET', KEYS[3 * i - 2], encode(ARGV[2 + i], integer(next_fence), 1, still_queued, owner), 'PX', ttl)
   reply[i + 1] = next_fence
 end

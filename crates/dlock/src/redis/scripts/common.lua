@@ -51,6 +51,20 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The fence after `last` (nil when the store has none): one more than the last, and never
+-- below the server's clock in ms * 1024. The floor is what keeps fences rising when the store
+-- comes back with an older state (a restart from an older snapshot, a failover to a replica
+-- that missed the last grants): every fence given out is below the clock floor of a
+-- millisecond later, as long as a lock changes hands fewer than 1024 times a millisecond and
+-- the server's clock does not step back.
+local function fence_after(last, now)
+  local floor = (now or now_ms()) * 1024
+  if last and tonumber(last) >= floor then
+    return tonumber(last) + 1
+  end
+  return floor
+end
+
 -- The waiter queue of a lock, for the paths that wait, give up or hand over.
 local function queue(queue_key, qexp_key)
   local q = {}

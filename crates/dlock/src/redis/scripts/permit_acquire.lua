@@ -16,14 +16,8 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now}
 end
--- As for locks: continue from the last fence, or from the clock once the keys are gone.
-local last = redis.call('HGET', KEYS[2], '#')
-local fence
-if last then
-  fence = tonumber(last) + 1
-else
-  fence = now * 1024
-end
+-- As for locks: continue from the last fence, or from the clock floor when that is higher.
+local fence = fence_after(redis.call('HGET', KEYS[2], '#') or nil, now)
 local lease_end = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], lease_end, ARGV[1])
 redis.call('HSET', KEYS[2], '#', integer(fence), ARGV[1], integer(fence))

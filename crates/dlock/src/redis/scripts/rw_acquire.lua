@@ -55,13 +55,7 @@ else
   end
 end
 
-local last = redis.call('HGET', state, '#')
-local fence
-if last then
-  fence = tonumber(last) + 1
-else
-  fence = now * 1024
-end
+local fence = fence_after(redis.call('HGET', state, '#') or nil, now)
 local lease_end = now + tonumber(ARGV[2])
 if ARGV[3] == 'r' then
   redis.call('ZADD', readers, lease_end, token)

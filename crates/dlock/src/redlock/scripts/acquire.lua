@@ -7,16 +7,19 @@ end
 if token then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local fence = last_fence(KEYS[2]) + 1
-if fence <= 0 then
+local last = last_fence(KEYS[2])
+if last < 0 then
   return foreign(KEYS[2])
 end
-if fence == 1 then
-  -- No fence here: a new lock, or a node that lost its data (restarted without persistence).
-  -- Starting from the node's clock in ms * 1024, as the Redis backend does, keeps fences
-  -- growing when a majority forgets them (a lock cannot change hands 1024 times a ms).
-  local t = redis.call('TIME')
-  fence = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1024
+-- One more than this node's last fence, and never below its clock in ms * 1024, as the Redis
+-- backend does: a node that lost its data, or came back with an older snapshot, still hands
+-- out fences above every fence given a millisecond earlier (a lock cannot change hands 1024
+-- times a ms; the node's clock must not step back).
+local t = redis.call('TIME')
+local floor = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1024
+local fence = last + 1
+if fence < floor then
+  fence = floor
 end
 redis.call('SET', KEYS[2], integer(fence))
 set_lock(KEYS[1], ARGV[1], fence, ARGV[3], ARGV[2], false)
