@@ -256,8 +256,8 @@ pub struct AcquireRequest {
     pub name: LockName,
     /// Exclusive, shared, permit.
     pub kind: LockKind,
-    /// The holder's identity in the store: unique per acquisition, or the client's reentrancy
-    /// id when `reentrant` is set.
+    /// The holder's identity in the store: unique per acquisition; a re-entry through a guard
+    /// repeats its hold's token.
     pub token: String,
     /// Who holds it, stored for inspection.
     pub owner: Owner,

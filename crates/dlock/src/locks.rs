@@ -20,8 +20,8 @@ const LIST_PAGE: usize = 256;
 /// A client for one lock store: cheap to clone (an `Arc` inside), `Send + Sync`, and the entry
 /// point to every primitive.
 ///
-/// All clones share one connection (or pool), one lease keeper task that renews every held
-/// watchdog lease, and one reentrancy identity.
+/// All clones share one connection (or pool) and one lease keeper task that renews every held
+/// watchdog lease.
 ///
 /// # Examples
 ///
@@ -46,7 +46,6 @@ struct Inner {
     backend: DynBackend,
     keeper: Keeper,
     owner: Owner,
-    reentrancy_id: String,
     watchdog_lease: Duration,
 }
 
@@ -93,7 +92,6 @@ impl Locks {
                 backend,
                 keeper: Keeper::default(),
                 owner: Owner::current(),
-                reentrancy_id: uuid::Uuid::new_v4().simple().to_string(),
                 watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             }),
         }
@@ -104,7 +102,6 @@ impl Locks {
             backend: self.inner.backend.clone(),
             keeper: self.inner.keeper.clone(),
             owner: self.inner.owner.clone(),
-            reentrancy_id: self.inner.reentrancy_id.clone(),
             watchdog_lease: self.inner.watchdog_lease,
         };
         change(&mut inner);
@@ -293,10 +290,6 @@ impl Locks {
 
     pub(crate) fn keeper(&self) -> &Keeper {
         &self.inner.keeper
-    }
-
-    pub(crate) fn reentrancy_id(&self) -> &str {
-        &self.inner.reentrancy_id
     }
 
     fn monitor(&self) -> Result<&dyn MonitorStore> {

@@ -1,11 +1,12 @@
 //! The exclusive lock: [`MutexBuilder`] and its [`MutexGuard`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::AcquireRequest;
+use crate::backend::{AcquireRequest, Wait};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::keeper::KeepPolicy;
@@ -87,10 +88,14 @@ impl MutexBuilder {
         self
     }
 
-    /// Reentrant: another acquisition by the same client (any clone of the same [`Locks`])
-    /// while it holds the lock succeeds at once with the same fence and adds one to a hold
-    /// count kept in the store; the lock is free when every guard has been released. A
+    /// Reentrant: the hold can be re-entered through its guard
+    /// ([`MutexGuard::reenter`]), which succeeds at once with the same fence and adds one to a
+    /// hold count kept in the store; the lock is free when every guard has been released. A
     /// crashed holder's count expires with its lease.
+    ///
+    /// Re-entry needs the guard as proof of holding: another acquisition through the builder,
+    /// even from the same client, is a different holder and waits like any other, so two tasks
+    /// can never both hold the lock.
     pub fn reentrant(mut self) -> Self {
         self.reentrant = true;
         self
@@ -148,11 +153,8 @@ impl MutexBuilder {
         }
         let wait_spec = self.wait.unwrap_or(default_wait);
         let wait = wait_spec.to_wait()?;
-        let token = if self.reentrant {
-            self.locks.reentrancy_id().to_owned()
-        } else {
-            uuid::Uuid::new_v4().simple().to_string()
-        };
+        // Unique per acquisition, reentrant or not: only the guard re-enters (with this token).
+        let token = uuid::Uuid::new_v4().simple().to_string();
         let owner: Owner = self.locks.owner().clone();
         let mut request = AcquireRequest::new(name, token, owner, ttl, wait);
         request.reentrant = self.reentrant;
@@ -177,12 +179,18 @@ impl MutexBuilder {
         };
         // No await from here on: a dropped future cannot strand the lease between the store
         // and the guard.
-        Ok(Ok(MutexGuard::new(
-            &self.locks,
-            request.name,
-            policy,
-            lease,
-        )))
+        let reentry = request.reentrant.then(|| {
+            let mut again = request.clone();
+            again.wait = Wait::No;
+            Arc::new(Reentry {
+                locks: self.locks.clone(),
+                request: again,
+                policy,
+            })
+        });
+        let mut guard = MutexGuard::new(&self.locks, request.name, policy, lease);
+        guard.reentry = reentry;
+        Ok(Ok(guard))
     }
 
     /// Acquires the lock, waiting as configured (forever by default).
@@ -274,6 +282,16 @@ impl MutexBuilder {
 #[must_use = "if unused the lock will immediately be released"]
 pub struct MutexGuard {
     held: HeldLease,
+    /// Set for a reentrant hold: what [`MutexGuard::reenter`] asks the store again.
+    reentry: Option<Arc<Reentry>>,
+}
+
+/// The request that re-enters a reentrant hold: the same token, no wait.
+#[derive(Debug)]
+struct Reentry {
+    locks: Locks,
+    request: AcquireRequest,
+    policy: KeepPolicy,
 }
 
 impl MutexGuard {
@@ -295,7 +313,77 @@ impl MutexGuard {
         tracing::debug!(%name, fence = %lease.fence(), "acquired");
         MutexGuard {
             held: HeldLease::new(name, lease, registration),
+            reentry: None,
         }
+    }
+
+    /// Re-enters this reentrant hold: a new guard for the same lock with the same fence, and
+    /// one more count in the store's hold count. The lock is free once every guard of the hold
+    /// has been released.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] when the lock was not acquired with
+    ///   [`reentrant`](MutexBuilder::reentrant);
+    /// - [`Error::NotOwned`] when the hold is lost (expired, broken, taken over);
+    /// - store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the store call runs on a task of its own, and a re-entry whose caller was
+    /// dropped is released as soon as the store answers, so the hold count never stays raised.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://reenter-doc").await?;
+    /// let outer = locks.mutex("ledger").reentrant().acquire().await?;
+    /// let inner = outer.reenter().await?;
+    /// assert_eq!(inner.fence(), outer.fence());
+    /// // Another acquisition is another holder, even from this client.
+    /// assert!(locks.mutex("ledger").reentrant().try_acquire().await?.is_none());
+    /// inner.release().await?;
+    /// outer.release().await?;
+    /// assert!(locks.inspect("ledger").await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub async fn reenter(&self) -> Result<MutexGuard> {
+        let Some(reentry) = self.reentry.clone() else {
+            return Err(Error::invalid_argument(
+                "reenter",
+                "the lock was not acquired with .reentrant()",
+            ));
+        };
+        if self.is_lost() {
+            return Err(Error::not_owned(self.name().as_str()));
+        }
+        let backend = reentry.locks.backend().clone();
+        let request = reentry.request.clone();
+        let granted = crate::lease::detached::run_detached(
+            reentry.locks.info().name,
+            async move { backend.acquire(&request).await },
+            |lease: Option<Arc<dyn crate::backend::Lease>>| {
+                Box::pin(async move {
+                    if let Some(lease) = lease {
+                        let _ = lease.release().await;
+                    }
+                })
+            },
+        )
+        .await?;
+        let Some(lease) = granted else {
+            return Err(Error::not_owned(self.name().as_str()));
+        };
+        let mut guard = MutexGuard::new(
+            &reentry.locks,
+            reentry.request.name.clone(),
+            reentry.policy,
+            lease,
+        );
+        guard.reentry = Some(reentry);
+        Ok(guard)
     }
 
     /// The lock's name.

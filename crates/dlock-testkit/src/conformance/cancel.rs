@@ -10,7 +10,8 @@ use super::{Ctx, Needs, cases, spawn_waiter};
 cases!["cancel",
     Needs::Any =>
         dropping_a_waiting_acquire_leaves_nothing_held,
-        dropping_an_acquire_at_any_point_leaves_nothing_held
+        dropping_an_acquire_at_any_point_leaves_nothing_held,
+        dropping_a_multi_lock_acquire_at_any_point_leaves_nothing_held
 ];
 
 async fn dropping_a_waiting_acquire_leaves_nothing_held(cx: Ctx) -> anyhow::Result<()> {
@@ -74,6 +75,42 @@ async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow
     ensure!(
         dropped > 0,
         "no acquire was dropped: the case tested nothing ({granted} granted)"
+    );
+    Ok(())
+}
+
+/// A multi-lock acquire dropped at any point (before, during or after the store's one-step
+/// grant of every lock) leaves none of its locks held.
+async fn dropping_a_multi_lock_acquire_at_any_point_leaves_nothing_held(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let names = [cx.name("multi-x"), cx.name("multi-y"), cx.name("multi-z")];
+    let mut dropped = 0;
+    for i in 0..30u64 {
+        let (polls, pause) = ((i % 5 + 1) as usize, Duration::from_micros(i / 5 * 300));
+        let attempt = a
+            .multi_lock(names.clone())
+            .ttl(Duration::from_secs(600))
+            .acquire();
+        match super::drop_after_polls(attempt, polls, pause).await {
+            Some(guard) => guard?.release().await?,
+            None => dropped += 1,
+        }
+        for name in &names {
+            let next = b
+                .mutex(name)
+                .ttl(Duration::from_secs(600))
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .map_err(|e| anyhow::anyhow!("round {i}: {name} stayed held: {e}"))?;
+            next.release().await?;
+        }
+    }
+    ensure!(
+        dropped > 0,
+        "no multi-lock acquire was dropped: the case tested nothing"
     );
     Ok(())
 }

@@ -323,3 +323,24 @@ pub fn main_with_missing(fixtures: Vec<Arc<dyn Fixture>>, missing: Vec<(String, 
     }
     libtest_mimic::run(&args, all).exit()
 }
+
+/// Polls `fut` up to `polls` times (yielding, then pausing `pause` between polls) and drops it
+/// if it has not finished: `None` then. Dropping after a counted number of polls reaches every
+/// await point of a fast store, where a timer (at least a millisecond) would come too late.
+pub(crate) async fn drop_after_polls<F: std::future::Future>(
+    fut: F,
+    polls: usize,
+    pause: std::time::Duration,
+) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..polls {
+        if let std::task::Poll::Ready(out) = futures::poll!(fut.as_mut()) {
+            return Some(out);
+        }
+        tokio::task::yield_now().await;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    None
+}

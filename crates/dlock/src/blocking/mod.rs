@@ -458,6 +458,19 @@ impl MutexGuard {
         self.rt.block_on(self.guard().extend(ttl))?
     }
 
+    /// See [`crate::MutexGuard::reenter`]: a new guard for the same reentrant hold.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::MutexGuard::reenter`].
+    pub fn reenter(&self) -> Result<MutexGuard> {
+        let inner = self.rt.block_on(self.guard().reenter())??;
+        Ok(MutexGuard {
+            inner: Some(inner),
+            rt: self.rt.clone(),
+        })
+    }
+
     /// See [`crate::MutexGuard::release`].
     ///
     /// # Errors

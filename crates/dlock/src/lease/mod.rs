@@ -1,6 +1,7 @@
 //! What every guard shares: the held lease, its keeper registration, the lost signal, and
 //! release on drop.
 
+pub(crate) mod detached;
 pub(crate) mod keeper;
 
 use std::fmt;

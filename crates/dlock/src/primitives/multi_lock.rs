@@ -51,6 +51,9 @@ pub struct MultiLockBuilder {
     options: HoldOptions,
 }
 
+/// What a store's one-step attempt at every lock answers (see `Backend::try_acquire_all`).
+type AllAtOnce = Result<Option<Vec<std::sync::Arc<dyn crate::backend::Lease>>>>;
+
 impl MultiLockBuilder {
     pub(crate) fn new(locks: Locks, names: Vec<String>) -> MultiLockBuilder {
         MultiLockBuilder {
@@ -104,7 +107,33 @@ impl MultiLockBuilder {
             }
         }
         let requests: Vec<AcquireRequest> = prepared.iter().map(|(r, _)| r.clone()).collect();
-        let leases = match self.locks.backend().try_acquire_all(&requests).await? {
+        // On its own task: a caller dropped after the store granted every lock (one script, one
+        // transaction) must not leave them held until their leases end.
+        let backend = self.locks.backend().clone();
+        let attempt = crate::lease::detached::run_detached(
+            self.locks.info().name,
+            async move {
+                match backend.try_acquire_all(&requests).await {
+                    None => Ok(None),
+                    Some(outcome) => Ok(Some(outcome)),
+                }
+            },
+            |outcome: Option<AllAtOnce>| {
+                Box::pin(async move {
+                    if let Some(Ok(Some(leases))) = outcome {
+                        for lease in leases {
+                            let _ = lease.release().await;
+                        }
+                    }
+                })
+            },
+        )
+        .await;
+        let outcome = match attempt {
+            Ok(outcome) => outcome,
+            Err(error) => return Some(Err(error)),
+        };
+        let leases = match outcome? {
             Ok(Some(leases)) if leases.len() == prepared.len() => leases,
             Ok(Some(_)) => {
                 return Some(Err(Error::Backend {
