@@ -46,6 +46,12 @@ async fn a_missing_directory_is_reported_unless_create_dirs() {
         .await
         .unwrap();
     assert!(path.is_file());
+    // Private to the user, every directory it made (whatever the umask lets through).
+    use std::os::unix::fs::PermissionsExt;
+    for made in [dir.path().join("a"), dir.path().join("a/b")] {
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} was created {mode:o}", made.display());
+    }
 }
 
 #[tokio::test]
@@ -68,27 +74,77 @@ async fn a_text_file_is_wrong_type_and_left_untouched() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "shopping list\n");
 }
 
+/// The files SQLite and dlock may put beside `path`, with their contents (`None`: absent).
+fn beside(path: &std::path::Path) -> Vec<(String, Option<Vec<u8>>)> {
+    ["-wal", "-shm", "-journal", "-wake", "-holders"]
+        .iter()
+        .map(|suffix| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            (suffix.to_string(), std::fs::read(name).ok())
+        })
+        .collect()
+}
+
+fn journal_mode(path: &std::path::Path) -> String {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap()
+}
+
 #[tokio::test]
 async fn another_applications_database_is_wrong_type_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("app.db");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
-            .unwrap();
+        conn.execute_batch(
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT);
+             INSERT INTO users (name) VALUES ('ada'), ('grace');",
+        )
+        .unwrap();
     }
+    let bytes = std::fs::read(&path).unwrap();
+    let mode = journal_mode(&path);
+    assert_eq!(mode, "delete");
+    let around = beside(&path);
     let err = dlock::connect(&url(&path)).await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     assert!(err.to_string().contains("another application"), "{err}");
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    let tables: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'dlock%'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(tables, 0, "dlock tables were added to a foreign database");
+    assert!(
+        std::fs::read(&path).unwrap() == bytes,
+        "the foreign database file changed"
+    );
+    assert_eq!(beside(&path), around, "files appeared or changed beside it");
+    assert_eq!(journal_mode(&path), mode, "the journal mode changed");
+}
+
+#[tokio::test]
+async fn a_symlink_at_the_wake_files_path_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("locks.db-wake")).unwrap();
+    let url = url(&path);
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    // Releases ring the wake file, and a waiter watches it.
+    for _ in 0..3 {
+        let held = a.mutex("x").acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move { b.mutex("x").wait(Duration::from_secs(10)).acquire().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        held.release().await.unwrap();
+        waiter.await.unwrap().unwrap().release().await.unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
 
 #[tokio::test]

@@ -147,7 +147,7 @@ impl SqliteBuilder {
                 checkpoint_queued: Arc::new(AtomicBool::new(false)),
                 wake_file: WakeFile::open(&config.path)
                     .map(Arc::new)
-                    .inspect_err(|e| tracing::debug!(%e, "no wake file: waiters in other processes will poll"))
+                    .inspect_err(|e| tracing::warn!(%e, "no wake file: waiters in other processes will poll"))
                     .ok(),
                 watcher: Mutex::new(None),
                 config,

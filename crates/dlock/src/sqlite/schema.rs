@@ -39,6 +39,62 @@ CREATE INDEX dlock_waiters_order ON dlock_waiters (name, since_ms, token);
 /// name is reported instead of failing later.
 const PROBE: &str = "SELECT name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid FROM dlock_locks LIMIT 0";
 
+/// What a database holds, as far as dlock is concerned.
+pub(crate) enum Found {
+    /// No tables at all: dlock may create its own.
+    Empty,
+    /// dlock's tables at this schema version.
+    Current,
+}
+
+/// Reads what `conn` holds without changing anything: an empty database, dlock's own, or
+/// an error naming why it is not dlock's (another application's tables, another schema
+/// version). Run first on a read-only connection, so a foreign file is never written to, and
+/// again inside the transaction that creates the tables.
+pub(crate) fn classify(conn: &Connection, path: &Path) -> Result<Found, Error> {
+    let sqlite = Error::sqlite;
+    let not_dlock = |detail: String| Error::NotDlock {
+        path: path.to_owned(),
+        detail,
+    };
+    let tables: Vec<String> = {
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .map_err(sqlite(path))?;
+        let rows = stmt.query_map([], |row| row.get(0)).map_err(sqlite(path))?;
+        rows.collect::<Result<_, _>>().map_err(sqlite(path))?
+    };
+    if tables.is_empty() {
+        return Ok(Found::Empty);
+    }
+    if !tables.iter().any(|t| t == "dlock_meta") {
+        return Err(not_dlock(format!(
+            "the database belongs to another application (tables: {})",
+            tables.join(", ")
+        )));
+    }
+    let version: Option<String> = conn
+        .query_row(
+            "SELECT value FROM dlock_meta WHERE key = 'schema'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(|_| not_dlock("dlock_meta table has an unexpected shape".into()))?;
+    match version.as_deref() {
+        Some(SCHEMA_VERSION) => {}
+        Some(other) => {
+            return Err(not_dlock(format!(
+                "schema version {other}, this dlock reads {SCHEMA_VERSION}"
+            )));
+        }
+        None => return Err(not_dlock("dlock_meta has no schema version".into())),
+    }
+    conn.execute_batch(PROBE)
+        .map_err(|e| not_dlock(format!("dlock_locks table has the wrong shape: {e}")))?;
+    Ok(Found::Current)
+}
+
 /// Creates the tables in an empty database, or checks that an existing one is dlock's.
 pub(crate) fn ensure(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     let sqlite = Error::sqlite;
@@ -50,53 +106,25 @@ pub(crate) fn ensure(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite(path))?;
-    let tables: Vec<String> = {
-        let mut stmt = tx
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            .map_err(sqlite(path))?;
-        let rows = stmt.query_map([], |row| row.get(0)).map_err(sqlite(path))?;
-        rows.collect::<Result<_, _>>().map_err(sqlite(path))?
-    };
-    if tables.iter().any(|t| t == "dlock_meta") {
-        let version: Option<String> = tx
-            .query_row(
-                "SELECT value FROM dlock_meta WHERE key = 'schema'",
-                [],
-                |row| row.get(0),
-            )
-            .optional()
-            .map_err(|_| not_dlock("dlock_meta table has an unexpected shape".into()))?;
-        match version.as_deref() {
-            Some(SCHEMA_VERSION) => {}
-            Some(other) => {
-                return Err(not_dlock(format!(
-                    "schema version {other}, this dlock reads {SCHEMA_VERSION}"
-                )));
-            }
-            None => return Err(not_dlock("dlock_meta has no schema version".into())),
+    match classify(&tx, path)? {
+        Found::Current => {
+            // Files made before versioned values existed gain the table; the layout of the
+            // others is unchanged, so the schema version stays.
+            tx.execute_batch(super::values::CREATE)
+                .map_err(sqlite(path))?;
+            tx.execute_batch(super::values::PROBE)
+                .map_err(|e| not_dlock(format!("dlock_values table has the wrong shape: {e}")))?;
         }
-        tx.execute_batch(PROBE)
-            .map_err(|e| not_dlock(format!("dlock_locks table has the wrong shape: {e}")))?;
-        // Files made before versioned values existed gain the table; the layout of the others
-        // is unchanged, so the schema version stays.
-        tx.execute_batch(super::values::CREATE)
+        Found::Empty => {
+            tx.execute_batch(CREATE).map_err(sqlite(path))?;
+            tx.execute_batch(super::values::CREATE)
+                .map_err(sqlite(path))?;
+            tx.execute(
+                "INSERT INTO dlock_meta (key, value) VALUES ('schema', ?1)",
+                [SCHEMA_VERSION],
+            )
             .map_err(sqlite(path))?;
-        tx.execute_batch(super::values::PROBE)
-            .map_err(|e| not_dlock(format!("dlock_values table has the wrong shape: {e}")))?;
-    } else if !tables.is_empty() {
-        return Err(not_dlock(format!(
-            "the database belongs to another application (tables: {})",
-            tables.join(", ")
-        )));
-    } else {
-        tx.execute_batch(CREATE).map_err(sqlite(path))?;
-        tx.execute_batch(super::values::CREATE)
-            .map_err(sqlite(path))?;
-        tx.execute(
-            "INSERT INTO dlock_meta (key, value) VALUES ('schema', ?1)",
-            [SCHEMA_VERSION],
-        )
-        .map_err(sqlite(path))?;
+        }
     }
     tx.commit().map_err(sqlite(path))
 }

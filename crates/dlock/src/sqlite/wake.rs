@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,7 +24,9 @@ pub(super) struct WakeFile {
 }
 
 impl WakeFile {
-    /// Opens (or creates) `<db>-wake` beside the database.
+    /// Opens (or creates) `<db>-wake` beside the database. A symlink at that path is refused
+    /// (`ELOOP`), never followed: whoever planted it would have every release write to the
+    /// file it points at.
     pub(super) fn open(db: &Path) -> std::io::Result<WakeFile> {
         let mut name = db.as_os_str().to_owned();
         name.push("-wake");
@@ -34,6 +36,7 @@ impl WakeFile {
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)?;
         Ok(WakeFile {
             path,
