@@ -443,3 +443,208 @@ async fn a_multi_lock_attempt_takes_every_lock_in_one_transaction_or_none() {
     assert_eq!(fences, vec![3, 2, 1]);
     all.release().await.unwrap();
 }
+
+/// The tables of schema 1 (leases on the wall clock), as dlock created them before schema 2.
+const SCHEMA_1: &str = "
+CREATE TABLE dlock_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE dlock_locks (
+    name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL, token TEXT,
+    holds INTEGER NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL DEFAULT 0,
+    acquired_at INTEGER NOT NULL DEFAULT 0, owner_label TEXT, host TEXT, pid INTEGER
+) WITHOUT ROWID;
+CREATE TABLE dlock_waiters (
+    name TEXT NOT NULL, token TEXT NOT NULL, since_ms INTEGER NOT NULL, seen_ms INTEGER NOT NULL,
+    PRIMARY KEY (name, token)
+) WITHOUT ROWID;
+CREATE INDEX dlock_waiters_order ON dlock_waiters (name, since_ms, token);
+CREATE TABLE dlock_values (
+    name TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL, value BLOB NOT NULL
+) WITHOUT ROWID;
+INSERT INTO dlock_meta (key, value) VALUES ('schema', '1');
+";
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn a_schema_1_store_is_migrated_keeping_fences_holds_and_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+        conn.execute_batch(SCHEMA_1).unwrap();
+        let now = unix_ms();
+        conn.execute(
+            "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, host, pid)
+             VALUES ('held', 5, 'old-holder', 1, ?1, ?2, 'h', 1),
+                    ('free', 7, NULL, 0, 0, ?2, 'h', 1),
+                    ('expired', 3, 'gone', 1, ?3, ?2, 'h', 1)",
+            rusqlite::params![now + 60_000, now - 5_000, now - 1_000],
+        )
+        .unwrap();
+        conn.execute_batch(
+            "INSERT INTO dlock_waiters VALUES ('held', 'w', 1, 1);
+             INSERT INTO dlock_values VALUES ('stock', 4, x'3130');",
+        )
+        .unwrap();
+    }
+    // A dlock that still reads schema 1, with the file open while it is migrated.
+    let old = rusqlite::Connection::open(&path).unwrap();
+    let locks = dlock::connect(&url(&path)).await.unwrap();
+
+    let info = locks
+        .inspect("held")
+        .await
+        .unwrap()
+        .expect("the hold was dropped");
+    assert_eq!(info.fence.get(), 5);
+    let left = info.ttl_left.unwrap();
+    assert!(
+        left > Duration::from_secs(50) && left <= Duration::from_secs(60),
+        "{left:?} left of a 60 s lease"
+    );
+    assert!(locks.mutex("held").try_acquire().await.unwrap().is_none());
+    let free = locks.mutex("free").acquire().await.unwrap();
+    assert_eq!(free.fence().get(), 8);
+    let expired = locks.mutex("expired").no_wait().acquire().await.unwrap();
+    assert_eq!(expired.fence().get(), 4);
+    let stock = locks.value("stock").get().await.unwrap().unwrap();
+    assert_eq!((stock.value.as_slice(), stock.version), (&b"10"[..], 4));
+
+    // The old dlock's statements now fail instead of writing wall-clock leases.
+    let refused = old.execute(
+        "UPDATE dlock_locks SET expires_at = ?1 WHERE name = 'held'",
+        [unix_ms() + 600_000],
+    );
+    assert!(refused.is_err(), "a schema-1 statement still ran");
+    let waiters: i64 = old
+        .query_row("SELECT count(*) FROM dlock_waiters", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(waiters, 0, "wall-clock queue entries were kept");
+    let version: String = old
+        .query_row(
+            "SELECT value FROM dlock_meta WHERE key = 'schema'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, "2");
+}
+
+/// A `dlock hold` started from `cmd`, once it has printed `acquired <fence>`; dropping the
+/// child's stdin makes it release, and the child is killed when the returned guard drops.
+fn hold(cmd: &mut std::process::Command) -> KillOnDrop {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("acquired "), "dlock hold printed {line:?}");
+    KillOnDrop(child)
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// libfaketime, which moves one process's wall clock: `DLOCK_TEST_FAKETIME_LIB`, else where
+/// Debian's `libfaketime` puts it (`/usr/lib/<triplet>/faketime/libfaketime.so.1`).
+fn faketime_lib() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("DLOCK_TEST_FAKETIME_LIB") {
+        return Some(path.into());
+    }
+    std::fs::read_dir("/usr/lib")
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.is_file())
+}
+
+/// `dlock ARGS...` with its wall clock moved by `offset` (a libfaketime offset such as `+60s`);
+/// its monotonic clocks stay real.
+fn dlock_at(url: &str, lib: &std::path::Path, offset: &str) -> std::process::Command {
+    let mut cmd = dlock_testkit::cli::dlock_command(url).unwrap();
+    cmd.env("LD_PRELOAD", lib)
+        .env("FAKETIME", offset)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    cmd
+}
+
+#[tokio::test]
+async fn a_wall_clock_step_neither_ends_nor_stretches_a_lease() {
+    let Some(lib) = faketime_lib() else {
+        assert!(
+            !dlock_testkit::server::required("faketime"),
+            "libfaketime (Debian package faketime) is required but not found"
+        );
+        eprintln!("not tested: libfaketime not found (Debian package faketime)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = url(&dir.path().join("locks.db"));
+    let locks = dlock::connect(&url).await.unwrap();
+
+    // A holder with a true clock (30 s watchdog lease); a contender whose wall clock stepped
+    // an hour forward must still find it held.
+    let holder = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || dlock_testkit::cli::Holder::start(&url, "stepped", &[])
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    for offset in ["+60s", "+1h"] {
+        let status = dlock_at(&url, &lib, offset)
+            .args(["run", "--no-wait", "stepped", "--", "true"])
+            .status()
+            .unwrap();
+        assert_eq!(
+            status.code(),
+            Some(75),
+            "a contender {offset} ahead took a lock held for 30 s: {status}"
+        );
+    }
+    drop(holder);
+
+    // A holder whose wall clock is behind: its lease must not be over before it began.
+    let holder = tokio::task::spawn_blocking({
+        let (url, lib) = (url.clone(), lib.clone());
+        move || hold(dlock_at(&url, &lib, "-60s").args(["hold", "behind"]))
+    })
+    .await
+    .unwrap();
+    assert!(
+        locks.mutex("behind").try_acquire().await.unwrap().is_none(),
+        "took a lock whose holder's wall clock is a minute behind"
+    );
+    let info = locks.inspect("behind").await.unwrap().unwrap();
+    let left = info.ttl_left.unwrap();
+    assert!(
+        left > Duration::from_secs(20),
+        "{left:?} left of a 30 s lease"
+    );
+    // The step was real: the holder wrote its wall-clock start a minute in the past.
+    let shown = std::time::SystemTime::now()
+        .duration_since(info.acquired_at)
+        .unwrap();
+    assert!(
+        shown >= Duration::from_secs(55),
+        "the holder's clock was not moved: {shown:?}"
+    );
+    drop(holder);
+}

@@ -1,6 +1,7 @@
 #![doc = include_str!("docs.md")]
 
 mod client;
+mod clock;
 mod config;
 mod error;
 mod open;

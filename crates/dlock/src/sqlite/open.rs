@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+use super::clock;
 use super::config::SqliteConfig;
 use super::error::Error;
 use super::schema;
@@ -17,6 +18,12 @@ use super::schema;
 /// set WAL mode and create the schema, and SQLite reports some of those races as busy without
 /// waiting: they are retried until the busy timeout.
 pub(super) fn open_both(config: &SqliteConfig) -> Result<(Connection, Connection), Error> {
+    // Leases are counted on the machine's monotonic clock of this boot: no statement may run
+    // before the boot is known.
+    clock::init().map_err(|source| Error::Io {
+        path: "the kernel's boot_id (/proc/sys/kernel/random/boot_id)".into(),
+        source,
+    })?;
     let deadline = std::time::Instant::now() + config.busy_timeout;
     loop {
         let opened = open(config).and_then(|conn| Ok((conn, open_inline(config)?)));
