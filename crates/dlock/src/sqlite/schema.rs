@@ -23,6 +23,7 @@ CREATE TABLE dlock_locks (
     holds        INTEGER NOT NULL DEFAULT 0, -- reentrant hold count
     expires_mono INTEGER NOT NULL DEFAULT 0, -- ms on the machine's monotonic clock of `boot`
     boot         TEXT,                       -- the boot that clock counts from: another boot's lease is over
+    holder       TEXT,                       -- the holder's file in <db>-holders (see holders.rs), if any
     acquired_at  INTEGER NOT NULL DEFAULT 0, -- unix ms, shown only
     owner_label  TEXT,
     host         TEXT,
@@ -45,7 +46,7 @@ CREATE INDEX dlock_waiters_order ON dlock_waiters (name, since_mono, token);
 
 /// Every column the backend reads or writes, probed on open so a foreign table of the same
 /// name is reported instead of failing later.
-const PROBE: &str = "SELECT name, fence, token, holds, expires_mono, boot, acquired_at, owner_label, host, pid FROM dlock_locks LIMIT 0;
+const PROBE: &str = "SELECT name, fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid FROM dlock_locks LIMIT 0;
 SELECT name, token, since_mono, seen_mono, boot FROM dlock_waiters LIMIT 0";
 
 /// Schema 1 kept leases on the wall clock (`expires_at`, unix ms). A hold still running is
@@ -58,6 +59,7 @@ fn migrate_1_to_2(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute_batch(
         "ALTER TABLE dlock_locks RENAME COLUMN expires_at TO expires_mono;
          ALTER TABLE dlock_locks ADD COLUMN boot TEXT;
+         ALTER TABLE dlock_locks ADD COLUMN holder TEXT;
          DROP TABLE dlock_waiters;",
     )?;
     tx.execute(

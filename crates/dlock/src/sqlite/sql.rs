@@ -1,10 +1,12 @@
 //! The statements of the SQLite backend, run synchronously on a connection (inline or on the
 //! worker thread). Each takes and gives plain values, so it can run on either.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::{self, boot, now_ms};
+use super::holders::HolderFile;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -50,20 +52,31 @@ enum Check {
 /// Whether `req` may take the lock now: it is free (or re-entered), and no queued waiter
 /// comes first.
 fn check(conn: &Connection, req: &Request, now: i64) -> rusqlite::Result<Check> {
-    let row: LockRow = conn
+    let found: Option<(Option<String>, i64, Option<String>)> = conn
         .prepare_cached(
-            "SELECT token, CASE WHEN boot = ?2 THEN expires_mono ELSE 0 END
+            "SELECT token, CASE WHEN boot = ?2 THEN expires_mono ELSE 0 END, holder
              FROM dlock_locks WHERE name = ?1",
         )?
-        .query_row(params![req.name, boot()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![req.name, boot()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
-    if let Some((Some(token), expires_at)) = &row
-        && *expires_at > now
+    let mut row: LockRow = found
+        .as_ref()
+        .map(|(token, expires, _)| (token.clone(), *expires));
+    if let Some((Some(token), expires_at, holder)) = found
+        && expires_at > now
     {
-        if req.reentrant && *token == req.token {
+        if req.reentrant && token == req.token {
             return Ok(Check::Grant(row));
         }
-        return Ok(Check::Busy(Some(expires_at - now)));
+        // A lease of this boot whose holder's file is no longer locked: the holder died.
+        let dead = holder
+            .is_some_and(|holder| req.holder.as_ref().is_some_and(|own| own.is_dead(&holder)));
+        if !dead {
+            return Ok(Check::Busy(Some(expires_at - now)));
+        }
+        row = Some((Some(token), 0));
     }
     let head: Option<(String, i64)> = conn
         .prepare_cached(
@@ -122,11 +135,12 @@ fn grant(conn: &Connection, req: &Request, row: LockRow, now: i64) -> rusqlite::
             .query_row(params![req.name, expires_at], |r| r.get(0))?,
         _ => conn
             .prepare_cached(
-                "INSERT INTO dlock_locks (name, fence, token, holds, expires_mono, boot, acquired_at, owner_label, host, pid)
-                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8)
+                "INSERT INTO dlock_locks (name, fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid)
+                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?9, ?5, ?6, ?7, ?8)
                  ON CONFLICT (name) DO UPDATE SET
                      fence = fence + 1, token = excluded.token, holds = 1,
                      expires_mono = excluded.expires_mono, boot = excluded.boot,
+                     holder = excluded.holder,
                      acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
                      host = excluded.host, pid = excluded.pid
                  RETURNING fence",
@@ -140,7 +154,8 @@ fn grant(conn: &Connection, req: &Request, row: LockRow, now: i64) -> rusqlite::
                     clock::wall_ms(),
                     req.owner.label,
                     req.owner.host,
-                    req.owner.pid
+                    req.owner.pid,
+                    req.holder.as_ref().map(|h| h.id())
                 ],
                 |r| r.get(0),
             )?,
@@ -204,6 +219,16 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
     Ok(Tried::Acquired { fence })
 }
 
+/// Frees every lease of this boot held by the dead holder `id` (its file found unlocked), so
+/// its file can go; fences stay. Returns how many were freed.
+pub(super) fn reap(conn: &Connection, id: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE dlock_locks SET token = NULL, holds = 0, expires_mono = 0
+         WHERE holder = ?1 AND boot = ?2 AND token IS NOT NULL",
+    )?
+    .execute(params![id, boot()])
+}
+
 /// Removes a waiter that gave up (timed out, cancelled, failed).
 /// Returns whether it was queued.
 pub(super) fn leave_queue(conn: &Connection, name: &str, token: &str) -> rusqlite::Result<bool> {
@@ -247,10 +272,15 @@ pub(super) struct Request {
     pub(super) attempts: AtomicU32,
     /// Whether it has taken a place in the waiter queue.
     pub(super) queued: AtomicBool,
+    /// The client's holder file, recorded with its holds and used to probe other holders.
+    pub(super) holder: Option<Arc<HolderFile>>,
 }
 
 impl Request {
-    pub(super) fn new(req: &crate::backend::AcquireRequest) -> Request {
+    pub(super) fn new(
+        req: &crate::backend::AcquireRequest,
+        holder: Option<Arc<HolderFile>>,
+    ) -> Request {
         Request {
             name: req.name.as_str().to_owned(),
             token: req.token.clone(),
@@ -261,38 +291,56 @@ impl Request {
             waits: req.wait != crate::Wait::No,
             attempts: AtomicU32::new(0),
             queued: AtomicBool::new(false),
+            holder,
         }
     }
 }
 
+/// A held row as shown, and its holder file's id.
 type InfoRow = (
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
+    (
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    ),
     Option<String>,
-    Option<String>,
-    Option<i64>,
 );
 
-const INFO_COLUMNS: &str = "name, fence, holds, expires_mono, acquired_at, owner_label, host, pid";
+const INFO_COLUMNS: &str =
+    "name, fence, holds, expires_mono, acquired_at, owner_label, host, pid, holder";
 
 fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InfoRow> {
     Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
+        (
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+            r.get(7)?,
+        ),
+        r.get(8)?,
     ))
 }
 
+/// Whether a held row's holder is still alive, as far as `own` can tell (see `holders.rs`): a
+/// dead holder's lock is shown as free, since the next acquire takes it at once.
+fn alive(row: &InfoRow, own: Option<&HolderFile>) -> bool {
+    match (&row.1, own) {
+        (Some(holder), Some(own)) => !own.is_dead(holder),
+        _ => true,
+    }
+}
+
 fn to_info(row: InfoRow, now: i64) -> LockInfo {
-    let (name, fence, holds, expires_at, acquired_at, label, host, pid) = row;
+    let ((name, fence, holds, expires_at, acquired_at, label, host, pid), _) = row;
     LockInfo::new(
         name,
         FencingToken::new(u64::try_from(fence).unwrap_or(0)),
@@ -339,7 +387,11 @@ pub(super) fn force_release(conn: &Connection, name: &str) -> rusqlite::Result<b
 }
 
 /// The holder of `name`, if it is held.
-pub(super) fn inspect(conn: &Connection, name: &str) -> rusqlite::Result<Option<LockInfo>> {
+pub(super) fn inspect(
+    conn: &Connection,
+    name: &str,
+    own: Option<&HolderFile>,
+) -> rusqlite::Result<Option<LockInfo>> {
     let now = now_ms();
     conn.prepare_cached(&format!(
         "SELECT {INFO_COLUMNS} FROM dlock_locks
@@ -347,17 +399,22 @@ pub(super) fn inspect(conn: &Connection, name: &str) -> rusqlite::Result<Option<
     ))?
     .query_row(params![name, now, boot()], info_row)
     .optional()
-    .map(|row| row.map(|row| to_info(row, now)))
+    .map(|row| {
+        row.filter(|row| alive(row, own))
+            .map(|row| to_info(row, now))
+    })
 }
 
 /// Held locks under `prefix` after `cursor`, in name order: the primary key makes each page a
-/// range scan from the cursor.
+/// range scan from the cursor. Also returns the cursor of the next page: the last row read
+/// when the page was full (rows of dead holders are read but not listed).
 pub(super) fn list_page(
     conn: &Connection,
     prefix: &str,
     cursor: &str,
     limit: i64,
-) -> rusqlite::Result<Vec<LockInfo>> {
+    own: Option<&HolderFile>,
+) -> rusqlite::Result<(Vec<LockInfo>, Option<String>)> {
     let now = now_ms();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {INFO_COLUMNS} FROM dlock_locks
@@ -365,6 +422,15 @@ pub(super) fn list_page(
            AND token IS NOT NULL AND expires_mono > ?3 AND boot = ?5
          ORDER BY name LIMIT ?4"
     ))?;
-    let rows = stmt.query_map(params![prefix, cursor, now, limit, boot()], info_row)?;
-    rows.map(|row| row.map(|row| to_info(row, now))).collect()
+    let rows: Vec<InfoRow> = stmt
+        .query_map(params![prefix, cursor, now, limit, boot()], info_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    let full = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= limit;
+    let next = rows.last().filter(|_| full).map(|row| row.0.0.clone());
+    let locks = rows
+        .into_iter()
+        .filter(|row| alive(row, own))
+        .map(|row| to_info(row, now))
+        .collect();
+    Ok((locks, next))
 }

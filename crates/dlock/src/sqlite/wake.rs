@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::watch;
 
@@ -52,21 +53,46 @@ impl WakeFile {
         let _ = self.file.write_at(&n.to_le_bytes(), 0);
     }
 
-    /// Starts watching: every change to the file wakes every waiter in `wakers`.
-    pub(super) fn watch(&self, wakers: Wakers) -> notify::Result<notify::RecommendedWatcher> {
+    /// Starts watching: every change to the file wakes every waiter in `wakers`, and so does
+    /// the last close of a holder file in `holders` (its holder let go of it, or died: the
+    /// kernel closes a dead process's files), so a waiter probes a dead holder at once.
+    pub(super) fn watch(
+        &self,
+        wakers: Wakers,
+        holders: Option<PathBuf>,
+    ) -> notify::Result<notify::RecommendedWatcher> {
+        let holders_dir = holders.clone();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
                 let relevant = event.is_ok_and(|e| {
-                    matches!(
-                        e.kind,
-                        EventKind::Modify(_) | EventKind::Create(_) | EventKind::Any
-                    )
+                    let of_holders = holders_dir
+                        .as_ref()
+                        .is_some_and(|dir| e.paths.iter().any(|p| p.starts_with(dir)));
+                    if of_holders {
+                        // Not opens, creations or probes (read-only closes): only a holder
+                        // that wrote-opened its file and closed it.
+                        matches!(
+                            e.kind,
+                            EventKind::Access(AccessKind::Close(AccessMode::Write))
+                        )
+                    } else {
+                        matches!(
+                            e.kind,
+                            EventKind::Modify(_) | EventKind::Create(_) | EventKind::Any
+                        )
+                    }
                 });
                 if relevant {
                     wake_all(&wakers);
                 }
             })?;
         watcher.watch(&self.path, RecursiveMode::NonRecursive)?;
+        if let Some(dir) = &holders
+            && let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive)
+        {
+            // Waiters still probe on every poll; they only lose the instant wake-up.
+            tracing::debug!(%e, "cannot watch the holder files");
+        }
         Ok(watcher)
     }
 }
