@@ -838,3 +838,29 @@ async fn a_lock_is_free_for_the_next_caller_once_a_waiter_timed_out() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_holder_directory_others_could_change_is_not_trusted() {
+    // Whoever can swap a holder's file for an unlocked one could make a live holder look dead;
+    // a directory writable by users who cannot write the database is not used.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let holders = dir.path().join("locks.db-holders");
+    std::fs::create_dir(&holders).unwrap();
+    std::fs::set_permissions(&holders, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let locks = dlock::connect(&url(&path)).await.unwrap();
+    let _held = locks.mutex("x").acquire().await.unwrap();
+    assert_eq!(
+        std::fs::read_dir(&holders).unwrap().count(),
+        0,
+        "a holder file was made in a world-writable directory"
+    );
+    let holder: Option<String> = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT holder FROM dlock_locks WHERE name = 'x'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(holder, None);
+}

@@ -36,6 +36,26 @@ pub(super) fn dir_of(db: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Refuses a holder directory that someone who cannot write the database could change:
+/// whoever can replace a holder's file with an unlocked one makes a live holder look dead. So
+/// the directory must be a real directory (not a symlink), have the database's owner, and be
+/// writable by group or others only where the database is too.
+fn trust(dir: &Path, db: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let (dir_meta, db_meta) = (std::fs::symlink_metadata(dir)?, std::fs::metadata(db)?);
+    let refuse = |why: &str| Err(io::Error::other(format!("{}: {why}", dir.display())));
+    if !dir_meta.is_dir() {
+        return refuse("not a directory (a symlink is refused)");
+    }
+    if dir_meta.uid() != db_meta.uid() {
+        return refuse("owned by another user than the database");
+    }
+    if dir_meta.mode() & 0o022 & !db_meta.mode() != 0 {
+        return refuse("writable by users who cannot write the database");
+    }
+    Ok(())
+}
+
 /// Holder ids are simple UUIDs: anything else read from a row is never used as a file name.
 fn valid_id(id: &str) -> bool {
     id.len() == 32
@@ -54,12 +74,7 @@ impl HolderFile {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
             _ => {}
         }
-        if !std::fs::symlink_metadata(&dir)?.is_dir() {
-            return Err(io::Error::other(format!(
-                "{} is not a directory (a symlink is refused)",
-                dir.display()
-            )));
-        }
+        trust(&dir, db)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let hidden = dir.join(format!(".{id}"));
         let file = OpenOptions::new()
