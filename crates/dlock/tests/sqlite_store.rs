@@ -864,3 +864,29 @@ async fn a_holder_directory_others_could_change_is_not_trusted() {
         .unwrap();
     assert_eq!(holder, None);
 }
+
+#[test]
+fn the_clis_default_store_directory_is_private_to_the_user() {
+    // The `dlock` command's default URL is a file in the user's state directory, created with
+    // `create_dirs`; every directory it makes is the user's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(dlock_testkit::cli::dlock_binary().unwrap())
+        .env("HOME", home.path())
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("DLOCK_URL")
+        .args(["run", "private", "--", "true"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let state = home.path().join(".local/state/dlock");
+    assert!(state.join("locks.db").is_file());
+    for made in [
+        home.path().join(".local"),
+        home.path().join(".local/state"),
+        state,
+    ] {
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} was created {mode:o}", made.display());
+    }
+}

@@ -11,6 +11,10 @@
 //! `flock`, not `fcntl` locks: those belong to a process, so a client would see a neighbour
 //! client of its own process as dead, and closing any descriptor of the file would drop them.
 //!
+//! The file is opened close-on-exec, so a command a holder runs does not keep it alive; a child
+//! forked without exec shares the lock, and keeps a dead parent's holds alive until their
+//! lease ends (the safe direction).
+//!
 //! A missing file proves nothing (it may have been cleaned away under a live holder), so the
 //! lease rules apply then; a file is only removed after the rows naming it were freed.
 
