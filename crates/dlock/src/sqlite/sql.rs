@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::clock::{self, boot, now_ms};
-use super::holders::HolderFile;
-
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::clock::{self, boot, now_ms};
+use super::holders::HolderFile;
 use crate::backend::LockInfo;
 use crate::fence::FencingToken;
 use crate::name::Owner;
