@@ -890,3 +890,37 @@ fn the_clis_default_store_directory_is_private_to_the_user() {
         assert_eq!(mode, 0o700, "{} was created {mode:o}", made.display());
     }
 }
+
+#[tokio::test]
+async fn leases_and_queued_waiters_of_an_earlier_boot_are_over() {
+    // Lease times count on the monotonic clock of one boot; after a reboot (simulated by
+    // another boot id in the rows) nothing from before holds a lock or a place in the queue.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let (a, b) = (
+        dlock::connect(&url(&path)).await.unwrap(),
+        dlock::connect(&url(&path)).await.unwrap(),
+    );
+    let before = a
+        .mutex("x")
+        .ttl(Duration::from_secs(600))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(b.mutex("x").try_acquire().await.unwrap().is_none());
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch(
+            "UPDATE dlock_locks SET boot = '00000000-0000-0000-0000-000000000000';
+             INSERT INTO dlock_waiters (name, token, since_mono, seen_mono, boot)
+                 VALUES ('x', 'earlier', 0, 9223372036854775807, '00000000-0000-0000-0000-000000000000');",
+        )
+        .unwrap();
+    }
+    assert!(a.inspect("x").await.unwrap().is_none());
+    let after = b.mutex("x").fair().no_wait().acquire().await.unwrap();
+    assert!(after.fence() > before.fence());
+    let err = before.release().await.unwrap_err();
+    assert!(matches!(err, Error::NotOwned { .. }), "{err:?}");
+    after.release().await.unwrap();
+}
