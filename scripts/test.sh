@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 # Debian packages the tests use: the real servers (PostgreSQL, MariaDB and ZooKeeper too), and
 # setpriv (util-linux) for the file-permission test when running as root, and script (bsdutils)
 # for the terminal test. etcd: the server and etcdctl (the tests drive it). No protoc: the etcd
-# client's build uses the one vendored in a crate (see .cargo/config.toml).
-packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev)
+# client's build uses the one vendored in a crate (see .cargo/config.toml). faketime (with its
+# libfaketime) moves one process's wall clock for the SQLite clock-step test.
+packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -59,6 +60,7 @@ for entry in "${need[@]}"; do
 done
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || absent+=("/usr/lib/postgresql/*/bin/postgres (package postgresql)")
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || absent+=("/usr/lib/postgresql/*/bin/initdb (package postgresql)")
+compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || absent+=("/usr/lib/<arch>/faketime/libfaketime.so.1 (package libfaketime, brought by faketime)")
 if [ ${#absent[@]} -gt 0 ]; then
     printf 'missing after install: %s\n' "${absent[@]}" >&2
     exit 1

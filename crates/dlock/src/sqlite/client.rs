@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::config::SqliteConfig;
 use super::error::Error;
+use super::holders::{self, HolderFile};
 use super::open::WAL_NEEDS_CHECKPOINT;
 use super::wake::{self, WakeFile, Wakers};
 use super::worker::Worker;
@@ -29,6 +30,9 @@ pub(super) struct Shared {
     pub(super) wake_file: Option<Arc<WakeFile>>,
     /// Started with the first waiter; `Some(Err)` if notifications are unavailable here.
     pub(super) watcher: Mutex<Option<Result<notify::RecommendedWatcher, ()>>>,
+    /// This client's holder file; `None` if it could not be made (a dead holder's locks then
+    /// wait out their lease, as before).
+    pub(super) holder: Option<Arc<HolderFile>>,
 }
 
 fn is_busy(error: &rusqlite::Error) -> bool {
@@ -45,7 +49,7 @@ impl Shared {
 
     /// Runs `op` inline when the inline connection is free and the file is not write-locked by
     /// another process; `None` means "use the worker".
-    fn try_inline<T>(
+    pub(super) fn try_inline<T>(
         &self,
         op: &impl Fn(&mut Connection) -> rusqlite::Result<T>,
     ) -> Option<rusqlite::Result<T>> {
@@ -128,7 +132,8 @@ impl Shared {
         };
         let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
         if watcher.is_none() {
-            let started = wake_file.watch(self.wakers.clone()).map_err(|e| {
+            let holders = self.holder.as_ref().map(|_| holders::dir_of(self.path()));
+            let started = wake_file.watch(self.wakers.clone(), holders).map_err(|e| {
                 tracing::debug!(%e, "cannot watch the wake file: waiters will poll");
             });
             *watcher = Some(started);

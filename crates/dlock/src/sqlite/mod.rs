@@ -1,8 +1,10 @@
 #![doc = include_str!("docs.md")]
 
 mod client;
+mod clock;
 mod config;
 mod error;
+mod holders;
 mod open;
 mod schema;
 mod sql;
@@ -137,23 +139,49 @@ impl SqliteBuilder {
         self.config.validate()?;
         let config = self.config;
         let open_config = config.clone();
-        let (conn, fast) = tokio::task::spawn_blocking(move || open::open_both(&open_config))
-            .await
-            .map_err(|_| Error::WorkerGone)??;
-        Ok(SqliteBackend {
-            shared: Arc::new(Shared {
-                worker: Worker::start(conn)?,
-                inline: Mutex::new(fast),
-                checkpoint_queued: Arc::new(AtomicBool::new(false)),
-                wake_file: WakeFile::open(&config.path)
-                    .map(Arc::new)
-                    .inspect_err(|e| tracing::debug!(%e, "no wake file: waiters in other processes will poll"))
-                    .ok(),
-                watcher: Mutex::new(None),
-                config,
-                wakers: Wakers::default(),
-            }),
+        let (conn, fast, holder, reaped) = tokio::task::spawn_blocking(move || {
+            let (conn, fast) = open::open_both(&open_config)?;
+            let holder = holders::HolderFile::create(&open_config.path)
+                .map(Arc::new)
+                .inspect_err(|e| {
+                    tracing::warn!(%e, "no holder file: a crashed holder's locks wait out their lease")
+                })
+                .ok();
+            // Holders that died: free what they held, then delete their files.
+            let mut reaped = 0;
+            for dead in holder.iter().flat_map(|h| h.dead_holders()) {
+                if let Ok(freed) = sql::reap(&conn, &dead) {
+                    reaped += freed;
+                    if let Some(holder) = &holder {
+                        holder.remove(&dead);
+                    }
+                }
+            }
+            Ok::<_, Error>((conn, fast, holder, reaped))
         })
+        .await
+        .map_err(|_| Error::WorkerGone)??;
+        let shared = Arc::new(Shared {
+            worker: Worker::start(conn)?,
+            inline: Mutex::new(fast),
+            checkpoint_queued: Arc::new(AtomicBool::new(false)),
+            wake_file: WakeFile::open(&config.path)
+                .map(Arc::new)
+                .inspect_err(
+                    |e| tracing::warn!(%e, "no wake file: waiters in other processes will poll"),
+                )
+                .ok(),
+            watcher: Mutex::new(None),
+            config,
+            wakers: Wakers::default(),
+            holder,
+        });
+        if reaped > 0
+            && let Some(wake_file) = &shared.wake_file
+        {
+            wake_file.ring();
+        }
+        Ok(SqliteBackend { shared })
     }
 }
 
@@ -216,7 +244,7 @@ impl Backend for SqliteBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
-        let request = Arc::new(Request::new(req));
+        let request = Arc::new(Request::new(req, shared.holder.clone()));
         // Whatever ends this call (timeout, error, the future dropped), leave the queue.
         let mut queued = LeaveQueue {
             shared,
@@ -272,8 +300,21 @@ impl Backend for SqliteBackend {
             },
         )
         .await;
+        let got = matches!(acquired, Ok(Some(_)));
+        if !got && request.waits && request.queued.load(std::sync::atomic::Ordering::Relaxed) {
+            // Leave the queue before answering: the caller's next try must not find this
+            // entry ahead of it (a waiter that waited past the starvation threshold goes
+            // first). If this is cancelled, `queued` still leaves on drop.
+            let leaving = request.clone();
+            let left = shared
+                .exec(move |conn| sql::leave_queue(conn, &leaving.name, &leaving.token))
+                .await;
+            if let Ok(true) = left {
+                shared.wake_handle().wake_all();
+            }
+        }
         // The granting transaction already took it out of the queue.
-        queued.armed = !matches!(acquired, Ok(Some(_)));
+        queued.armed = !got;
         drop(queued);
         acquired
     }
@@ -286,7 +327,11 @@ impl Backend for SqliteBackend {
         &self,
         reqs: &[AcquireRequest],
     ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
-        let requests: Arc<Vec<Request>> = Arc::new(reqs.iter().map(Request::new).collect());
+        let requests: Arc<Vec<Request>> = Arc::new(
+            reqs.iter()
+                .map(|req| Request::new(req, self.shared.holder.clone()))
+                .collect(),
+        );
         let start = Instant::now();
         let (job, undo_requests) = (requests.clone(), requests.clone());
         let undo_wake = self.shared.wake_handle();
@@ -355,7 +400,10 @@ impl MonitorStore for SqliteBackend {
         let name = name.as_str().to_owned();
         Ok(self
             .shared
-            .exec(move |conn| sql::inspect(conn, &name))
+            .exec({
+                let holder = self.shared.holder.clone();
+                move |conn| sql::inspect(conn, &name, holder.as_deref())
+            })
             .await?)
     }
 
@@ -368,16 +416,11 @@ impl MonitorStore for SqliteBackend {
         let prefix = prefix.to_owned();
         let cursor = cursor.unwrap_or_default().to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let locks = self
+        let holder = self.shared.holder.clone();
+        let (locks, next) = self
             .shared
-            .exec(move |conn| sql::list_page(conn, &prefix, &cursor, limit))
+            .exec(move |conn| sql::list_page(conn, &prefix, &cursor, limit, holder.as_deref()))
             .await?;
-        let full = i64::try_from(locks.len()).unwrap_or(i64::MAX) >= limit;
-        let next = if full {
-            locks.last().map(|l| l.name.clone())
-        } else {
-            None
-        };
         Ok(ListPage::new(locks, next))
     }
 
@@ -406,6 +449,16 @@ impl Drop for LeaveQueue<'_> {
         // Even if no attempt has queued yet: one may still be waiting in the worker's queue,
         // and this job runs after it.
         if self.armed && self.request.waits {
+            // Now, inline, when the connection is free: the caller's next try (of this client)
+            // must not find its own abandoned entry ahead of it, and a waiter that waited
+            // past the starvation threshold goes first.
+            let (name, token) = (&self.request.name, &self.request.token);
+            if let Some(Ok(true)) = self
+                .shared
+                .try_inline(&|conn: &mut rusqlite::Connection| sql::leave_queue(conn, name, token))
+            {
+                self.shared.wake_handle().wake_all();
+            }
             let request = self.request.clone();
             let wake = self.shared.wake_handle();
             // Queued, not awaited: Drop cannot wait. If it never runs, the entry goes stale.

@@ -2,11 +2,14 @@
 //! of a client, and the WAL checkpoint signal of the inline one.
 
 use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+use super::clock;
 use super::config::SqliteConfig;
 use super::error::Error;
 use super::schema;
@@ -15,6 +18,12 @@ use super::schema;
 /// set WAL mode and create the schema, and SQLite reports some of those races as busy without
 /// waiting: they are retried until the busy timeout.
 pub(super) fn open_both(config: &SqliteConfig) -> Result<(Connection, Connection), Error> {
+    // Leases are counted on the machine's monotonic clock of this boot: no statement may run
+    // before the boot is known.
+    clock::init().map_err(|source| Error::Io {
+        path: "the kernel's boot_id (/proc/sys/kernel/random/boot_id)".into(),
+        source,
+    })?;
     let deadline = std::time::Instant::now() + config.busy_timeout;
     loop {
         let opened = open(config).and_then(|conn| Ok((conn, open_inline(config)?)));
@@ -52,6 +61,8 @@ fn open(config: &SqliteConfig) -> Result<Connection, Error> {
                         detail: "not a SQLite database".into(),
                     });
                 }
+                drop(file);
+                check_before_writing(path, config.busy_timeout)?;
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -60,7 +71,14 @@ fn open(config: &SqliteConfig) -> Result<Connection, Error> {
                 && !parent.is_dir()
             {
                 if config.create_dirs {
-                    std::fs::create_dir_all(parent).map_err(io)?;
+                    // Private to the user: the directory holds who locks what, and a lock file
+                    // others can write is a lock others can break. A store shared by several
+                    // users lives in a directory made for it.
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(parent)
+                        .map_err(io)?;
                 } else {
                     return Err(Error::MissingDirectory(parent.to_owned()));
                 }
@@ -83,6 +101,17 @@ fn open(config: &SqliteConfig) -> Result<Connection, Error> {
         .map_err(sqlite(path))?;
     schema::ensure(&mut conn, path)?;
     Ok(conn)
+}
+
+/// Reads an existing database on a read-only connection and refuses it unless it is empty or
+/// dlock's, before anything writes to it: switching to WAL mode alone rewrites the header of
+/// another application's database for good.
+fn check_before_writing(path: &Path, busy_timeout: Duration) -> Result<(), Error> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(Error::sqlite(path))?;
+    conn.busy_timeout(busy_timeout)
+        .map_err(Error::sqlite(path))?;
+    schema::classify(&conn, path).map(|_| ())
 }
 
 /// The second connection, for statements run inline on the caller's thread: it never waits

@@ -1,20 +1,17 @@
 //! The statements of the SQLite backend, run synchronously on a connection (inline or on the
 //! worker thread). Each takes and gives plain values, so it can run on either.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::clock::{self, boot, now_ms};
+use super::holders::HolderFile;
 use crate::backend::LockInfo;
 use crate::fence::FencingToken;
 use crate::name::Owner;
-
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 pub(super) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -43,6 +40,7 @@ pub(super) enum Tried {
     },
 }
 
+/// The holder's token and when its lease ends (0 when it was counted in another boot).
 type LockRow = Option<(Option<String>, i64)>;
 
 enum Check {
@@ -53,24 +51,39 @@ enum Check {
 /// Whether `req` may take the lock now: it is free (or re-entered), and no queued waiter
 /// comes first.
 fn check(conn: &Connection, req: &Request, now: i64) -> rusqlite::Result<Check> {
-    let row: LockRow = conn
-        .prepare_cached("SELECT token, expires_at FROM dlock_locks WHERE name = ?1")?
-        .query_row([&req.name], |r| Ok((r.get(0)?, r.get(1)?)))
+    let found: Option<(Option<String>, i64, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT token, CASE WHEN boot = ?2 THEN expires_mono ELSE 0 END, holder
+             FROM dlock_locks WHERE name = ?1",
+        )?
+        .query_row(params![req.name, boot()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
-    if let Some((Some(token), expires_at)) = &row
-        && *expires_at > now
+    let mut row: LockRow = found
+        .as_ref()
+        .map(|(token, expires, _)| (token.clone(), *expires));
+    if let Some((Some(token), expires_at, holder)) = found
+        && expires_at > now
     {
-        if req.reentrant && *token == req.token {
+        if req.reentrant && token == req.token {
             return Ok(Check::Grant(row));
         }
-        return Ok(Check::Busy(Some(expires_at - now)));
+        // A lease of this boot whose holder's file is no longer locked: the holder died.
+        let dead = holder
+            .is_some_and(|holder| req.holder.as_ref().is_some_and(|own| own.is_dead(&holder)));
+        if !dead {
+            return Ok(Check::Busy(Some(expires_at - now)));
+        }
+        row = Some((Some(token), 0));
     }
     let head: Option<(String, i64)> = conn
         .prepare_cached(
-            "SELECT token, since_ms FROM dlock_waiters WHERE name = ?1 AND seen_ms > ?2
-             ORDER BY since_ms, token LIMIT 1",
+            "SELECT token, since_mono FROM dlock_waiters
+             WHERE name = ?1 AND seen_mono > ?2 AND boot = ?3
+             ORDER BY since_mono, token LIMIT 1",
         )?
-        .query_row(params![req.name, now - WAITER_STALE_MS], |r| {
+        .query_row(params![req.name, now - WAITER_STALE_MS, boot()], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
         .optional()?;
@@ -93,16 +106,17 @@ fn queue(
     if req.waits {
         req.queued.store(true, Ordering::Relaxed);
         let seen: Option<i64> = conn
-            .prepare_cached("SELECT seen_ms FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
+            .prepare_cached("SELECT seen_mono FROM dlock_waiters WHERE name = ?1 AND token = ?2")?
             .query_row(params![req.name, req.token], |r| r.get(0))
             .optional()?;
         // Refresh only now and then: a poll should stay a read.
         if seen.is_none_or(|seen| now - seen > WAITER_STALE_MS / 4) {
             conn.prepare_cached(
-                "INSERT INTO dlock_waiters (name, token, since_ms, seen_ms) VALUES (?1, ?2, ?3, ?3)
-                 ON CONFLICT (name, token) DO UPDATE SET seen_ms = excluded.seen_ms",
+                "INSERT INTO dlock_waiters (name, token, since_mono, seen_mono, boot)
+                 VALUES (?1, ?2, ?3, ?3, ?4)
+                 ON CONFLICT (name, token) DO UPDATE SET seen_mono = excluded.seen_mono",
             )?
-            .execute(params![req.name, req.token, now])?;
+            .execute(params![req.name, req.token, now, boot()])?;
         }
     }
     Ok(Tried::Busy { free_in_ms })
@@ -114,22 +128,34 @@ fn grant(conn: &Connection, req: &Request, row: LockRow, now: i64) -> rusqlite::
     let fence: i64 = match row {
         Some((Some(token), live_until)) if live_until > now && token == req.token => conn
             .prepare_cached(
-                "UPDATE dlock_locks SET holds = holds + 1, expires_at = MAX(expires_at, ?2)
+                "UPDATE dlock_locks SET holds = holds + 1, expires_mono = MAX(expires_mono, ?2)
                  WHERE name = ?1 RETURNING fence",
             )?
             .query_row(params![req.name, expires_at], |r| r.get(0))?,
         _ => conn
             .prepare_cached(
-                "INSERT INTO dlock_locks (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
-                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
+                "INSERT INTO dlock_locks (name, fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid)
+                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?9, ?5, ?6, ?7, ?8)
                  ON CONFLICT (name) DO UPDATE SET
-                     fence = fence + 1, token = excluded.token, holds = 1, expires_at = excluded.expires_at,
+                     fence = fence + 1, token = excluded.token, holds = 1,
+                     expires_mono = excluded.expires_mono, boot = excluded.boot,
+                     holder = excluded.holder,
                      acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
                      host = excluded.host, pid = excluded.pid
                  RETURNING fence",
             )?
             .query_row(
-                params![req.name, req.token, expires_at, now, req.owner.label, req.owner.host, req.owner.pid],
+                params![
+                    req.name,
+                    req.token,
+                    expires_at,
+                    boot(),
+                    clock::wall_ms(),
+                    req.owner.label,
+                    req.owner.host,
+                    req.owner.pid,
+                    req.holder.as_ref().map(|h| h.id())
+                ],
                 |r| r.get(0),
             )?,
     };
@@ -183,12 +209,23 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
     if req.queued.load(Ordering::Relaxed) {
         // Leave the queue, and sweep out waiters that are gone.
         tx.prepare_cached(
-            "DELETE FROM dlock_waiters WHERE name = ?1 AND (token = ?2 OR seen_ms <= ?3)",
+            "DELETE FROM dlock_waiters
+             WHERE name = ?1 AND (token = ?2 OR seen_mono <= ?3 OR boot != ?4)",
         )?
-        .execute(params![req.name, req.token, now - WAITER_STALE_MS])?;
+        .execute(params![req.name, req.token, now - WAITER_STALE_MS, boot()])?;
     }
     tx.commit()?;
     Ok(Tried::Acquired { fence })
+}
+
+/// Frees every lease of this boot held by the dead holder `id` (its file found unlocked), so
+/// its file can go; fences stay. Returns how many were freed.
+pub(super) fn reap(conn: &Connection, id: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE dlock_locks SET token = NULL, holds = 0, expires_mono = 0
+         WHERE holder = ?1 AND boot = ?2 AND token IS NOT NULL",
+    )?
+    .execute(params![id, boot()])
 }
 
 /// Removes a waiter that gave up (timed out, cancelled, failed).
@@ -210,11 +247,11 @@ pub(super) fn release(
     conn.prepare_cached(
         "UPDATE dlock_locks SET holds = holds - 1,
              token = CASE WHEN holds > 1 THEN token ELSE NULL END,
-             expires_at = CASE WHEN holds > 1 THEN expires_at ELSE 0 END
-         WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_at > ?4
+             expires_mono = CASE WHEN holds > 1 THEN expires_mono ELSE 0 END
+         WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_mono > ?4 AND boot = ?5
          RETURNING holds",
     )?
-    .query_row(params![name, token, fence, now_ms()], |r| r.get(0))
+    .query_row(params![name, token, fence, now_ms(), boot()], |r| r.get(0))
     .optional()
 }
 
@@ -234,10 +271,15 @@ pub(super) struct Request {
     pub(super) attempts: AtomicU32,
     /// Whether it has taken a place in the waiter queue.
     pub(super) queued: AtomicBool,
+    /// The client's holder file, recorded with its holds and used to probe other holders.
+    pub(super) holder: Option<Arc<HolderFile>>,
 }
 
 impl Request {
-    pub(super) fn new(req: &crate::backend::AcquireRequest) -> Request {
+    pub(super) fn new(
+        req: &crate::backend::AcquireRequest,
+        holder: Option<Arc<HolderFile>>,
+    ) -> Request {
         Request {
             name: req.name.as_str().to_owned(),
             token: req.token.clone(),
@@ -248,38 +290,56 @@ impl Request {
             waits: req.wait != crate::Wait::No,
             attempts: AtomicU32::new(0),
             queued: AtomicBool::new(false),
+            holder,
         }
     }
 }
 
+/// A held row as shown, and its holder file's id.
 type InfoRow = (
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
+    (
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    ),
     Option<String>,
-    Option<String>,
-    Option<i64>,
 );
 
-const INFO_COLUMNS: &str = "name, fence, holds, expires_at, acquired_at, owner_label, host, pid";
+const INFO_COLUMNS: &str =
+    "name, fence, holds, expires_mono, acquired_at, owner_label, host, pid, holder";
 
 fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InfoRow> {
     Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
+        (
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+            r.get(7)?,
+        ),
+        r.get(8)?,
     ))
 }
 
+/// Whether a held row's holder is still alive, as far as `own` can tell (see `holders.rs`): a
+/// dead holder's lock is shown as free, since the next acquire takes it at once.
+fn alive(row: &InfoRow, own: Option<&HolderFile>) -> bool {
+    match (&row.1, own) {
+        (Some(holder), Some(own)) => !own.is_dead(holder),
+        _ => true,
+    }
+}
+
 fn to_info(row: InfoRow, now: i64) -> LockInfo {
-    let (name, fence, holds, expires_at, acquired_at, label, host, pid) = row;
+    let ((name, fence, holds, expires_at, acquired_at, label, host, pid), _) = row;
     LockInfo::new(
         name,
         FencingToken::new(u64::try_from(fence).unwrap_or(0)),
@@ -307,10 +367,10 @@ pub(super) fn extend(
     let now = now_ms();
     let changed = conn
         .prepare_cached(
-            "UPDATE dlock_locks SET expires_at = MAX(expires_at, ?4 + ?5)
-             WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_at > ?4",
+            "UPDATE dlock_locks SET expires_mono = MAX(expires_mono, ?4 + ?5)
+             WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_mono > ?4 AND boot = ?6",
         )?
-        .execute(params![name, token, fence, now, ttl_ms])?;
+        .execute(params![name, token, fence, now, ttl_ms, boot()])?;
     Ok(changed > 0)
 }
 
@@ -318,40 +378,58 @@ pub(super) fn extend(
 pub(super) fn force_release(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE dlock_locks SET token = NULL, holds = 0, expires_at = 0
-             WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2",
+            "UPDATE dlock_locks SET token = NULL, holds = 0, expires_mono = 0
+             WHERE name = ?1 AND token IS NOT NULL AND expires_mono > ?2 AND boot = ?3",
         )?
-        .execute(params![name, now_ms()])?;
+        .execute(params![name, now_ms(), boot()])?;
     Ok(changed > 0)
 }
 
 /// The holder of `name`, if it is held.
-pub(super) fn inspect(conn: &Connection, name: &str) -> rusqlite::Result<Option<LockInfo>> {
+pub(super) fn inspect(
+    conn: &Connection,
+    name: &str,
+    own: Option<&HolderFile>,
+) -> rusqlite::Result<Option<LockInfo>> {
     let now = now_ms();
     conn.prepare_cached(&format!(
         "SELECT {INFO_COLUMNS} FROM dlock_locks
-         WHERE name = ?1 AND token IS NOT NULL AND expires_at > ?2"
+         WHERE name = ?1 AND token IS NOT NULL AND expires_mono > ?2 AND boot = ?3"
     ))?
-    .query_row(params![name, now], info_row)
+    .query_row(params![name, now, boot()], info_row)
     .optional()
-    .map(|row| row.map(|row| to_info(row, now)))
+    .map(|row| {
+        row.filter(|row| alive(row, own))
+            .map(|row| to_info(row, now))
+    })
 }
 
 /// Held locks under `prefix` after `cursor`, in name order: the primary key makes each page a
-/// range scan from the cursor.
+/// range scan from the cursor. Also returns the cursor of the next page: the last row read
+/// when the page was full (rows of dead holders are read but not listed).
 pub(super) fn list_page(
     conn: &Connection,
     prefix: &str,
     cursor: &str,
     limit: i64,
-) -> rusqlite::Result<Vec<LockInfo>> {
+    own: Option<&HolderFile>,
+) -> rusqlite::Result<(Vec<LockInfo>, Option<String>)> {
     let now = now_ms();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {INFO_COLUMNS} FROM dlock_locks
          WHERE name >= ?1 AND name > ?2 AND substr(name, 1, length(?1)) = ?1
-           AND token IS NOT NULL AND expires_at > ?3
+           AND token IS NOT NULL AND expires_mono > ?3 AND boot = ?5
          ORDER BY name LIMIT ?4"
     ))?;
-    let rows = stmt.query_map(params![prefix, cursor, now, limit], info_row)?;
-    rows.map(|row| row.map(|row| to_info(row, now))).collect()
+    let rows: Vec<InfoRow> = stmt
+        .query_map(params![prefix, cursor, now, limit, boot()], info_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    let full = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= limit;
+    let next = rows.last().filter(|_| full).map(|row| row.0.0.clone());
+    let locks = rows
+        .into_iter()
+        .filter(|row| alive(row, own))
+        .map(|row| to_info(row, now))
+        .collect();
+    Ok((locks, next))
 }
