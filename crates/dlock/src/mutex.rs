@@ -157,7 +157,9 @@ impl MutexBuilder {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let owner: Owner = self.locks.owner().clone();
         let mut request = AcquireRequest::new(name, token, owner, ttl, wait);
-        request.reentrant = self.reentrant;
+        // The first hold is a plain grant (a retry of it must not count a second hold); only
+        // re-entries through the guard ask the store to count one more.
+        request.reentrant = false;
         request.fair = self.fair;
         let policy = KeepPolicy {
             ttl,
@@ -179,9 +181,10 @@ impl MutexBuilder {
         };
         // No await from here on: a dropped future cannot strand the lease between the store
         // and the guard.
-        let reentry = request.reentrant.then(|| {
+        let reentry = self.reentrant.then(|| {
             let mut again = request.clone();
             again.wait = Wait::No;
+            again.reentrant = true;
             Arc::new(Reentry {
                 locks: self.locks.clone(),
                 request: again,

@@ -111,6 +111,11 @@ pub enum Needs {
     Values,
     /// A backend *without* versioned values (to check the unsupported error).
     NotValues,
+    /// A repeated attempt with the same token finds its own grant in the store. Not on the
+    /// stores whose attempts each hold their own server object (a session connection, an
+    /// etcd key under the attempt's lease, a ZooKeeper sequential node): a lost reply there
+    /// leaves an object that only its own connection or lease can end.
+    RetryFindsItsGrant,
 }
 
 impl Needs {
@@ -141,6 +146,15 @@ impl Needs {
             Needs::NotValues => caps.values.then_some("versioned values are supported"),
             Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())
                 .then_some("locks are local to one process"),
+            Needs::RetryFindsItsGrant => {
+                let backend = fx.backend();
+                (backend.ends_with("-session")
+                    || backend.starts_with("etcd")
+                    || backend.starts_with("zookeeper"))
+                .then_some(
+                    "each attempt holds its own server object (session, lease key, sequential node): a retry cannot find the earlier grant",
+                )
+            }
         }
     }
 }

@@ -262,8 +262,9 @@ impl Store {
                 });
                 lost
             }
-            Some(holder) if req.reentrant && holder.token == req.token => {
-                holder.holds += 1;
+            // Our own token: a re-entry counts a hold; a repeated attempt takes its grant.
+            Some(holder) if holder.token == req.token => {
+                holder.holds += u32::from(req.reentrant);
                 holder.expires_at = holder.expires_at.max(expires_at);
                 holder.lost.clone()
             }

@@ -69,7 +69,7 @@ impl Statements {
         let take = format!(
             "UPDATE {t} SET
                 fence = LAST_INSERT_ID(IF({held_by_me}, fence, fence + 1)),
-                holds = IF({held_by_me}, holds + 1, 1),
+                holds = IF({held_by_me}, holds + ?, 1),
                 acquired_at = IF({held_by_me}, acquired_at, {NOW}),
                 owner_label = IF({held_by_me}, owner_label, ?),
                 host = IF({held_by_me}, host, ?),
@@ -77,7 +77,7 @@ impl Statements {
                 expires_at = IF({held_by_me}, GREATEST(expires_at, {NOW} + ?), {NOW} + ?),
                 token = ?
              WHERE name = ? AND (((token IS NULL OR expires_at <= {NOW}) AND NOT {blocked})
-                                 OR (? AND token <=> ? AND expires_at > {NOW}))"
+                                 OR (token <=> ? AND expires_at > {NOW}))"
         );
         let insert = format!(
             "INSERT INTO {t} (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
@@ -304,7 +304,8 @@ async fn try_acquire(
     let mut take = sqlx::query(AssertSqlSafe(shared.sql.take.clone()));
     // One binding per `?`, in order: the six `held_by_me` tests interleave with the values.
     take = take.bind(&req.token); // fence
-    take = take.bind(&req.token); // holds
+    // holds: a re-entry counts one more; a retry whose granting reply was lost, none.
+    take = take.bind(&req.token).bind(i64::from(req.reentrant));
     take = take.bind(&req.token); // acquired_at
     take = take.bind(&req.token).bind(req.owner.label.as_deref());
     take = take.bind(&req.token).bind(&req.owner.host);
@@ -312,7 +313,7 @@ async fn try_acquire(
     take = take.bind(&req.token).bind(ttl).bind(ttl);
     take = take.bind(&req.token).bind(name);
     take = take.bind(&req.token).bind(req.fair).bind(name); // blocked
-    take = take.bind(req.reentrant).bind(&req.token);
+    take = take.bind(&req.token); // our own live grant (re-entry or retry)
     let taken = take.execute(&mut *conn).await.map_err(from_sqlx)?;
     let granted = |conn: sqlx::pool::PoolConnection<sqlx::MySql>, fence: i64| {
         let shared = shared.clone();

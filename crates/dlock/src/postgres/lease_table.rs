@@ -39,8 +39,9 @@ struct Statements {
 
 impl Statements {
     fn new(t: &str) -> Statements {
-        // `l.*` is the row before the change. Re-entry (same token, still live, reentrant)
-        // keeps the fence and counts a hold; anything else that passes the WHERE is a fresh
+        // `l.*` is the row before the change. The same token on a live row keeps the fence:
+        // a re-entry ($7) counts a hold, a retry whose granting reply was lost takes its grant
+        // as it is; anything else that passes the WHERE is a fresh
         // hold of a free or expired row: the fence goes up.
         let w = super::schema::waiters_table(t);
         // The waiter queue: `head` is the oldest live waiter (entries not refreshed for
@@ -60,7 +61,7 @@ impl Statements {
                     fence = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
                                  THEN l.fence ELSE l.fence + 1 END,
                     holds = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
-                                 THEN l.holds + 1 ELSE 1 END,
+                                 THEN l.holds + (CASE WHEN $7 THEN 1 ELSE 0 END) ELSE 1 END,
                     expires_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
                                  THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
                     acquired_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
@@ -70,7 +71,7 @@ impl Statements {
                 WHERE ((l.token IS NULL OR l.expires_at <= now())
                        AND NOT EXISTS (SELECT 1 FROM head WHERE head.token <> $2
                            AND ($8 OR head.since <= now() - interval '{STARVATION_US} microseconds')))
-                   OR ($7 AND l.token = EXCLUDED.token AND l.expires_at > now())
+                   OR (l.token = EXCLUDED.token AND l.expires_at > now())
                 RETURNING fence
             ), queued AS (
                 INSERT INTO {w} (name, token, since, seen)

@@ -66,7 +66,9 @@ fn check(conn: &Connection, req: &Request, now: i64) -> rusqlite::Result<Check> 
     if let Some((Some(token), expires_at, holder)) = found
         && expires_at > now
     {
-        if req.reentrant && token == req.token {
+        // Our own token: a re-entry, or a retry of an attempt that was granted (grant() then
+        // counts a hold only for a re-entry).
+        if token == req.token {
             return Ok(Check::Grant(row));
         }
         // A lease of this boot whose holder's file is no longer locked: the holder died.
@@ -128,10 +130,13 @@ fn grant(conn: &Connection, req: &Request, row: LockRow, now: i64) -> rusqlite::
     let fence: i64 = match row {
         Some((Some(token), live_until)) if live_until > now && token == req.token => conn
             .prepare_cached(
-                "UPDATE dlock_locks SET holds = holds + 1, expires_mono = MAX(expires_mono, ?2)
+                "UPDATE dlock_locks SET holds = holds + ?3, expires_mono = MAX(expires_mono, ?2)
                  WHERE name = ?1 RETURNING fence",
             )?
-            .query_row(params![req.name, expires_at], |r| r.get(0))?,
+            .query_row(
+                params![req.name, expires_at, i64::from(req.reentrant)],
+                |r| r.get(0),
+            )?,
         _ => conn
             .prepare_cached(
                 "INSERT INTO dlock_locks (name, fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid)

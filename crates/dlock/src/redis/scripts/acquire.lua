@@ -10,10 +10,16 @@ if holder == false then
 end
 
 if holder and holder ~= '' then
-  if ARGV[3] == '1' and holder == token then
-    redis.call('SET', key, encode(holder, fence, holds + 1, queued, owner), 'KEEPTTL')
+  if holder == token then
+    if ARGV[3] == '1' then
+      -- A re-entry through the guard: one more hold.
+      redis.call('SET', key, encode(holder, fence, holds + 1, queued, owner), 'KEEPTTL')
+      redis.call('PEXPIRE', key, ttl, 'GT')
+      return {1, tonumber(fence), 1}
+    end
+    -- A retry of this acquisition whose granting reply was lost: the grant is ours.
     redis.call('PEXPIRE', key, ttl, 'GT')
-    return {1, tonumber(fence), 1}
+    return {1, tonumber(fence), 0}
   end
   if ARGV[5] == '1' then
     queue(KEYS[2], KEYS[3]).join(token, now_ms())

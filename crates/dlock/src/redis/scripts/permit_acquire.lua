@@ -10,7 +10,13 @@ if #expired > 0 then
   redis.call('HDEL', KEYS[2], unpack(expired))
 end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return {0, -1} -- this acquisition already holds one: never grant a token twice
+  -- A retry of this acquisition whose granting reply was lost: the permit is ours (once).
+  local lease_end = now + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[1], 'GT', lease_end, ARGV[1])
+  local longest = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2])
+  redis.call('PEXPIREAT', KEYS[1], longest)
+  redis.call('PEXPIREAT', KEYS[2], longest)
+  return {1, tonumber(redis.call('HGET', KEYS[2], ARGV[1]))}
 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -23,7 +23,9 @@ if claim and claim_end <= now then
   claim = nil
 end
 if writer == token or redis.call('ZSCORE', readers, token) then
-  return {0, -1} -- this acquisition already holds it: never grant a token twice
+  -- A retry of this acquisition whose granting reply was lost: the hold is ours (once); its
+  -- lease is left as granted (the keeper renews it from here).
+  return {1, tonumber(redis.call('HGET', state, token))}
 end
 
 local function first_reader_end()

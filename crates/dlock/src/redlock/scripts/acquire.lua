@@ -4,6 +4,12 @@ local token = holder(KEYS[1])
 if token == false then
   return foreign(KEYS[1])
 end
+if token == ARGV[1] then
+  -- A retry of this acquisition whose granting reply was lost: this node's grant is ours.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+  local _, fence = string.match(redis.call('GET', KEYS[1]), '^dlockr1%z([^%z]*)%z(%d+)%z')
+  return {1, tonumber(fence)}
+end
 if token then
   return {0, redis.call('PTTL', KEYS[1])}
 end
