@@ -117,11 +117,17 @@ pub(crate) struct Hold {
 
 impl Hold {
     pub(crate) fn new(name: String, held: Held) -> Hold {
+        // Read and write holds report their fence under the read-write lock's own name.
+        let fences = held
+            .fences()
+            .into_iter()
+            .map(|(part, fence)| (if part.is_empty() { name.clone() } else { part }, fence))
+            .collect();
         Hold {
             inner: Arc::new(Inner {
                 pid: std::process::id(),
                 name,
-                fences: held.fences(),
+                fences,
                 lost: held.lost_token(),
                 guard: tokio::sync::Mutex::new(Some(held)),
             }),

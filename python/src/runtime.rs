@@ -71,16 +71,47 @@ where
     F::Output: Send,
 {
     let runtime = runtime()?;
-    let mut future = std::pin::pin!(future);
+    let mut future = Box::pin(future);
     loop {
         let step = py.detach(|| {
             runtime.block_on(async { tokio::time::timeout(SIGNAL_SLICE, future.as_mut()).await })
         });
         match step {
             Ok(output) => return Ok(output),
-            Err(_slice_over) => py.check_signals()?,
+            Err(_slice_over) => {
+                if let Err(interrupted) = py.check_signals() {
+                    abandon(py, &runtime, future);
+                    return Err(interrupted);
+                }
+            }
         }
     }
+}
+
+/// How long an interrupted call waits for the clean-up its future spawned when dropped.
+const CLEANUP_GRACE: Duration = Duration::from_secs(1);
+
+/// Drops an interrupted call's future and lets its clean-up finish. An abandoned wait spawns
+/// its clean-up (leaving the waiters' queue, releasing a lease taken at that very moment) on
+/// the current runtime: dropped outside the runtime it would skip it, and a process that exits
+/// on Ctrl-C right after would kill it half-way, leaving a dead place at the head of the queue
+/// until it expires. The wait is bounded and has the GIL released.
+fn abandon<F: Future + ?Sized>(py: Python<'_>, runtime: &Runtime, future: Pin<Box<F>>) {
+    let before = runtime.metrics().num_alive_tasks();
+    {
+        let _context = runtime.enter();
+        drop(future);
+    }
+    py.detach(|| {
+        runtime.block_on(async {
+            let deadline = tokio::time::Instant::now() + CLEANUP_GRACE;
+            while runtime.metrics().num_alive_tasks() > before
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    });
 }
 
 /// The handle to spawn on: the current runtime's inside a task, the process runtime otherwise.

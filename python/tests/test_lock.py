@@ -121,7 +121,8 @@ def test_blocking_timeout(locks, name):
 
 
 def test_blocking_waits_for_release(locks, name):
-    holder = locks.lock(name)
+    # Not thread-local: the timer thread releases what this thread acquired.
+    holder = locks.lock(name, thread_local=False)
     assert holder.acquire(blocking=False)
     timer = threading.Timer(0.3, holder.release)
     timer.start()
