@@ -10,7 +10,12 @@ static EXCEPTIONS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
 /// Raises `class_name` from `dlock.exceptions` with `message` and, where there is one, the
 /// lock's name (redis-py's `LockError(message, lock_name=...)`).
-pub(crate) fn raise(py: Python<'_>, class_name: &str, message: String, lock_name: Option<String>) -> PyErr {
+pub(crate) fn raise(
+    py: Python<'_>,
+    class_name: &str,
+    message: String,
+    lock_name: Option<String>,
+) -> PyErr {
     let made = (|| -> PyResult<PyErr> {
         let module = EXCEPTIONS.get_or_try_init(py, || {
             PyModule::import(py, "dlock.exceptions").map(Bound::unbind)

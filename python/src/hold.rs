@@ -157,7 +157,12 @@ impl Hold {
     /// The fencing token of this hold (for a multi-lock, the largest of its locks' fences).
     #[getter]
     fn fence(&self) -> u64 {
-        self.inner.fences.iter().map(|(_, fence)| *fence).max().unwrap_or(0)
+        self.inner
+            .fences
+            .iter()
+            .map(|(_, fence)| *fence)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Each store lock's name and fence (a multi-lock has several).
@@ -174,7 +179,12 @@ impl Hold {
 
     /// Waits until the hold is lost or `timeout` seconds pass (`None`: no limit); true if lost.
     #[pyo3(signature = (timeout=None, aio=false))]
-    fn wait_lost<'py>(&self, py: Python<'py>, timeout: Option<f64>, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn wait_lost<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        aio: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
         let lost = self.inner.lost.clone();
         let forked = self.forked();
@@ -231,7 +241,10 @@ impl Hold {
 
     /// Whether `release()` was already called.
     fn is_released(&self) -> bool {
-        self.inner.guard.try_lock().is_ok_and(|guard| guard.is_none())
+        self.inner
+            .guard
+            .try_lock()
+            .is_ok_and(|guard| guard.is_none())
     }
 
     /// Releases the hold; raises `LockNotOwnedError` if it was lost (or already released).
@@ -259,11 +272,13 @@ impl Hold {
 }
 
 /// Returns the hold to Python, or `None` on timeout.
-pub(crate) fn timed_out_is_none<T>(result: dlock::Result<T>, wrap: impl FnOnce(T) -> Hold) -> dlock::Result<Option<Hold>> {
+pub(crate) fn timed_out_is_none<T>(
+    result: dlock::Result<T>,
+    wrap: impl FnOnce(T) -> Hold,
+) -> dlock::Result<Option<Hold>> {
     match result {
         Ok(held) => Ok(Some(wrap(held))),
         Err(dlock::Error::Timeout { .. }) => Ok(None),
         Err(error) => Err(error),
     }
 }
-

@@ -31,14 +31,51 @@ where
     F: Future<Output = dlock::Result<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    run_flushed(py, aio, future, None)
+}
+
+/// [`run`] for an acquisition: if Ctrl-C interrupts it, `flush` makes sure the store's
+/// clean-up of the abandoned wait has run before the exception reaches Python (a process that
+/// exits right after would otherwise leave a dead place in the waiters' queue).
+fn run_acquire<'py, F, T>(
+    py: Python<'py>,
+    aio: bool,
+    locks: &dlock::Locks,
+    name: &str,
+    future: F,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = dlock::Result<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let (locks, name) = (locks.clone(), name.to_owned());
+    let flush: runtime::Flush = Box::pin(async move {
+        // Any call through the store's connection does; its answer does not matter.
+        let _ = locks.inspect(&name).await;
+    });
+    run_flushed(py, aio, future, Some(flush))
+}
+
+fn run_flushed<'py, F, T>(
+    py: Python<'py>,
+    aio: bool,
+    future: F,
+    flush: Option<runtime::Flush>,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = dlock::Result<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
     if aio {
         // Starts (or, in a forked child, restarts) the runtime the awaitable will run on.
         runtime::runtime()?;
-        pyo3_async_runtimes::generic::future_into_py::<runtime::DlockRuntime, _, T>(py, async move {
-            future.await.map_err(errors::to_py_detached)
-        })
+        pyo3_async_runtimes::generic::future_into_py::<runtime::DlockRuntime, _, T>(
+            py,
+            async move { future.await.map_err(errors::to_py_detached) },
+        )
     } else {
-        let value = runtime::block(py, future)?.map_err(|error| errors::to_py(py, error))?;
+        let value =
+            runtime::block_flushed(py, future, flush)?.map_err(|error| errors::to_py(py, error))?;
         value.into_bound_py_any(py)
     }
 }
@@ -106,7 +143,16 @@ impl<'py> IntoPyObject<'py> for Bytes {
 
 /// A lock as `inspect` and `list` describe it: name, fence, label, host, pid, acquired at
 /// (Unix seconds), lease seconds left (`None` for a session), hold count.
-type InfoTuple = (String, u64, Option<String>, String, u32, f64, Option<f64>, u32);
+type InfoTuple = (
+    String,
+    u64,
+    Option<String>,
+    String,
+    u32,
+    f64,
+    Option<f64>,
+    u32,
+);
 
 fn info_tuple(info: dlock::LockInfo) -> InfoTuple {
     let acquired = info
@@ -146,7 +192,10 @@ struct Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let connected = self.connected.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let connected = self
+            .connected
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(stale) = connected.take() {
             if !runtime::is_this_process(stale.pid) {
                 // The parent's connection: its tasks ran on threads this process lacks.
@@ -156,7 +205,11 @@ impl Drop for Client {
     }
 }
 
-async fn open(url: String, label: Option<String>, watchdog_lease: Option<Duration>) -> dlock::Result<dlock::Locks> {
+async fn open(
+    url: String,
+    label: Option<String>,
+    watchdog_lease: Option<Duration>,
+) -> dlock::Result<dlock::Locks> {
     let mut locks = dlock::connect(&url).await?;
     if let Some(label) = label {
         locks = locks.with_label(label)?;
@@ -172,16 +225,25 @@ impl Client {
     fn locks(&self, py: Python<'_>) -> PyResult<dlock::Locks> {
         let pid = std::process::id();
         {
-            let connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+            let connected = self
+                .connected
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             if let Some(c) = connected.as_ref() {
                 if c.pid == pid {
                     return Ok(c.locks.clone());
                 }
             }
         }
-        let fresh = runtime::block(py, open(self.url.clone(), self.label.clone(), self.watchdog_lease))?
-            .map_err(|error| errors::to_py(py, error))?;
-        let mut connected = self.connected.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = runtime::block(
+            py,
+            open(self.url.clone(), self.label.clone(), self.watchdog_lease),
+        )?
+        .map_err(|error| errors::to_py(py, error))?;
+        let mut connected = self
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(stale) = connected.take() {
             if !runtime::is_this_process(stale.pid) {
                 std::mem::forget(stale);
@@ -200,8 +262,15 @@ impl Client {
     /// Connects to the store named by `url` (see `dlock.connect`).
     #[new]
     #[pyo3(signature = (url, label=None, watchdog_lease=None))]
-    fn new(py: Python<'_>, url: String, label: Option<String>, watchdog_lease: Option<f64>) -> PyResult<Client> {
-        let watchdog_lease = watchdog_lease.map(|s| seconds("watchdog_lease", s)).transpose()?;
+    fn new(
+        py: Python<'_>,
+        url: String,
+        label: Option<String>,
+        watchdog_lease: Option<f64>,
+    ) -> PyResult<Client> {
+        let watchdog_lease = watchdog_lease
+            .map(|s| seconds("watchdog_lease", s))
+            .transpose()?;
         let locks = runtime::block(py, open(url.clone(), label.clone(), watchdog_lease))?
             .map_err(|error| errors::to_py(py, error))?;
         Ok(Client {
@@ -245,14 +314,15 @@ impl Client {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
         let wait = WaitFor::from_py(wait)?;
-        let mut builder = configure!(self.locks(py)?.mutex(name.clone()), ttl, wait, max_hold);
+        let locks = self.locks(py)?;
+        let mut builder = configure!(locks.mutex(name.clone()), ttl, wait, max_hold);
         if fair {
             builder = builder.fair();
         }
         if reentrant {
             builder = builder.reentrant();
         }
-        run(py, aio, async move {
+        run_acquire(py, aio, &locks, &name.clone(), async move {
             timed_out_is_none(builder.acquire().await, |g| Hold::new(name, Held::Mutex(g)))
         })
     }
@@ -273,12 +343,13 @@ impl Client {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
         let wait = WaitFor::from_py(wait)?;
-        let mut builder = self.locks(py)?.rwlock(name.clone());
+        let locks = self.locks(py)?;
+        let mut builder = locks.rwlock(name.clone());
         if let Some(max) = max_readers {
             builder = builder.max_readers(max);
         }
         let builder = configure!(builder, ttl, wait, max_hold);
-        run(py, aio, async move {
+        run_acquire(py, aio, &locks, &name.clone(), async move {
             timed_out_is_none(builder.read().await, |g| Hold::new(name, Held::Read(g)))
         })
     }
@@ -299,12 +370,13 @@ impl Client {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
         let wait = WaitFor::from_py(wait)?;
-        let mut builder = self.locks(py)?.rwlock(name.clone());
+        let locks = self.locks(py)?;
+        let mut builder = locks.rwlock(name.clone());
         if let Some(max) = max_readers {
             builder = builder.max_readers(max);
         }
         let builder = configure!(builder, ttl, wait, max_hold);
-        run(py, aio, async move {
+        run_acquire(py, aio, &locks, &name.clone(), async move {
             timed_out_is_none(builder.write().await, |g| Hold::new(name, Held::Write(g)))
         })
     }
@@ -325,9 +397,12 @@ impl Client {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
         let wait = WaitFor::from_py(wait)?;
-        let builder = configure!(self.locks(py)?.semaphore(name.clone(), permits), ttl, wait, max_hold);
-        run(py, aio, async move {
-            timed_out_is_none(builder.acquire().await, |g| Hold::new(name, Held::Permit(g)))
+        let locks = self.locks(py)?;
+        let builder = configure!(locks.semaphore(name.clone(), permits), ttl, wait, max_hold);
+        run_acquire(py, aio, &locks, &name.clone(), async move {
+            timed_out_is_none(builder.acquire().await, |g| {
+                Hold::new(name, Held::Permit(g))
+            })
         })
     }
 
@@ -346,17 +421,28 @@ impl Client {
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
         let wait = WaitFor::from_py(wait)?;
         let label = names.join(",");
-        let builder = configure!(self.locks(py)?.multi_lock(names), ttl, wait, max_hold);
-        run(py, aio, async move {
-            timed_out_is_none(builder.acquire().await, |g| Hold::new(label, Held::Multi(g)))
+        let first = names.first().cloned().unwrap_or_default();
+        let locks = self.locks(py)?;
+        let builder = configure!(locks.multi_lock(names), ttl, wait, max_hold);
+        run_acquire(py, aio, &locks, &first, async move {
+            timed_out_is_none(builder.acquire().await, |g| {
+                Hold::new(label, Held::Multi(g))
+            })
         })
     }
 
     /// Who holds `name`, as a tuple (see `dlock.LockInfo`), or `None` when it is free.
     #[pyo3(signature = (name, aio=false))]
-    fn inspect<'py>(&self, py: Python<'py>, name: String, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn inspect<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        aio: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let locks = self.locks(py)?;
-        run(py, aio, async move { Ok(locks.inspect(&name).await?.map(info_tuple)) })
+        run(py, aio, async move {
+            Ok(locks.inspect(&name).await?.map(info_tuple))
+        })
     }
 
     /// Every held lock whose name starts with `prefix`, as tuples.
@@ -371,14 +457,24 @@ impl Client {
 
     /// Frees `name` whoever holds it (an operator's tool); true if it was held.
     #[pyo3(signature = (name, aio=false))]
-    fn force_release<'py>(&self, py: Python<'py>, name: String, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn force_release<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        aio: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let locks = self.locks(py)?;
         run(py, aio, async move { locks.force_release(&name).await })
     }
 
     /// The versioned value `name` as `(bytes, version)`, or `None` if never written.
     #[pyo3(signature = (name, aio=false))]
-    fn value_get<'py>(&self, py: Python<'py>, name: String, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn value_get<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        aio: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let value = self.locks(py)?.value(name);
         run(py, aio, async move {
             Ok(value.get().await?.map(|v| (Bytes(v.value), v.version)))
@@ -397,12 +493,20 @@ impl Client {
         aio: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let value = self.locks(py)?.value(name);
-        run(py, aio, async move { value.compare_and_set(expected, data).await })
+        run(py, aio, async move {
+            value.compare_and_set(expected, data).await
+        })
     }
 
     /// Writes `data` whatever the version; the new version.
     #[pyo3(signature = (name, data, aio=false))]
-    fn value_set<'py>(&self, py: Python<'py>, name: String, data: Vec<u8>, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn value_set<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        data: Vec<u8>,
+        aio: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let value = self.locks(py)?.value(name);
         run(py, aio, async move { value.set(data).await })
     }

@@ -46,7 +46,9 @@ pub(crate) fn runtime() -> PyResult<Arc<Runtime>> {
         .enable_all()
         .thread_name("dlock-runtime")
         .build()
-        .map_err(|error| PyRuntimeError::new_err(format!("dlock: cannot start its runtime: {error}")))?;
+        .map_err(|error| {
+            PyRuntimeError::new_err(format!("dlock: cannot start its runtime: {error}"))
+        })?;
     let runtime = Arc::new(runtime);
     *current = Some(Current {
         pid,
@@ -70,6 +72,23 @@ where
     F: Future + Send,
     F::Output: Send,
 {
+    block_flushed(py, future, None)
+}
+
+/// A store call made after an abandoned acquisition to be sure its clean-up ran: stores that
+/// queue their clean-up on a worker of their own (SQLite) run it before any later call.
+pub(crate) type Flush = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// [`block`], with `flush` run (bounded) when the call is interrupted.
+pub(crate) fn block_flushed<F>(
+    py: Python<'_>,
+    future: F,
+    mut flush: Option<Flush>,
+) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
     let runtime = runtime()?;
     let mut future = Box::pin(future);
     loop {
@@ -80,7 +99,7 @@ where
             Ok(output) => return Ok(output),
             Err(_slice_over) => {
                 if let Err(interrupted) = py.check_signals() {
-                    abandon(py, &runtime, future);
+                    abandon(py, &runtime, future, flush.take());
                     return Err(interrupted);
                 }
             }
@@ -96,7 +115,12 @@ const CLEANUP_GRACE: Duration = Duration::from_secs(1);
 /// the current runtime: dropped outside the runtime it would skip it, and a process that exits
 /// on Ctrl-C right after would kill it half-way, leaving a dead place at the head of the queue
 /// until it expires. The wait is bounded and has the GIL released.
-fn abandon<F: Future + ?Sized>(py: Python<'_>, runtime: &Runtime, future: Pin<Box<F>>) {
+fn abandon<F: Future + ?Sized>(
+    py: Python<'_>,
+    runtime: &Runtime,
+    future: Pin<Box<F>>,
+    flush: Option<Flush>,
+) {
     let before = runtime.metrics().num_alive_tasks();
     {
         let _context = runtime.enter();
@@ -109,6 +133,9 @@ fn abandon<F: Future + ?Sized>(py: Python<'_>, runtime: &Runtime, future: Pin<Bo
                 && tokio::time::Instant::now() < deadline
             {
                 tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            if let Some(flush) = flush {
+                let _ = tokio::time::timeout_at(deadline, flush).await;
             }
         })
     });
