@@ -196,11 +196,11 @@ impl Drop for Client {
             .connected
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(stale) = connected.take() {
-            if !runtime::is_this_process(stale.pid) {
-                // The parent's connection: its tasks ran on threads this process lacks.
-                std::mem::forget(stale);
-            }
+        if let Some(stale) = connected.take()
+            && !runtime::is_this_process(stale.pid)
+        {
+            // The parent's connection: its tasks ran on threads this process lacks.
+            std::mem::forget(stale);
         }
     }
 }
@@ -229,10 +229,10 @@ impl Client {
                 .connected
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some(c) = connected.as_ref() {
-                if c.pid == pid {
-                    return Ok(c.locks.clone());
-                }
+            if let Some(c) = connected.as_ref()
+                && c.pid == pid
+            {
+                return Ok(c.locks.clone());
             }
         }
         let fresh = runtime::block(
@@ -244,10 +244,11 @@ impl Client {
             .connected
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(stale) = connected.take() {
-            if !runtime::is_this_process(stale.pid) {
-                std::mem::forget(stale);
-            }
+        if let Some(stale) = connected.take()
+            && !runtime::is_this_process(stale.pid)
+        {
+            // A stale connection is only ever the parent's (same reason as in Drop).
+            std::mem::forget(stale);
         }
         *connected = Some(Connected {
             pid,

@@ -34,10 +34,10 @@ static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
 pub(crate) fn runtime() -> PyResult<Arc<Runtime>> {
     let pid = std::process::id();
     let mut current = CURRENT.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(existing) = current.as_ref() {
-        if existing.pid == pid {
-            return Ok(existing.runtime.clone());
-        }
+    if let Some(existing) = current.as_ref()
+        && existing.pid == pid
+    {
+        return Ok(existing.runtime.clone());
     }
     if let Some(stale) = current.take() {
         std::mem::forget(stale);
