@@ -7,6 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The binding is a crate outside the cargo workspace: its formatting and lints are checked here.
+cargo fmt --manifest-path python/Cargo.toml -- --check
+nice -n 10 cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
+
+# Debian's python3 needs the python3-venv package for this.
 python=${PYTHON:-python3}
 venv=target/python-venv
 if [ ! -x "$venv/bin/python" ]; then
