@@ -457,7 +457,8 @@ class Guard:
         self._hold.extend(_required_seconds(ttl, "ttl"))
 
     def is_owned(self) -> bool:
-        """Asks the store whether the hold is still this one's."""
+        """Whether the hold is still this one's: asked of the store for mutexes and
+        multi-locks; read, write and permit holds answer from their lost signal."""
         return bool(self._hold.is_owned())
 
     def release(self) -> None:

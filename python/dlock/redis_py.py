@@ -147,7 +147,10 @@ class Lock(_sync.Lock):
 
 
 class AsyncLock(_aio.Lock):
-    """redis-py's ``redis.asyncio.lock.Lock(redis, name, ...)`` on dlock."""
+    """redis-py's ``redis.asyncio.lock.Lock(redis, name, ...)`` on dlock.
+
+    The constructor is synchronous, as redis-py's: the first lock made for a server opens
+    dlock's connection to it (one round trip, once per process and server)."""
 
     def __init__(
         self,
