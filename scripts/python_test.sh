@@ -20,11 +20,13 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 # The build shares the machine: keep it niced, like every cargo build here.
 nice -n 10 "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps ./python
-"$venv/bin/python" -m pip install --quiet "pytest>=7" "redis>=5"
+"$venv/bin/python" -m pip install --quiet "pytest>=7" "redis>=5" "mypy>=1.10"
 
 # A missing redis-server or PostgreSQL fails the run rather than skipping its tests.
 export DLOCK_TEST_REQUIRE=all
 # From python/ so pytest finds its configuration. The pytest script (not `python -m pytest`,
 # which would put python/ and its uncompiled dlock/ first on sys.path) tests the installed package.
 cd python
+# The annotations and the native module's stubs agree (strict, no Any leaking out).
+"../$venv/bin/mypy" --strict -p dlock
 exec "../$venv/bin/pytest" -p no:cacheprovider "$@"
