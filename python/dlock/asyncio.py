@@ -1,7 +1,7 @@
 """``dlock.asyncio``: the same API as ``dlock``, as coroutines and ``async with``.
 
 Store calls run on dlock's own runtime threads; the event loop only awaits them, so it is never
-blocked while a lock is waited for. Cancelling a task that awaits ``acquire()`` stops the wait
+blocked while a lock is waited for, and is woken through a socket when a call ends. Cancelling a task that awaits ``acquire()`` stops the wait
 and leaves no lock held (an acquisition that completed at that very moment is released).
 
 >>> import asyncio, dlock.asyncio
@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio as _asyncio
 import logging
+import os
 import random
 import time
+import weakref
 from types import TracebackType
-from typing import Any, Callable, Iterable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union
 
 from . import _args
-from ._dlock import Client, Hold
+from ._dlock import Client, Hold, Notifier, Task
 from ._sync import DEFAULT_UPDATE_ATTEMPTS, LockInfo, Versioned, _SharedHold, _ThreadHold
 from .exceptions import ConflictError, LockError, LockNotOwnedError, LockTimeoutError
 
@@ -32,6 +34,69 @@ __all__ = ["connect", "Locks", "Lock", "Guard", "Mutex", "RwLock", "Semaphore", 
 logger = logging.getLogger("dlock")
 
 Number = Union[int, float]
+
+
+class _Bridge(Notifier):
+    """Delivers the results of dlock's calls to one event loop.
+
+    A call runs on dlock's runtime threads; when it ends, the runtime writes a byte to this
+    object's socket, and the loop (watching it with ``add_reader``) turns the result into a
+    Python object on its own thread. The runtime never touches Python objects itself.
+    """
+
+    def __new__(cls, loop: _asyncio.AbstractEventLoop) -> "_Bridge":
+        # The native base takes no arguments.
+        return super().__new__(cls)
+
+    def __init__(self, loop: _asyncio.AbstractEventLoop) -> None:
+        # Weak: the bridges are kept by loop in a WeakKeyDictionary, whose values must not keep
+        # their loop alive (the loop keeps its bridge, through the reader callback).
+        self._loop = weakref.ref(loop)
+        self.pid = os.getpid()
+        self.pending: Dict[int, Tuple[Task, "_asyncio.Future[Any]"]] = {}
+        loop.add_reader(self.fileno(), self._deliver)
+
+    def watch(self, task: Task) -> "_asyncio.Future[Any]":
+        """The future of ``task``; cancelling it stops the call."""
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("dlock: the event loop of this call is gone")
+        future = loop.create_future()
+        self.pending[task.id] = (task, future)
+        future.add_done_callback(lambda done: self._cancelled(task, done))
+        return future
+
+    def _cancelled(self, task: Task, future: "_asyncio.Future[Any]") -> None:
+        if future.cancelled():
+            self.pending.pop(task.id, None)
+            task.abort()
+
+    def _deliver(self) -> None:
+        for task_id in self.take_completed():
+            entry = self.pending.pop(task_id, None)
+            if entry is None:
+                continue  # cancelled: its result (a lock, say) is released with the task
+            task, future = entry
+            if future.done():
+                continue
+            try:
+                future.set_result(task.result())
+            except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
+                future.set_exception(error)
+
+
+
+_bridges: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, _Bridge]" = weakref.WeakKeyDictionary()
+
+
+def _bridge() -> _Bridge:
+    """The bridge of the running loop (a new one in a forked child)."""
+    loop = _asyncio.get_running_loop()
+    bridge = _bridges.get(loop)
+    if bridge is None or bridge.pid != os.getpid():
+        bridge = _Bridge(loop)
+        _bridges[loop] = bridge
+    return bridge
 
 
 async def connect(
@@ -140,14 +205,14 @@ class Locks:
         return VersionedValue(self, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
 
     async def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
-        found = await self._client.inspect(_args.lock_name(name), aio=True)
+        found = await self._client.inspect(_args.lock_name(name), aio=_bridge())
         return None if found is None else LockInfo(*found)
 
     async def list(self, prefix: str = "") -> List[LockInfo]:
-        return [LockInfo(*info) for info in await self._client.list(_args.lock_name(prefix, "prefix"), aio=True)]
+        return [LockInfo(*info) for info in await self._client.list(_args.lock_name(prefix, "prefix"), aio=_bridge())]
 
     async def force_release(self, name: Union[str, bytes]) -> bool:
-        return await self._client.force_release(_args.lock_name(name), aio=True)
+        return await self._client.force_release(_args.lock_name(name), aio=_bridge())
 
 
 class Lock:
@@ -234,7 +299,7 @@ class Lock:
         if not blocking:
             wait = 0.0
         started = time.monotonic()
-        hold = await self.locks._client.mutex(self.name, self.timeout, wait, self.fair, aio=True)
+        hold = await self.locks._client.mutex(self.name, self.timeout, wait, self.fair, aio=_bridge())
         if hold is None:
             return False
         self.local.token = token_bytes
@@ -243,13 +308,13 @@ class Lock:
         return True
 
     async def locked(self) -> bool:
-        return (await self.locks._client.inspect(self.name, aio=True)) is not None
+        return (await self.locks._client.inspect(self.name, aio=_bridge())) is not None
 
     async def owned(self) -> bool:
         hold = self.local.hold
         if self.local.token is None or hold is None:
             return False
-        return bool(await hold.is_owned(aio=True))
+        return bool(await hold.is_owned(aio=_bridge()))
 
     async def release(self) -> None:
         """Releases the lock; see ``dlock.Lock.release``. A release cancelled half-way still
@@ -261,7 +326,7 @@ class Lock:
         self.local.hold = None
         self.local.expires = None
         try:
-            await hold.release(aio=True)
+            await hold.release(aio=_bridge())
         except LockNotOwnedError:
             raise self._not_owned("Cannot release a lock that's no longer owned") from None
 
@@ -291,7 +356,7 @@ class Lock:
     async def _extend(self, ttl: float, now: float, lost_message: str) -> None:
         hold = self.local.hold
         try:
-            await hold.extend(ttl, aio=True)
+            await hold.extend(ttl, aio=_bridge())
         except LockNotOwnedError:
             raise self._not_owned(lost_message) from None
         self.local.expires = max(self.local.expires or now, now + ttl)
@@ -314,7 +379,7 @@ class Lock:
         hold = self.local.hold
         if hold is None:
             raise self._lock_error("Cannot wait for the loss of an unlocked lock")
-        return bool(await hold.wait_lost(limit, aio=True))
+        return bool(await hold.wait_lost(limit, aio=_bridge()))
 
 
 class Guard:
@@ -346,26 +411,26 @@ class Guard:
         return self._hold.is_lost()
 
     async def wait_lost(self, timeout: Optional[Number] = None) -> bool:
-        return bool(await self._hold.wait_lost(_args.seconds(timeout, "timeout"), aio=True))
+        return bool(await self._hold.wait_lost(_args.seconds(timeout, "timeout"), aio=_bridge()))
 
     async def extend(self, ttl: Number) -> None:
         value = _args.seconds(ttl, "ttl")
         if value is None:
             raise TypeError("ttl must be a number of seconds, not None")
-        await self._hold.extend(value, aio=True)
+        await self._hold.extend(value, aio=_bridge())
 
     async def is_owned(self) -> bool:
-        return bool(await self._hold.is_owned(aio=True))
+        return bool(await self._hold.is_owned(aio=_bridge()))
 
     async def release(self) -> None:
-        await self._hold.release(aio=True)
+        await self._hold.release(aio=_bridge())
 
     async def __aenter__(self) -> "Guard":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         if not self._hold.is_released():
-            await self._hold.release(aio=True)
+            await self._hold.release(aio=_bridge())
 
 
 class _Acquirable:
@@ -415,7 +480,7 @@ class Mutex(_Acquirable):
 
     async def _take(self, wait: Optional[float]) -> Optional[Hold]:
         return await self._locks._client.mutex(
-            self.name, self._ttl, wait, self._fair, self._reentrant, self._max_hold, aio=True
+            self.name, self._ttl, wait, self._fair, self._reentrant, self._max_hold, aio=_bridge()
         )
 
 
@@ -429,7 +494,7 @@ class Semaphore(_Acquirable):
         return self.name
 
     async def _take(self, wait: Optional[float]) -> Optional[Hold]:
-        return await self._locks._client.semaphore(self.name, self.permits, self._ttl, wait, self._max_hold, aio=True)
+        return await self._locks._client.semaphore(self.name, self.permits, self._ttl, wait, self._max_hold, aio=_bridge())
 
 
 class MultiLock(_Acquirable):
@@ -441,7 +506,7 @@ class MultiLock(_Acquirable):
         return ",".join(self.names)
 
     async def _take(self, wait: Optional[float]) -> Optional[Hold]:
-        return await self._locks._client.multi_lock(self.names, self._ttl, wait, self._max_hold, aio=True)
+        return await self._locks._client.multi_lock(self.names, self._ttl, wait, self._max_hold, aio=_bridge())
 
 
 class RwLock:
@@ -455,7 +520,7 @@ class RwLock:
 
     async def _take(self, write: bool, wait: Optional[float]) -> Optional[Hold]:
         take = self._locks._client.write if write else self._locks._client.read
-        return await take(self.name, self._max_readers, self._ttl, wait, self._max_hold, aio=True)
+        return await take(self.name, self._max_readers, self._ttl, wait, self._max_hold, aio=_bridge())
 
     async def _must(self, write: bool) -> Guard:
         hold = await self._take(write, self._wait)
@@ -488,16 +553,16 @@ class VersionedValue:
         self.max_attempts = max_attempts
 
     async def get(self) -> Optional[Versioned]:
-        found = await self._locks._client.value_get(self.name, aio=True)
+        found = await self._locks._client.value_get(self.name, aio=_bridge())
         return None if found is None else Versioned(*found)
 
     async def compare_and_set(self, expected: Optional[int], value: bytes) -> Optional[int]:
         return await self._locks._client.value_compare_and_set(
-            self.name, _args.version(expected), _args.data(value), aio=True
+            self.name, _args.version(expected), _args.data(value), aio=_bridge()
         )
 
     async def set(self, value: bytes) -> int:
-        return await self._locks._client.value_set(self.name, _args.data(value), aio=True)
+        return await self._locks._client.value_set(self.name, _args.data(value), aio=_bridge())
 
     async def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned:
         if not callable(change):

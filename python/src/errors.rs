@@ -45,9 +45,3 @@ pub(crate) fn to_py(py: Python<'_>, error: dlock::Error) -> PyErr {
         _ => raise(py, "StoreError", message, None),
     }
 }
-
-/// Converts in a future that runs without the GIL: the GIL is taken only when there is an
-/// error to raise.
-pub(crate) fn to_py_detached(error: dlock::Error) -> PyErr {
-    Python::attach(|py| to_py(py, error))
-}

@@ -178,12 +178,12 @@ impl Hold {
     }
 
     /// Waits until the hold is lost or `timeout` seconds pass (`None`: no limit); true if lost.
-    #[pyo3(signature = (timeout=None, aio=false))]
+    #[pyo3(signature = (timeout=None, aio=None))]
     fn wait_lost<'py>(
         &self,
         py: Python<'py>,
         timeout: Option<f64>,
-        aio: bool,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
         let lost = self.inner.lost.clone();
@@ -203,8 +203,13 @@ impl Hold {
     }
 
     /// Makes the lease last at least `ttl` seconds from now.
-    #[pyo3(signature = (ttl, aio=false))]
-    fn extend<'py>(&self, py: Python<'py>, ttl: f64, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (ttl, aio=None))]
+    fn extend<'py>(
+        &self,
+        py: Python<'py>,
+        ttl: f64,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = seconds("ttl", ttl)?;
         let inner = self.inner.clone();
         let forked = self.forked().then(|| self.not_owned());
@@ -223,8 +228,12 @@ impl Hold {
     }
 
     /// Asks the store whether this hold is still this process's (false once released).
-    #[pyo3(signature = (aio=false))]
-    fn is_owned<'py>(&self, py: Python<'py>, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (aio=None))]
+    fn is_owned<'py>(
+        &self,
+        py: Python<'py>,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
         let forked = self.forked();
         crate::run(py, aio, async move {
@@ -248,8 +257,12 @@ impl Hold {
     }
 
     /// Releases the hold; raises `LockNotOwnedError` if it was lost (or already released).
-    #[pyo3(signature = (aio=false))]
-    fn release<'py>(&self, py: Python<'py>, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (aio=None))]
+    fn release<'py>(
+        &self,
+        py: Python<'py>,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
         let forked = self.forked().then(|| self.not_owned());
         crate::run(py, aio, async move {

@@ -5,8 +5,9 @@
 //! redis-py semantics (thread-local tokens, `True`/`False` returns, which error where) live in
 //! the Python modules beside this crate, so the sync and asyncio APIs share them.
 //!
-//! Every store method takes `aio`: false runs the call to completion with the GIL released
-//! ([`runtime::block`]); true returns an asyncio awaitable ([`runtime::DlockRuntime`]).
+//! Every store method takes `aio`: without it the call runs to completion with the GIL released
+//! ([`runtime::block`]); with a [`bridge::Notifier`] it returns an asyncio future
+//! ([`bridge::start`]).
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -18,15 +19,21 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+mod bridge;
 mod errors;
 mod hold;
 mod runtime;
 
+use bridge::Notifier;
 use hold::{Held, Hold, timed_out_is_none};
 
 /// Runs a store call the way the caller asked: to completion (GIL released, Ctrl-C honoured)
 /// or as an asyncio awaitable.
-pub(crate) fn run<'py, F, T>(py: Python<'py>, aio: bool, future: F) -> PyResult<Bound<'py, PyAny>>
+pub(crate) fn run<'py, F, T>(
+    py: Python<'py>,
+    aio: Option<Bound<'py, Notifier>>,
+    future: F,
+) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = dlock::Result<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
@@ -39,7 +46,7 @@ where
 /// exits right after would otherwise leave a dead place in the waiters' queue).
 fn run_acquire<'py, F, T>(
     py: Python<'py>,
-    aio: bool,
+    aio: Option<Bound<'py, Notifier>>,
     locks: &dlock::Locks,
     name: &str,
     future: F,
@@ -58,7 +65,7 @@ where
 
 fn run_flushed<'py, F, T>(
     py: Python<'py>,
-    aio: bool,
+    aio: Option<Bound<'py, Notifier>>,
     future: F,
     flush: Option<runtime::Flush>,
 ) -> PyResult<Bound<'py, PyAny>>
@@ -66,17 +73,14 @@ where
     F: Future<Output = dlock::Result<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    if aio {
-        // Starts (or, in a forked child, restarts) the runtime the awaitable will run on.
-        runtime::runtime()?;
-        pyo3_async_runtimes::generic::future_into_py::<runtime::DlockRuntime, _, T>(
-            py,
-            async move { future.await.map_err(errors::to_py_detached) },
-        )
-    } else {
-        let value =
-            runtime::block_flushed(py, future, flush)?.map_err(|error| errors::to_py(py, error))?;
-        value.into_bound_py_any(py)
+    match aio {
+        // Cancellation needs no flush: the process goes on, so the clean-up completes.
+        Some(notifier) => bridge::start(&notifier, future),
+        None => {
+            let value = runtime::block_flushed(py, future, flush)?
+                .map_err(|error| errors::to_py(py, error))?;
+            value.into_bound_py_any(py)
+        }
     }
 }
 
@@ -299,7 +303,7 @@ impl Client {
     }
 
     /// Acquires the exclusive lock `name`; `None` when `wait` ran out.
-    #[pyo3(signature = (name, ttl=None, wait=None, fair=false, reentrant=false, max_hold=None, aio=false))]
+    #[pyo3(signature = (name, ttl=None, wait=None, fair=false, reentrant=false, max_hold=None, aio=None))]
     #[allow(clippy::too_many_arguments)]
     fn mutex<'py>(
         &self,
@@ -310,7 +314,7 @@ impl Client {
         fair: bool,
         reentrant: bool,
         max_hold: Option<f64>,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
@@ -329,7 +333,7 @@ impl Client {
     }
 
     /// Takes a read hold of the read-write lock `name`; `None` when `wait` ran out.
-    #[pyo3(signature = (name, max_readers=None, ttl=None, wait=None, max_hold=None, aio=false))]
+    #[pyo3(signature = (name, max_readers=None, ttl=None, wait=None, max_hold=None, aio=None))]
     #[allow(clippy::too_many_arguments)]
     fn read<'py>(
         &self,
@@ -339,7 +343,7 @@ impl Client {
         ttl: Option<f64>,
         wait: Option<f64>,
         max_hold: Option<f64>,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
@@ -356,7 +360,7 @@ impl Client {
     }
 
     /// Takes the write hold of the read-write lock `name`; `None` when `wait` ran out.
-    #[pyo3(signature = (name, max_readers=None, ttl=None, wait=None, max_hold=None, aio=false))]
+    #[pyo3(signature = (name, max_readers=None, ttl=None, wait=None, max_hold=None, aio=None))]
     #[allow(clippy::too_many_arguments)]
     fn write<'py>(
         &self,
@@ -366,7 +370,7 @@ impl Client {
         ttl: Option<f64>,
         wait: Option<f64>,
         max_hold: Option<f64>,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
@@ -383,7 +387,7 @@ impl Client {
     }
 
     /// Takes one of `permits` permits of the semaphore `name`; `None` when `wait` ran out.
-    #[pyo3(signature = (name, permits, ttl=None, wait=None, max_hold=None, aio=false))]
+    #[pyo3(signature = (name, permits, ttl=None, wait=None, max_hold=None, aio=None))]
     #[allow(clippy::too_many_arguments)]
     fn semaphore<'py>(
         &self,
@@ -393,7 +397,7 @@ impl Client {
         ttl: Option<f64>,
         wait: Option<f64>,
         max_hold: Option<f64>,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
@@ -408,7 +412,7 @@ impl Client {
     }
 
     /// Acquires every lock in `names` or none; `None` when `wait` ran out.
-    #[pyo3(signature = (names, ttl=None, wait=None, max_hold=None, aio=false))]
+    #[pyo3(signature = (names, ttl=None, wait=None, max_hold=None, aio=None))]
     fn multi_lock<'py>(
         &self,
         py: Python<'py>,
@@ -416,7 +420,7 @@ impl Client {
         ttl: Option<f64>,
         wait: Option<f64>,
         max_hold: Option<f64>,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
@@ -433,12 +437,12 @@ impl Client {
     }
 
     /// Who holds `name`, as a tuple (see `dlock.LockInfo`), or `None` when it is free.
-    #[pyo3(signature = (name, aio=false))]
+    #[pyo3(signature = (name, aio=None))]
     fn inspect<'py>(
         &self,
         py: Python<'py>,
         name: String,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let locks = self.locks(py)?;
         run(py, aio, async move {
@@ -447,8 +451,13 @@ impl Client {
     }
 
     /// Every held lock whose name starts with `prefix`, as tuples.
-    #[pyo3(signature = (prefix=String::new(), aio=false))]
-    fn list<'py>(&self, py: Python<'py>, prefix: String, aio: bool) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (prefix=String::new(), aio=None))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: String,
+        aio: Option<Bound<'py, Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let locks = self.locks(py)?;
         run(py, aio, async move {
             let infos: Vec<dlock::LockInfo> = locks.list(&prefix).try_collect().await?;
@@ -457,24 +466,24 @@ impl Client {
     }
 
     /// Frees `name` whoever holds it (an operator's tool); true if it was held.
-    #[pyo3(signature = (name, aio=false))]
+    #[pyo3(signature = (name, aio=None))]
     fn force_release<'py>(
         &self,
         py: Python<'py>,
         name: String,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let locks = self.locks(py)?;
         run(py, aio, async move { locks.force_release(&name).await })
     }
 
     /// The versioned value `name` as `(bytes, version)`, or `None` if never written.
-    #[pyo3(signature = (name, aio=false))]
+    #[pyo3(signature = (name, aio=None))]
     fn value_get<'py>(
         &self,
         py: Python<'py>,
         name: String,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let value = self.locks(py)?.value(name);
         run(py, aio, async move {
@@ -484,14 +493,14 @@ impl Client {
 
     /// Writes `data` if the version is still `expected` (`None`: never written); the new
     /// version, or `None` when another writer came first.
-    #[pyo3(signature = (name, expected, data, aio=false))]
+    #[pyo3(signature = (name, expected, data, aio=None))]
     fn value_compare_and_set<'py>(
         &self,
         py: Python<'py>,
         name: String,
         expected: Option<u64>,
         data: Vec<u8>,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let value = self.locks(py)?.value(name);
         run(py, aio, async move {
@@ -500,13 +509,13 @@ impl Client {
     }
 
     /// Writes `data` whatever the version; the new version.
-    #[pyo3(signature = (name, data, aio=false))]
+    #[pyo3(signature = (name, data, aio=None))]
     fn value_set<'py>(
         &self,
         py: Python<'py>,
         name: String,
         data: Vec<u8>,
-        aio: bool,
+        aio: Option<Bound<'py, Notifier>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let value = self.locks(py)?.value(name);
         run(py, aio, async move { value.set(data).await })
@@ -534,6 +543,8 @@ fn enabled_schemes() -> Vec<&'static str> {
 fn _dlock(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Client>()?;
     module.add_class::<Hold>()?;
+    module.add_class::<Notifier>()?;
+    module.add_class::<bridge::Task>()?;
     module.add_function(wrap_pyfunction!(default_url, module)?)?;
     module.add_function(wrap_pyfunction!(enabled_schemes, module)?)?;
     Ok(())

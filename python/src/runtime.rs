@@ -1,6 +1,6 @@
 //! The tokio runtime every store call of this process runs on, and the two ways Python reaches
 //! it: [`block`] (a synchronous call that releases the GIL and stays interruptible by Ctrl-C)
-//! and [`DlockRuntime`] (the runtime handed to pyo3-async-runtimes for `dlock.asyncio`).
+//! and the asyncio bridge (`bridge::start`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3_async_runtimes::TaskLocals;
-use pyo3_async_runtimes::generic::{ContextExt, Runtime as GenericRuntime};
-use tokio::runtime::{Handle, Runtime};
+use tokio::runtime::Runtime;
 
 /// How long a synchronous call waits with the GIL released before it looks for a pending
 /// signal: Ctrl-C interrupts a blocking acquire within this time.
@@ -30,7 +28,7 @@ static CURRENT: Mutex<Option<Current>> = Mutex::new(None);
 /// The runtime of this process, built on first use (and again in a forked child).
 ///
 /// Called with the GIL held, so no other Python thread is inside it when Python forks; the
-/// runtime's own threads never call it (they use [`Handle::current`]).
+/// runtime's own threads never call it.
 pub(crate) fn runtime() -> PyResult<Arc<Runtime>> {
     let pid = std::process::id();
     let mut current = CURRENT.lock().unwrap_or_else(PoisonError::into_inner);
@@ -139,65 +137,4 @@ fn abandon<F: Future + ?Sized>(
             }
         })
     });
-}
-
-/// The handle to spawn on: the current runtime's inside a task, the process runtime otherwise.
-fn spawn_handle() -> Handle {
-    if let Ok(handle) = Handle::try_current() {
-        return handle;
-    }
-    let current = CURRENT.lock().unwrap_or_else(PoisonError::into_inner);
-    match current.as_ref() {
-        Some(existing) if is_this_process(existing.pid) => existing.runtime.handle().clone(),
-        // `dlock.asyncio` calls `runtime()` before every conversion into a Python awaitable,
-        // and pyo3-async-runtimes spawns from that same thread or from our runtime's threads.
-        _ => unreachable!("the dlock runtime is started before any asyncio future is spawned"),
-    }
-}
-
-tokio::task_local! {
-    /// The asyncio event loop and contextvars of the Python task that awaits a dlock future.
-    static TASK_LOCALS: std::cell::OnceCell<TaskLocals>;
-}
-
-/// The runtime pyo3-async-runtimes spawns `dlock.asyncio`'s futures on: ours, so that a forked
-/// child gets a fresh one like the synchronous API does (pyo3-async-runtimes' own tokio runtime
-/// is a process-wide static that cannot be rebuilt after a fork).
-pub(crate) struct DlockRuntime;
-
-impl GenericRuntime for DlockRuntime {
-    type JoinError = tokio::task::JoinError;
-    type JoinHandle = tokio::task::JoinHandle<()>;
-
-    fn spawn<F>(fut: F) -> Self::JoinHandle
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        spawn_handle().spawn(fut)
-    }
-
-    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        spawn_handle().spawn_blocking(f)
-    }
-}
-
-impl ContextExt for DlockRuntime {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        let cell = std::cell::OnceCell::new();
-        // A fresh cell: setting it cannot find it full.
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, fut))
-    }
-
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|cell| cell.get().cloned())
-            .unwrap_or_default()
-    }
 }

@@ -165,3 +165,27 @@ def test_several_event_loops_in_turn(store_url, name):
     # asyncio.run makes a new loop each time; the runtime serves them all.
     for _ in range(3):
         test_async_lock(store_url, f"{name}/{time.monotonic_ns()}")
+
+
+EXIT_SCRIPT = """
+import asyncio, sys, dlock.asyncio
+async def main():
+    locks = await dlock.asyncio.connect(sys.argv[1])
+    for i in range(300):
+        await locks.inspect("exit-test")
+        if i % 50 == 0:
+            async with locks.lock("exit-test", timeout=5):
+                pass
+asyncio.run(main())
+"""
+
+
+def test_interpreter_exit_right_after_async_calls_is_clean(store_url):
+    # The runtime's threads never touch Python objects: an exit while they wind down must not
+    # crash (it did, about every other run, when results were delivered from those threads).
+    import subprocess
+    import sys
+
+    for _ in range(8):
+        done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, store_url], capture_output=True, timeout=120)
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
