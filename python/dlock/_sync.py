@@ -1,0 +1,642 @@
+"""The synchronous API: ``connect``, ``Locks``, redis-py's ``Lock`` and dlock's primitives.
+
+Every call that talks to the store releases the GIL while it waits, and a blocking wait wakes
+every 50 ms to let Python run its signal handlers, so Ctrl-C interrupts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from types import SimpleNamespace, TracebackType
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple, Type, Union
+
+from . import _args
+from ._dlock import Client, Hold
+from .exceptions import ConflictError, LockError, LockNotOwnedError, LockTimeoutError
+
+logger = logging.getLogger("dlock")
+
+Number = Union[int, float]
+
+#: How many times ``VersionedValue.update`` reads, computes and tries to write by default.
+DEFAULT_UPDATE_ATTEMPTS = 16
+
+
+class LockInfo(NamedTuple):
+    """Who holds a lock, as ``Locks.inspect`` and ``Locks.list`` report it."""
+
+    name: str
+    fence: int
+    label: Optional[str]
+    host: str
+    pid: int
+    acquired_at: float
+    """Unix time (seconds) of the acquisition, by the holder's or the store's clock."""
+    ttl_left: Optional[float]
+    """Lease seconds left as the store sees them; ``None`` for a session lock."""
+    holds: int
+
+
+class Versioned(NamedTuple):
+    """A versioned value and the version that wrote it."""
+
+    value: bytes
+    version: int
+
+
+def connect(
+    url: Optional[str] = None, *, label: Optional[str] = None, watchdog_lease: Optional[Number] = None
+) -> "Locks":
+    """Connects to the lock store named by ``url`` and returns its ``Locks``.
+
+    ``url`` is any dlock URL: ``sqlite:///var/lib/app/locks.db``, ``redis://[user:pass@]host:port/db``,
+    ``rediss://…``, ``redlock://h1:p1,h2:p2,h3:p3``, ``postgres://user@host/db``,
+    ``mysql://…``, ``etcd://host:port``, ``zk://host:port``, ``memory://``. Without one, the
+    ``DLOCK_URL`` environment variable, else the ``dlock`` command's default: a SQLite file in
+    the user's state directory (``~/.local/state/dlock/locks.db``), shared by the processes of
+    this machine.
+
+    ``label`` is stored with every lock taken through this connection (``dlock ls`` shows it);
+    ``watchdog_lease`` is the lease (seconds, default 30) of locks without a ``timeout``.
+
+    >>> import dlock
+    >>> locks = dlock.connect("memory://")
+    >>> with locks.lock("orders/42", timeout=10) as lock:
+    ...     print(lock.fence > 0)
+    True
+
+    Raises ``ValueError`` for a bad URL, ``StoreUnavailableError`` when the store cannot be
+    reached. Messages never contain the URL's password.
+    """
+    lease = _args.seconds(watchdog_lease, "watchdog_lease", positive=True)
+    return Locks(Client(_args.url(url), _args.label(label), lease))
+
+
+class Locks:
+    """A connection to one lock store; cheap to share between threads.
+
+    Made by ``dlock.connect``. A forked child reconnects by itself on first use: it shares no
+    socket, lease or hold with its parent.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @property
+    def backend(self) -> str:
+        """The store's backend name: ``"sqlite"``, ``"redis"``, ``"postgres"``, …"""
+        return self._client.backend
+
+    def __repr__(self) -> str:
+        # Never the URL: it may carry a password.
+        return f"<dlock.Locks backend={self.backend!r}>"
+
+    def lock(
+        self,
+        name: Union[str, bytes],
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        lock_class: Optional[Type["Lock"]] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        fair: bool = False,
+    ) -> "Lock":
+        """redis-py's ``Redis.lock``: a ``Lock`` named ``name`` (see ``Lock``).
+
+        ``fair=True`` (not in redis-py) queues waiters in arrival order across processes, on
+        the stores that can (SQLite, Redis, PostgreSQL, MySQL, etcd, ZooKeeper).
+        """
+        cls = Lock if lock_class is None else lock_class
+        return cls(
+            self,
+            name,
+            timeout=timeout,
+            sleep=sleep,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            thread_local=thread_local,
+            raise_on_release_error=raise_on_release_error,
+            fair=fair,
+        )
+
+    def mutex(
+        self,
+        name: Union[str, bytes],
+        *,
+        ttl: Optional[Number] = None,
+        wait: Optional[Number] = None,
+        fair: bool = False,
+        reentrant: bool = False,
+        max_hold: Optional[Number] = None,
+    ) -> "Mutex":
+        """The exclusive lock ``name`` with the Rust API's options; ``acquire()`` or ``with``.
+
+        ``ttl``: a fixed lease in seconds (default: a watchdog lease renewed while held);
+        ``wait``: seconds to wait (default: until acquired; ``0``: one try); ``fair``: arrival
+        order; ``reentrant``: this connection may take it again (a hold count in the store);
+        ``max_hold``: with the watchdog, stop renewing after that many seconds.
+        """
+        return Mutex(self, _args.lock_name(name), ttl=ttl, wait=wait, fair=fair, reentrant=reentrant, max_hold=max_hold)
+
+    def rwlock(
+        self,
+        name: Union[str, bytes],
+        *,
+        max_readers: Optional[int] = None,
+        ttl: Optional[Number] = None,
+        wait: Optional[Number] = None,
+        max_hold: Optional[Number] = None,
+    ) -> "RwLock":
+        """The read-write lock ``name``: many readers (up to ``max_readers``, default 32) or one
+        writer; a waiting writer is not starved by new readers."""
+        return RwLock(self, _args.lock_name(name), max_readers=max_readers, ttl=ttl, wait=wait, max_hold=max_hold)
+
+    def semaphore(
+        self,
+        name: Union[str, bytes],
+        permits: int,
+        *,
+        ttl: Optional[Number] = None,
+        wait: Optional[Number] = None,
+        max_hold: Optional[Number] = None,
+    ) -> "Semaphore":
+        """The counting semaphore ``name`` with ``permits`` leased permits (never exceeded)."""
+        return Semaphore(self, _args.lock_name(name), _args.count(permits, "permits"), ttl=ttl, wait=wait, max_hold=max_hold)
+
+    def multi_lock(
+        self,
+        names: Iterable[Union[str, bytes]],
+        *,
+        ttl: Optional[Number] = None,
+        wait: Optional[Number] = None,
+        max_hold: Optional[Number] = None,
+    ) -> "MultiLock":
+        """All of ``names`` or none, in one canonical order (no deadlock between multi-locks)."""
+        return MultiLock(self, _args.lock_names(names), ttl=ttl, wait=wait, max_hold=max_hold)
+
+    def value(self, name: Union[str, bytes], *, max_attempts: int = DEFAULT_UPDATE_ATTEMPTS) -> "VersionedValue":
+        """The versioned value ``name`` (bytes), changed only by atomic compare-and-set."""
+        return VersionedValue(self, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
+
+    def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
+        """Who holds ``name`` now, or ``None`` when nobody does."""
+        found = self._client.inspect(_args.lock_name(name))
+        return None if found is None else LockInfo(*found)
+
+    def list(self, prefix: str = "") -> List[LockInfo]:
+        """Every held lock whose name starts with ``prefix``."""
+        return [LockInfo(*info) for info in self._client.list(_args.lock_name(prefix, "prefix"))]
+
+    def force_release(self, name: Union[str, bytes]) -> bool:
+        """Frees ``name`` whoever holds it (the holder's lost signal fires); true if it was
+        held. An operator's tool: the holder may still be running."""
+        return self._client.force_release(_args.lock_name(name))
+
+
+class Lock:
+    """redis-py's ``Lock``, on any dlock store, with a fence and a lost signal on every hold.
+
+    The constructor, methods, return values and exceptions are redis-py's. What differs, and
+    why:
+
+    * ``timeout=None`` (the default): redis-py's lock then never expires, so a crashed holder
+      blocks everyone until an operator deletes the key. dlock instead takes a **watchdog
+      lease** (30 s unless ``connect(watchdog_lease=...)``) and renews it every third of the
+      lease while this process holds the lock; a crashed holder frees it within one lease. As in
+      redis-py, ``extend()`` and ``reacquire()`` still refuse a lock without a timeout.
+    * ``sleep`` is accepted and checked, but nobody polls: waiters are woken by the store
+      (pub/sub, NOTIFY, watches, file events), and ``blocking_timeout`` is waited in full.
+    * ``token``: recorded as ``lock.local.token`` as in redis-py, but the store identifies the
+      hold by a token dlock generates for every acquisition, so two ``Lock`` objects given the
+      same token cannot release or extend each other's holds.
+    * ``extend(t, replace_ttl=True)`` and ``reacquire()`` never shorten a lease: the watchdog's
+      local deadline is only safe if the store's lease is at least as long.
+    * A forked child never inherits the parent's hold: there ``owned()`` is false and
+      ``release()`` raises ``LockNotOwnedError``.
+    * ``timeout`` must be greater than zero (redis-py treats ``0`` as "never expires"), and a
+      negative ``blocking_timeout`` is a ``ValueError``.
+
+    Beyond redis-py: ``fence`` (send it with every write to the protected resource, which
+    rejects lower ones), ``lost`` and ``wait_lost(timeout)``.
+    """
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: Union[str, bytes],
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        fair: bool = False,
+    ) -> None:
+        if not isinstance(locks, Locks):
+            raise TypeError(f"locks must be a dlock.Locks (from dlock.connect), not {type(locks).__name__}")
+        self.locks = locks
+        self.name = _args.lock_name(name)
+        self.timeout = _args.seconds(timeout, "timeout", positive=True)
+        sleep_value = _args.seconds(sleep, "sleep")
+        if sleep_value is None:
+            raise TypeError("sleep must be a number of seconds, not None")
+        self.sleep = sleep_value
+        self.blocking = bool(blocking)
+        self.blocking_timeout = _args.seconds(blocking_timeout, "blocking_timeout")
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = bool(raise_on_release_error)
+        self.fair = bool(fair)
+        if self.timeout is not None and self.sleep > self.timeout:
+            raise self._lock_error("'sleep' must be less than 'timeout'")
+        self.local: Any = _ThreadHold() if self.thread_local else _SharedHold()
+
+    # The classes raised; dlock.redis_py swaps in classes that are also redis-py's.
+    _LockError: Type[LockError] = LockError
+    _LockNotOwnedError: Type[LockNotOwnedError] = LockNotOwnedError
+
+    def _lock_error(self, message: str) -> LockError:
+        return self._LockError(message, lock_name=self.name)
+
+    def _not_owned(self, message: str) -> LockNotOwnedError:
+        return self._LockNotOwnedError(message, lock_name=self.name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.{type(self).__name__} {self.name!r}>"
+
+    def __enter__(self) -> "Lock":
+        if self.acquire():
+            return self
+        raise self._lock_error("Unable to acquire lock within the time specified")
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Union[str, bytes]] = None,
+    ) -> bool:
+        """Acquires the lock; ``True`` once held, ``False`` when ``blocking`` is false and the
+        lock is taken, or when ``blocking_timeout`` seconds passed (``None``: wait forever).
+
+        ``sleep`` is checked and otherwise unused (waiters are woken by the store). ``token``
+        (str or bytes) becomes ``lock.local.token``; a UUID otherwise.
+        """
+        _args.seconds(sleep, "sleep")
+        token_bytes = _args.token(token)
+        if blocking is None:
+            blocking = self.blocking
+        wait = _args.seconds(blocking_timeout, "blocking_timeout")
+        if wait is None:
+            wait = self.blocking_timeout
+        if not blocking:
+            wait = 0.0
+        started = time.monotonic()
+        hold = self.locks._client.mutex(self.name, self.timeout, wait, self.fair)
+        if hold is None:
+            return False
+        self.local.token = token_bytes
+        self.local.hold = hold
+        self.local.expires = None if self.timeout is None else started + self.timeout
+        return True
+
+    def locked(self) -> bool:
+        """Whether anyone (any process) holds the lock."""
+        return self.locks._client.inspect(self.name) is not None
+
+    def owned(self) -> bool:
+        """Whether this lock (in this thread, with ``thread_local``) holds it; asks the store."""
+        hold = self.local.hold
+        if self.local.token is None or hold is None:
+            return False
+        return bool(hold.is_owned())
+
+    def release(self) -> None:
+        """Releases the lock. ``LockError`` if this lock does not hold it;
+        ``LockNotOwnedError`` if its hold was lost (lease expired, broken)."""
+        hold = self.local.hold
+        if self.local.token is None or hold is None:
+            raise self._lock_error("Cannot release a lock that's not owned or is already unlocked.")
+        self.local.token = None
+        self.local.hold = None
+        self.local.expires = None
+        try:
+            hold.release()
+        except LockNotOwnedError:
+            raise self._not_owned("Cannot release a lock that's no longer owned") from None
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Adds ``additional_time`` seconds to the lease (or, with ``replace_ttl``, makes it
+        last that long from now; never shorter than it was). ``LockError`` for an unlocked lock
+        or one without a timeout; ``LockNotOwnedError`` if the hold was lost."""
+        additional = _args.seconds(additional_time, "additional_time")
+        if additional is None:
+            raise TypeError("additional_time must be a number of seconds, not None")
+        if self.local.token is None or self.local.hold is None:
+            raise self._lock_error("Cannot extend an unlocked lock")
+        if self.timeout is None:
+            raise self._lock_error("Cannot extend a lock with no timeout")
+        now = time.monotonic()
+        if replace_ttl:
+            ttl = additional
+        else:
+            ttl = max(0.0, (self.local.expires or now) - now) + additional
+        self._extend(ttl, now, "Cannot extend a lock that's no longer owned")
+        return True
+
+    def reacquire(self) -> bool:
+        """Resets the lease to ``timeout`` seconds from now (never shorter than it was)."""
+        if self.local.token is None or self.local.hold is None:
+            raise self._lock_error("Cannot reacquire an unlocked lock")
+        if self.timeout is None:
+            raise self._lock_error("Cannot reacquire a lock with no timeout")
+        self._extend(self.timeout, time.monotonic(), "Cannot reacquire a lock that's no longer owned")
+        return True
+
+    def _extend(self, ttl: float, now: float, lost_message: str) -> None:
+        try:
+            self.local.hold.extend(ttl)
+        except LockNotOwnedError:
+            raise self._not_owned(lost_message) from None
+        self.local.expires = max(self.local.expires or now, now + ttl)
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the current hold (``None`` when not held): strictly greater
+        than every earlier holder's. Send it with each write; the resource rejects lower ones."""
+        hold = self.local.hold
+        return None if hold is None else hold.fence
+
+    @property
+    def lost(self) -> bool:
+        """Whether the current hold is known to be lost (lease expired, renewal refused,
+        broken); dlock notices within one lease. False when not held."""
+        hold = self.local.hold
+        return hold is not None and hold.is_lost()
+
+    def wait_lost(self, timeout: Optional[Number] = None) -> bool:
+        """Blocks until the hold is lost (True) or ``timeout`` seconds pass (False)."""
+        limit = _args.seconds(timeout, "timeout")
+        hold = self.local.hold
+        if hold is None:
+            raise self._lock_error("Cannot wait for the loss of an unlocked lock")
+        return bool(hold.wait_lost(limit))
+
+
+class _ThreadHold(threading.local):
+    """Per-thread hold of a ``thread_local`` lock; the class attributes are every thread's
+    starting values."""
+
+    token: Optional[bytes] = None
+    hold: Optional[Hold] = None
+    expires: Optional[float] = None
+
+
+def _SharedHold() -> SimpleNamespace:
+    return SimpleNamespace(token=None, hold=None, expires=None)
+
+
+class Guard:
+    """A hold of a mutex, read-write lock, semaphore permit or multi-lock (the Rust API's
+    guards). Releases on ``with`` exit; dropping it releases in the background."""
+
+    def __init__(self, hold: Hold) -> None:
+        self._hold = hold
+
+    def __repr__(self) -> str:
+        return f"<dlock.Guard {self._hold.name!r} fence={self._hold.fence}>"
+
+    @property
+    def name(self) -> str:
+        return self._hold.name
+
+    @property
+    def fence(self) -> int:
+        """The fencing token: strictly greater than every earlier holder's of this lock (for a
+        multi-lock, the largest of its locks'; see ``fences``)."""
+        return self._hold.fence
+
+    @property
+    def fences(self) -> List[Tuple[str, int]]:
+        """Each store lock's name and fence (a multi-lock has one per name)."""
+        return self._hold.fences
+
+    @property
+    def lost(self) -> bool:
+        """Whether the hold is known to be lost."""
+        return self._hold.is_lost()
+
+    def is_lost(self) -> bool:
+        return self._hold.is_lost()
+
+    def wait_lost(self, timeout: Optional[Number] = None) -> bool:
+        """Blocks until the hold is lost (True) or ``timeout`` seconds pass (False)."""
+        return bool(self._hold.wait_lost(_args.seconds(timeout, "timeout")))
+
+    def extend(self, ttl: Number) -> None:
+        """Makes the lease last at least ``ttl`` seconds from now; ``LockNotOwnedError`` if lost."""
+        self._hold.extend(_required_seconds(ttl, "ttl"))
+
+    def is_owned(self) -> bool:
+        """Whether the hold is still this one's: asked of the store for mutexes and
+        multi-locks; read, write and permit holds answer from their lost signal."""
+        return bool(self._hold.is_owned())
+
+    def release(self) -> None:
+        """Releases now; ``LockNotOwnedError`` if the hold was lost or already released."""
+        self._hold.release()
+
+    def __enter__(self) -> "Guard":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._hold.is_released():
+            self._hold.release()
+
+
+def _required_seconds(value: Any, what: str) -> float:
+    result = _args.seconds(value, what)
+    if result is None:
+        raise TypeError(f"{what} must be a number of seconds, not None")
+    return result
+
+
+class _Acquirable:
+    """Shared by the primitives: options checked once, ``acquire`` (raises on timeout),
+    ``try_acquire`` (``None`` when taken), and ``with`` (acquire, release on exit)."""
+
+    def __init__(self, locks: Locks, ttl: Any, wait: Any, max_hold: Any) -> None:
+        self._locks = locks
+        self._ttl = _args.seconds(ttl, "ttl", positive=True)
+        self._wait = _args.seconds(wait, "wait")
+        self._max_hold = _args.seconds(max_hold, "max_hold", positive=True)
+        self._guard: Optional[Guard] = None
+
+    def _take(self, wait: Optional[float]) -> Optional[Hold]:
+        raise NotImplementedError
+
+    def _label(self) -> str:
+        raise NotImplementedError
+
+    def acquire(self) -> Guard:
+        """Waits up to ``wait`` (default: until acquired); ``LockTimeoutError`` when it runs out."""
+        hold = self._take(self._wait)
+        if hold is None:
+            raise LockTimeoutError(f"{self._label()} was not acquired within {self._wait} s", lock_name=self._label())
+        return Guard(hold)
+
+    def try_acquire(self) -> Optional[Guard]:
+        """One try, no wait: the guard, or ``None`` when held elsewhere."""
+        hold = self._take(0.0)
+        return None if hold is None else Guard(hold)
+
+    def __enter__(self) -> Guard:
+        self._guard = self.acquire()
+        return self._guard
+
+    def __exit__(self, *exc: Any) -> None:
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.__exit__(*exc)
+
+
+class Mutex(_Acquirable):
+    """The exclusive lock of ``Locks.mutex``."""
+
+    def __init__(self, locks: Locks, name: str, *, ttl: Any, wait: Any, fair: bool, reentrant: bool, max_hold: Any) -> None:
+        super().__init__(locks, ttl, wait, max_hold)
+        self.name = name
+        self._fair = bool(fair)
+        self._reentrant = bool(reentrant)
+
+    def _label(self) -> str:
+        return self.name
+
+    def _take(self, wait: Optional[float]) -> Optional[Hold]:
+        return self._locks._client.mutex(self.name, self._ttl, wait, self._fair, self._reentrant, self._max_hold)
+
+
+class Semaphore(_Acquirable):
+    """The counting semaphore of ``Locks.semaphore``: ``acquire()`` takes one permit."""
+
+    def __init__(self, locks: Locks, name: str, permits: int, *, ttl: Any, wait: Any, max_hold: Any) -> None:
+        super().__init__(locks, ttl, wait, max_hold)
+        self.name = name
+        self.permits = permits
+
+    def _label(self) -> str:
+        return self.name
+
+    def _take(self, wait: Optional[float]) -> Optional[Hold]:
+        return self._locks._client.semaphore(self.name, self.permits, self._ttl, wait, self._max_hold)
+
+
+class MultiLock(_Acquirable):
+    """All-or-nothing hold of several locks (``Locks.multi_lock``)."""
+
+    def __init__(self, locks: Locks, names: List[str], *, ttl: Any, wait: Any, max_hold: Any) -> None:
+        super().__init__(locks, ttl, wait, max_hold)
+        self.names = names
+
+    def _label(self) -> str:
+        return ",".join(self.names)
+
+    def _take(self, wait: Optional[float]) -> Optional[Hold]:
+        return self._locks._client.multi_lock(self.names, self._ttl, wait, self._max_hold)
+
+
+class RwLock:
+    """The read-write lock of ``Locks.rwlock``: ``read()`` / ``write()`` (raise
+    ``LockTimeoutError`` when ``wait`` runs out), ``try_read()`` / ``try_write()``."""
+
+    def __init__(self, locks: Locks, name: str, *, max_readers: Any, ttl: Any, wait: Any, max_hold: Any) -> None:
+        self._locks = locks
+        self.name = name
+        self._max_readers = None if max_readers is None else _args.count(max_readers, "max_readers")
+        self._ttl = _args.seconds(ttl, "ttl", positive=True)
+        self._wait = _args.seconds(wait, "wait")
+        self._max_hold = _args.seconds(max_hold, "max_hold", positive=True)
+
+    def _take(self, write: bool, wait: Optional[float]) -> Optional[Hold]:
+        take = self._locks._client.write if write else self._locks._client.read
+        return take(self.name, self._max_readers, self._ttl, wait, self._max_hold)
+
+    def _must(self, write: bool) -> Guard:
+        hold = self._take(write, self._wait)
+        if hold is None:
+            kind = "write" if write else "read"
+            raise LockTimeoutError(f"{kind} lock {self.name!r} was not acquired within {self._wait} s", lock_name=self.name)
+        return Guard(hold)
+
+    def read(self) -> Guard:
+        return self._must(False)
+
+    def write(self) -> Guard:
+        return self._must(True)
+
+    def try_read(self) -> Optional[Guard]:
+        hold = self._take(False, 0.0)
+        return None if hold is None else Guard(hold)
+
+    def try_write(self) -> Optional[Guard]:
+        hold = self._take(True, 0.0)
+        return None if hold is None else Guard(hold)
+
+
+class VersionedValue:
+    """A small named value (bytes) with a version that strictly increases per write; changed
+    only by atomic compare-and-set (``Locks.value``). Values and locks have separate names."""
+
+    def __init__(self, locks: Locks, name: str, max_attempts: int) -> None:
+        self._locks = locks
+        self.name = name
+        self.max_attempts = max_attempts
+
+    def get(self) -> Optional[Versioned]:
+        """The value and its version, or ``None`` if never written."""
+        found = self._locks._client.value_get(self.name)
+        return None if found is None else Versioned(*found)
+
+    def compare_and_set(self, expected: Optional[int], value: bytes) -> Optional[int]:
+        """Writes ``value`` if the version is still ``expected`` (``None``: never written);
+        the new version, or ``None`` when another writer came first."""
+        return self._locks._client.value_compare_and_set(self.name, _args.version(expected), _args.data(value))
+
+    def set(self, value: bytes) -> int:
+        """Writes ``value`` whatever the version; the new version."""
+        return self._locks._client.value_set(self.name, _args.data(value))
+
+    def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned:
+        """Reads, computes ``change(current)`` and compare-and-sets, retrying on a collision up
+        to ``max_attempts`` times (then ``ConflictError``)."""
+        if not callable(change):
+            raise TypeError("change must be callable")
+        for attempt in range(1, self.max_attempts + 1):
+            current = self.get()
+            new = _args.data(change(None if current is None else current.value))
+            written = self.compare_and_set(None if current is None else current.version, new)
+            if written is not None:
+                return Versioned(new, written)
+            if attempt < self.max_attempts:
+                # Writers that collided retry at different moments.
+                time.sleep(random.uniform(0, 0.0002 * attempt))
+        raise ConflictError(f"value {self.name!r} changed under every one of {self.max_attempts} update attempts", lock_name=self.name)

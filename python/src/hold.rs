@@ -1,0 +1,297 @@
+//! `Hold`: one acquired lock, permit or lock set, as the Python layer sees it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::is_this_process;
+use crate::seconds;
+
+/// The guard types of the Rust API behind one `Hold`.
+pub(crate) enum Held {
+    Mutex(dlock::MutexGuard),
+    Read(dlock::ReadGuard),
+    Write(dlock::WriteGuard),
+    Permit(dlock::Permit),
+    Multi(dlock::MultiGuard),
+}
+
+impl Held {
+    fn lost_token(&self) -> CancellationToken {
+        match self {
+            Held::Mutex(g) => g.lost_token(),
+            Held::Read(g) => g.lost_token(),
+            Held::Write(g) => g.lost_token(),
+            Held::Permit(g) => g.lost_token(),
+            Held::Multi(g) => g.lost_token(),
+        }
+    }
+
+    fn fences(&self) -> Vec<(String, u64)> {
+        match self {
+            Held::Mutex(g) => vec![(g.name().as_str().to_owned(), g.fence().get())],
+            Held::Read(g) => vec![(String::new(), g.fence().get())],
+            Held::Write(g) => vec![(String::new(), g.fence().get())],
+            Held::Permit(g) => vec![(g.slot().as_str().to_owned(), g.fence().get())],
+            Held::Multi(g) => g
+                .fences()
+                .map(|(name, fence)| (name.as_str().to_owned(), fence.get()))
+                .collect(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::Mutex(g) => g.is_lost(),
+            Held::Read(g) => g.is_lost(),
+            Held::Write(g) => g.is_lost(),
+            Held::Permit(g) => g.is_lost(),
+            Held::Multi(g) => g.is_lost(),
+        }
+    }
+
+    async fn extend(&self, ttl: Duration) -> dlock::Result<()> {
+        match self {
+            Held::Mutex(g) => g.extend(ttl).await,
+            Held::Read(g) => g.extend(ttl).await,
+            Held::Write(g) => g.extend(ttl).await,
+            Held::Permit(g) => g.extend(ttl).await,
+            Held::Multi(g) => g.extend(ttl).await,
+        }
+    }
+
+    /// Asks the store where the Rust API can (mutexes and multi-locks); the composed read,
+    /// write and permit holds answer from their lost signal, which the keeper fires within one
+    /// lease of a loss.
+    async fn is_owned(&self) -> dlock::Result<bool> {
+        match self {
+            Held::Mutex(g) => g.is_owned().await,
+            Held::Multi(g) => g.is_owned().await,
+            other => Ok(!other.is_lost()),
+        }
+    }
+
+    async fn release(self) -> dlock::Result<()> {
+        match self {
+            Held::Mutex(g) => g.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
+            Held::Permit(g) => g.release().await,
+            Held::Multi(g) => g.release().await,
+        }
+    }
+}
+
+struct Inner {
+    /// The process that acquired it: in a forked child the hold is the parent's, never ours.
+    pid: u32,
+    name: String,
+    fences: Vec<(String, u64)>,
+    lost: CancellationToken,
+    /// `None` once released. An async mutex: extend and release await the store while holding it,
+    /// so a release waits for an extend in flight instead of racing it.
+    guard: tokio::sync::Mutex<Option<Held>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !is_this_process(self.pid) {
+            // The parent's hold: releasing it from here would free the parent's lock, and its
+            // runtime has no threads in this process anyway.
+            if let Some(held) = self.guard.get_mut().take() {
+                std::mem::forget(held);
+            }
+        }
+        // In the acquiring process the guard's own Drop releases in the background.
+    }
+}
+
+/// An acquired lock, read or write hold, semaphore permit or multi-lock. Dropping it releases in
+/// the background; `release()` releases now and reports a lost hold.
+#[pyclass(module = "dlock._dlock", frozen)]
+pub(crate) struct Hold {
+    inner: Arc<Inner>,
+}
+
+impl Hold {
+    pub(crate) fn new(name: String, held: Held) -> Hold {
+        // Read and write holds report their fence under the read-write lock's own name.
+        let fences = held
+            .fences()
+            .into_iter()
+            .map(|(part, fence)| (if part.is_empty() { name.clone() } else { part }, fence))
+            .collect();
+        Hold {
+            inner: Arc::new(Inner {
+                pid: std::process::id(),
+                name,
+                fences,
+                lost: held.lost_token(),
+                guard: tokio::sync::Mutex::new(Some(held)),
+            }),
+        }
+    }
+
+    fn not_owned(&self) -> dlock::Error {
+        // dlock's own error, so the message and class match a hold lost in the store.
+        dlock::Error::NotOwned {
+            name: self.inner.name.clone(),
+        }
+    }
+
+    fn forked(&self) -> bool {
+        !is_this_process(self.inner.pid)
+    }
+}
+
+#[pymethods]
+impl Hold {
+    /// The lock's name (for a multi-lock, the names joined by commas).
+    #[getter]
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The fencing token of this hold (for a multi-lock, the largest of its locks' fences).
+    #[getter]
+    fn fence(&self) -> u64 {
+        self.inner
+            .fences
+            .iter()
+            .map(|(_, fence)| *fence)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Each store lock's name and fence (a multi-lock has several).
+    #[getter]
+    fn fences(&self) -> Vec<(String, u64)> {
+        self.inner.fences.clone()
+    }
+
+    /// Whether the hold is known to be lost (lease expired, renewal refused, broken). In a
+    /// forked child a hold of the parent is always lost: the child never owned it.
+    fn is_lost(&self) -> bool {
+        self.forked() || self.inner.lost.is_cancelled()
+    }
+
+    /// Waits until the hold is lost or `timeout` seconds pass (`None`: no limit); true if lost.
+    #[pyo3(signature = (timeout=None, aio=None))]
+    fn wait_lost<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let lost = self.inner.lost.clone();
+        let forked = self.forked();
+        crate::run(py, aio, async move {
+            if forked {
+                return Ok(true);
+            }
+            Ok(match timeout {
+                None => {
+                    lost.cancelled().await;
+                    true
+                }
+                Some(limit) => tokio::time::timeout(limit, lost.cancelled()).await.is_ok(),
+            })
+        })
+    }
+
+    /// Makes the lease last at least `ttl` seconds from now.
+    #[pyo3(signature = (ttl, aio=None))]
+    fn extend<'py>(
+        &self,
+        py: Python<'py>,
+        ttl: f64,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ttl = seconds("ttl", ttl)?;
+        let inner = self.inner.clone();
+        let forked = self.forked().then(|| self.not_owned());
+        crate::run(py, aio, async move {
+            if let Some(error) = forked {
+                return Err(error);
+            }
+            let guard = inner.guard.lock().await;
+            match guard.as_ref() {
+                Some(held) => held.extend(ttl).await,
+                None => Err(dlock::Error::NotOwned {
+                    name: inner.name.clone(),
+                }),
+            }
+        })
+    }
+
+    /// Asks the store whether this hold is still this process's (false once released).
+    #[pyo3(signature = (aio=None))]
+    fn is_owned<'py>(
+        &self,
+        py: Python<'py>,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        let forked = self.forked();
+        crate::run(py, aio, async move {
+            if forked {
+                return Ok(false);
+            }
+            let guard = inner.guard.lock().await;
+            match guard.as_ref() {
+                Some(held) => held.is_owned().await,
+                None => Ok(false),
+            }
+        })
+    }
+
+    /// Whether `release()` was already called.
+    fn is_released(&self) -> bool {
+        self.inner
+            .guard
+            .try_lock()
+            .is_ok_and(|guard| guard.is_none())
+    }
+
+    /// Releases the hold; raises `LockNotOwnedError` if it was lost (or already released).
+    #[pyo3(signature = (aio=None))]
+    fn release<'py>(
+        &self,
+        py: Python<'py>,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        let forked = self.forked().then(|| self.not_owned());
+        crate::run(py, aio, async move {
+            if let Some(error) = forked {
+                return Err(error);
+            }
+            let held = inner.guard.lock().await.take();
+            match held {
+                Some(held) => held.release().await,
+                None => Err(dlock::Error::NotOwned {
+                    name: inner.name.clone(),
+                }),
+            }
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<dlock Hold {:?} fence={}>", self.inner.name, self.fence())
+    }
+}
+
+/// Returns the hold to Python, or `None` on timeout.
+pub(crate) fn timed_out_is_none<T>(
+    result: dlock::Result<T>,
+    wrap: impl FnOnce(T) -> Hold,
+) -> dlock::Result<Option<Hold>> {
+    match result {
+        Ok(held) => Ok(Some(wrap(held))),
+        Err(dlock::Error::Timeout { .. }) => Ok(None),
+        Err(error) => Err(error),
+    }
+}

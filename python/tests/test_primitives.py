@@ -1,0 +1,140 @@
+"""What redis-py lacks, with the Rust API's names: mutex options, semaphores, read-write locks,
+multi-locks, versioned values, inspection."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import dlock
+from dlock import ConflictError, LockNotOwnedError, LockTimeoutError
+
+
+def test_mutex_guard(locks, name):
+    with locks.mutex(name, ttl=10) as guard:
+        assert guard.fence > 0
+        assert guard.is_owned()
+        assert not guard.lost
+        assert locks.mutex(name).try_acquire() is None
+        info = locks.inspect(name)
+        assert info is not None and info.fence == guard.fence and info.holds == 1
+    assert locks.inspect(name) is None
+    guard = locks.mutex(name, wait=0).acquire()
+    with pytest.raises(LockTimeoutError):
+        locks.mutex(name, wait=0.1).acquire()
+    guard.release()
+    with pytest.raises(LockNotOwnedError):
+        guard.release()
+
+
+def test_reentrant_mutex(locks, name):
+    first = locks.mutex(name, reentrant=True).acquire()
+    second = locks.mutex(name, reentrant=True, wait=0).acquire()
+    assert locks.inspect(name).holds == 2
+    second.release()
+    assert locks.inspect(name) is not None
+    first.release()
+    assert locks.inspect(name) is None
+
+
+def test_guard_extend(locks, name):
+    guard = locks.mutex(name, ttl=2).acquire()
+    guard.extend(20)
+    assert locks.inspect(name).ttl_left > 15
+    guard.release()
+    with pytest.raises(LockNotOwnedError):
+        guard.extend(5)
+
+
+def test_semaphore_never_exceeds_its_permits(locks, name):
+    semaphore = locks.semaphore(name, 2, ttl=10)
+    one = semaphore.acquire()
+    two = semaphore.acquire()
+    assert semaphore.try_acquire() is None
+    with pytest.raises(LockTimeoutError):
+        locks.semaphore(name, 2, wait=0.1).acquire()
+    one.release()
+    three = semaphore.try_acquire()
+    assert three is not None
+    for permit in (two, three):
+        permit.release()
+
+
+def test_rwlock(locks, name):
+    rw = locks.rwlock(name, max_readers=4, ttl=10)
+    r1 = rw.read()
+    r2 = rw.read()
+    assert rw.try_write() is None
+    r1.release()
+    r2.release()
+    with rw.write() as writer:
+        assert writer.fence > 0
+        assert rw.try_read() is None
+    assert rw.try_read() is not None
+
+
+def test_multi_lock_is_all_or_nothing(locks, name):
+    a, b, c = f"{name}/a", f"{name}/b", f"{name}/c"
+    single = locks.mutex(b).acquire()
+    assert locks.multi_lock([a, b]).try_acquire() is None
+    # Nothing of the failed attempt stays held.
+    assert locks.inspect(a) is None
+    single.release()
+    with locks.multi_lock([a, b, c], ttl=10) as guard:
+        assert sorted(n for n, _ in guard.fences) == sorted([a, b, c])
+        assert guard.fence == max(f for _, f in guard.fences)
+        assert guard.is_owned()
+        assert locks.mutex(c).try_acquire() is None
+    assert locks.mutex(c).try_acquire() is not None
+
+
+def test_versioned_value(locks, name):
+    value = locks.value(name)
+    assert value.get() is None
+    v1 = value.compare_and_set(None, b"100")
+    assert v1 is not None
+    assert value.compare_and_set(None, b"x") is None
+    assert value.get() == dlock.Versioned(b"100", v1)
+    v2 = value.set(b"99")
+    assert v2 > v1
+    assert value.compare_and_set(v1, b"stale") is None
+    updated = value.update(lambda current: str(int(current) - 1).encode())
+    assert updated.value == b"98" and updated.version > v2
+
+
+def test_versioned_value_update_under_contention(locks, name):
+    value = locks.value(name, max_attempts=1000)
+    value.set(b"0")
+
+    def add():
+        for _ in range(10):
+            value.update(lambda current: str(int(current) + 1).encode())
+
+    threads = [threading.Thread(target=add) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert value.get().value == b"40"
+
+
+def test_versioned_value_conflict(locks, name):
+    value = locks.value(name, max_attempts=1)
+    value.set(b"a")
+
+    def sneaky(current):
+        # Another writer gets in between the read and the write, every time.
+        locks.value(name).set(b"b")
+        return b"c"
+
+    with pytest.raises(ConflictError):
+        value.update(sneaky)
+
+
+def test_list(locks, name):
+    held = [locks.mutex(f"{name}/{i}", ttl=10).acquire() for i in range(3)]
+    listed = locks.list(f"{name}/")
+    assert sorted(info.name for info in listed) == sorted(f"{name}/{i}" for i in range(3))
+    for guard in held:
+        guard.release()

@@ -1,0 +1,125 @@
+"""Processes: exclusion across multiprocessing workers, Ctrl-C during a wait, fork."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import dlock
+from dlock import LockNotOwnedError
+
+
+def _increment(url: str, name: str, counter: str, rounds: int) -> None:
+    locks = dlock.connect(url)
+    for _ in range(rounds):
+        with locks.lock(name, timeout=30):
+            # A read-modify-write with a pause in the middle: without exclusion, increments
+            # of other processes get lost.
+            path = Path(counter)
+            value = int(path.read_text())
+            time.sleep(0.001)
+            path.write_text(str(value + 1))
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_processes_exclude_each_other(store_url, name, tmp_path, start_method):
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    context = multiprocessing.get_context(start_method)
+    workers = [context.Process(target=_increment, args=(store_url, name, str(counter), 20)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    assert counter.read_text() == "80"
+
+
+WAITER = textwrap.dedent(
+    """
+    import sys, dlock
+    locks = dlock.connect(sys.argv[1])
+    lock = locks.lock(sys.argv[2])
+    print("waiting", flush=True)
+    try:
+        lock.acquire()
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(42)
+    print("acquired", flush=True)
+    sys.exit(1)
+    """
+)
+
+
+def test_ctrl_c_interrupts_a_blocking_acquire(store_url, name):
+    locks = dlock.connect(store_url)
+    holder = locks.lock(name)
+    assert holder.acquire(blocking=False)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WAITER, store_url, name], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "waiting"
+        time.sleep(0.5)  # well inside the acquire
+        child.send_signal(signal.SIGINT)
+        assert child.wait(30) == 42
+        assert child.stdout.read().strip() == "interrupted"
+    finally:
+        if child.poll() is None:
+            child.kill()
+    # The interrupted waiter left nothing behind, not even its place in the waiters' queue (a
+    # dead waiter's place would only expire after a second): the released lock is free at once.
+    holder.release()
+    other = dlock.connect(store_url).lock(name)
+    assert other.acquire(blocking_timeout=0.5)
+    other.release()
+
+
+def test_forked_child_does_not_inherit_holds(store_url, name):
+    locks = dlock.connect(store_url)
+    lock = locks.lock(name, timeout=30)
+    assert lock.acquire(blocking=False)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code, never run pytest's teardown
+        code = 0
+        try:
+            os.close(read)
+            checks = [
+                lock.owned() is False,  # the parent's hold is not the child's
+                lock.lost is True,
+                lock.locked() is True,  # still held by the parent, seen through a new connection
+                not locks.lock(name).acquire(blocking=False),
+            ]
+            try:
+                lock.release()
+                checks.append(False)
+            except LockNotOwnedError:
+                checks.append(True)
+            # The runtime works in the child: a fresh lock can be taken and released.
+            other = locks.lock(name + "/child", timeout=5)
+            checks.append(other.acquire(blocking=False))
+            other.release()
+            os.write(write, bytes(int(c) for c in checks))
+        except BaseException as error:  # noqa: BLE001 - reported to the parent
+            os.write(write, repr(error).encode()[:200])
+            code = 3
+        os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read, 256)
+    os.close(read)
+    assert os.WEXITSTATUS(status) == 0, report
+    assert report == bytes([1] * 6), report
+    # The parent still holds its lock; the child's failed release did not free it.
+    assert lock.owned()
+    lock.release()
