@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 # for the terminal test. etcd: the server and etcdctl (the tests drive it). No protoc: the etcd
 # client's build uses the one vendored in a crate (see .cargo/config.toml). faketime (with its
 # libfaketime) moves one process's wall clock for the SQLite clock-step test.
-packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime)
+packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime python3-venv)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -65,6 +65,12 @@ if [ ${#absent[@]} -gt 0 ]; then
     printf 'missing after install: %s\n' "${absent[@]}" >&2
     exit 1
 fi
+# The Python package's tests build it into a virtualenv (Debian's python3 needs python3-venv).
+python3 -c 'import venv, ensurepip' 2>/dev/null || absent+=("python3 venv and ensurepip (package python3-venv)")
+if [ ${#absent[@]} -gt 0 ]; then
+    printf 'missing after install: %s\n' "${absent[@]}" >&2
+    exit 1
+fi
 if ! command -v cargo >/dev/null; then
     echo "cargo not found: install Rust (https://rustup.rs), then run this script again" >&2
     exit 1
@@ -76,3 +82,5 @@ export DLOCK_TEST_REQUIRE="${DLOCK_TEST_REQUIRE:-all}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace --all-features
+# The Python package (python/): built as `pip install ./python` builds it, then its pytest suite.
+scripts/python_test.sh -q
