@@ -139,7 +139,7 @@ class Locks:
 
         ``ttl``: a fixed lease in seconds (default: a watchdog lease renewed while held);
         ``wait``: seconds to wait (default: until acquired; ``0``: one try); ``fair``: arrival
-        order; ``reentrant``: this connection may take it again (a hold count in the store);
+        order; ``reentrant``: the guard may be re-entered with ``guard.reenter()`` (a hold count in the store);
         ``max_hold``: with the watchdog, stop renewing after that many seconds.
         """
         return Mutex(self, _args.lock_name(name), ttl=ttl, wait=wait, fair=fair, reentrant=reentrant, max_hold=max_hold)
@@ -460,6 +460,12 @@ class Guard:
         """Whether the hold is still this one's: asked of the store for mutexes and
         multi-locks; read, write and permit holds answer from their lost signal."""
         return bool(self._hold.is_owned())
+
+    def reenter(self) -> "Guard":
+        """Re-enters a mutex taken with ``reentrant=True``: a new guard of the same hold, with
+        the same fence (the lock is free once every guard is released). Re-entry needs the
+        guard: another ``acquire()``, even on this connection, is another holder."""
+        return Guard(self._hold.reenter())
 
     def release(self) -> None:
         """Releases now; ``LockNotOwnedError`` if the hold was lost or already released."""

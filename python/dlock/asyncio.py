@@ -422,6 +422,10 @@ class Guard:
     async def is_owned(self) -> bool:
         return bool(await self._hold.is_owned(aio=_bridge()))
 
+    async def reenter(self) -> "Guard":
+        """Re-enters a mutex taken with ``reentrant=True`` (see the sync ``Guard.reenter``)."""
+        return Guard(await self._hold.reenter(aio=_bridge()))
+
     async def release(self) -> None:
         await self._hold.release(aio=_bridge())
 

@@ -248,6 +248,37 @@ impl Hold {
         })
     }
 
+    /// Re-enters a reentrant mutex hold: a new hold of the same lock, with the same fence, and
+    /// one more count in the store (the lock is free once every hold is released).
+    #[pyo3(signature = (aio=None))]
+    fn reenter<'py>(
+        &self,
+        py: Python<'py>,
+        aio: Option<Bound<'py, crate::bridge::Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        let forked = self.forked().then(|| self.not_owned());
+        crate::run(py, aio, async move {
+            if let Some(error) = forked {
+                return Err(error);
+            }
+            let guard = inner.guard.lock().await;
+            match guard.as_ref() {
+                Some(Held::Mutex(held)) => {
+                    let again = held.reenter().await?;
+                    Ok(Hold::new(inner.name.clone(), Held::Mutex(again)))
+                }
+                Some(_) => Err(dlock::Error::InvalidArgument {
+                    what: "reenter",
+                    reason: "only a mutex hold can be re-entered".into(),
+                }),
+                None => Err(dlock::Error::NotOwned {
+                    name: inner.name.clone(),
+                }),
+            }
+        })
+    }
+
     /// Whether `release()` was already called.
     fn is_released(&self) -> bool {
         self.inner

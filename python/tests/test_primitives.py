@@ -30,7 +30,11 @@ def test_mutex_guard(locks, name):
 
 def test_reentrant_mutex(locks, name):
     first = locks.mutex(name, reentrant=True).acquire()
-    second = locks.mutex(name, reentrant=True, wait=0).acquire()
+    # Another acquisition is another holder, even on this connection: only the guard re-enters.
+    with pytest.raises(LockTimeoutError):
+        locks.mutex(name, reentrant=True, wait=0).acquire()
+    second = first.reenter()
+    assert second.fence == first.fence
     assert locks.inspect(name).holds == 2
     second.release()
     assert locks.inspect(name) is not None
