@@ -593,7 +593,7 @@ fn cli_bad_input() {
         (
             vec![s("run"), s("--wait"), s("-1s"), s("x"), s("--"), s("true")],
             2,
-            "unexpected argument '-1'",
+            "is negative",
         ),
         (
             vec![
