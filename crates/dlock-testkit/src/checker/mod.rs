@@ -136,6 +136,8 @@ impl Default for FencedResource {
 pub struct Overlap {
     /// The fence of the hold that started first.
     pub earlier: FencingToken,
+    /// Its worker, if it said.
+    pub earlier_worker: Option<u32>,
     /// The fence of the hold that started while the earlier one was still open.
     pub later: FencingToken,
     /// When the later hold started.
@@ -286,17 +288,28 @@ impl FencedResource {
         });
     }
 
-    fn open_hold(record: &mut Record, fence: FencingToken) -> Option<&mut Hold> {
-        record
-            .holds
-            .iter_mut()
-            .rev()
-            .find(|hold| hold.fence == fence && hold.end.is_none())
+    /// The open hold with `fence` (of `worker`, when given: a composed semaphore's slots have
+    /// fences of their own, so two permits may carry the same one).
+    fn open_hold(
+        record: &mut Record,
+        fence: FencingToken,
+        worker: Option<u32>,
+    ) -> Option<&mut Hold> {
+        record.holds.iter_mut().rev().find(|hold| {
+            hold.fence == fence
+                && hold.end.is_none()
+                && worker.is_none_or(|w| hold.worker == Some(w))
+        })
     }
 
     /// Marks the end of the hold started with `fence`.
     pub fn end_hold(&self, fence: FencingToken) {
-        if let Some(hold) = Self::open_hold(&mut self.record(), fence) {
+        self.end_hold_of(fence, None);
+    }
+
+    /// Marks the end of the hold started with `fence` by `worker` (any worker if `None`).
+    pub fn end_hold_of(&self, fence: FencingToken, worker: Option<u32>) {
+        if let Some(hold) = Self::open_hold(&mut self.record(), fence, worker) {
             hold.end = Some(Instant::now());
         }
     }
@@ -304,7 +317,12 @@ impl FencedResource {
     /// Records that the guard of the open hold with `fence` reported the lock lost (ignored
     /// when that hold has already ended: a guard's lost signal also completes on release).
     pub fn hold_lost(&self, fence: FencingToken) {
-        if let Some(hold) = Self::open_hold(&mut self.record(), fence) {
+        self.hold_lost_of(fence, None);
+    }
+
+    /// [`hold_lost`](Self::hold_lost) for the hold of `worker` (any worker if `None`).
+    pub fn hold_lost_of(&self, fence: FencingToken, worker: Option<u32>) {
+        if let Some(hold) = Self::open_hold(&mut self.record(), fence, worker) {
             hold.lost_at.get_or_insert_with(Instant::now);
         }
     }
@@ -319,12 +337,13 @@ impl FencedResource {
             .map(|hold| (hold.fence, hold.worker))
     }
 
-    /// When the guard of the hold with `fence` reported the lock lost, if it did.
-    pub fn lost_at(&self, fence: FencingToken) -> Option<Instant> {
+    /// When the guard of the hold with `fence` (of `worker`, when given) reported the lock
+    /// lost, if it did.
+    pub fn lost_at(&self, fence: FencingToken, worker: Option<u32>) -> Option<Instant> {
         self.record()
             .holds
             .iter()
-            .find(|hold| hold.fence == fence)
+            .find(|hold| hold.fence == fence && worker.is_none_or(|w| hold.worker == Some(w)))
             .and_then(|hold| hold.lost_at)
     }
 
@@ -394,6 +413,7 @@ impl FencedResource {
             {
                 overlap_details.push(Overlap {
                     earlier: earlier.fence,
+                    earlier_worker: earlier.worker,
                     later: later.fence,
                     at: later.start,
                     signalled: earlier.told_by(later.start),
@@ -415,8 +435,10 @@ impl FencedResource {
                 continue;
             }
             let untold: Vec<&&Hold> = open.iter().filter(|h| !h.told_by(later.start)).collect();
+            let first = untold.first().map_or(open[0], |h| **h);
             overlap_details.push(Overlap {
-                earlier: untold.first().map_or(open[0].fence, |h| h.fence),
+                earlier: first.fence,
+                earlier_worker: first.worker,
                 later: later.fence,
                 at: later.start,
                 signalled: untold.len() < permits,

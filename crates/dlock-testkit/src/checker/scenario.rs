@@ -342,7 +342,7 @@ pub fn run(
     // Whatever happened, let the workers finish before reading the record.
     service.stop_workers();
     let worker_failures = reap(workers, workload.deadline);
-    let (fault_start, fault_end, paused) = outcome.map_err(|error| {
+    let (fault_start, fault_end, paused, cut_worker) = outcome.map_err(|error| {
         let holder = leftover(direct_url, name, workload.primitive, Duration::ZERO);
         error.context(format!(
             "{:?}; first indeterminate errors: {:?}; workers: {worker_failures:?}; the lock: {holder:?}",
@@ -362,9 +362,11 @@ pub fn run(
     // A frozen holder cannot hear anything until it runs again: an overlap that began while
     // it was frozen is the fence's to cover (and its writes are checked), and it must be told
     // at once when it runs again (checked below).
-    let frozen = paused.map(|pause| pause.fence);
+    let frozen = paused.map(|pause| (pause.fence, pause.pid));
     let while_frozen = |overlap: &&super::Overlap| match paused {
-        Some(pause) if Some(overlap.earlier) == frozen => {
+        Some(pause)
+            if overlap.earlier == pause.fence && overlap.earlier_worker == Some(pause.pid) =>
+        {
             overlap.at <= pause.continued.unwrap_or(fault_end) + SIGNAL_TOLERANCE
         }
         _ => false,
@@ -387,14 +389,19 @@ pub fn run(
         .iter()
         .filter(|stale| !excused(stale.at))
         .count();
-    let (lost_lags, late_signals) =
-        signal_lags(resource, workload, (fault_start, fault_end), frozen);
+    let (lost_lags, late_signals) = signal_lags(
+        resource,
+        workload,
+        (fault_start, fault_end),
+        frozen,
+        cut_worker,
+    );
     let lost_lag_max = lost_lags.iter().max().copied();
     let (paused_holder_lost, holds_during_pause) = match paused {
         Some(pause) => {
             let continued = pause.continued.unwrap_or(fault_end);
             let lost = resource
-                .lost_at(pause.fence)
+                .lost_at(pause.fence, Some(pause.pid))
                 .map(|at| at.saturating_duration_since(continued));
             let during = resource
                 .holds_since(pause.stopped)
@@ -460,14 +467,15 @@ fn signal_lags(
     resource: &FencedResource,
     workload: &Workload,
     (fault_start, fault_end): (Instant, Instant),
-    frozen: Option<dlock::FencingToken>,
+    frozen: Option<(dlock::FencingToken, u32)>,
+    cut_worker: Option<u32>,
 ) -> (Vec<Duration>, Vec<String>) {
     let now = Instant::now();
     let cut_off = workload.fault_cuts_off && fault_end - fault_start > workload.ttl;
     let mut lags = Vec::new();
     let mut late = Vec::new();
     for hold in resource.holds() {
-        if Some(hold.fence) == frozen {
+        if frozen.is_some_and(|(fence, pid)| hold.fence == fence && hold.worker == Some(pid)) {
             continue;
         }
         let struck = hold.start <= fault_start && hold.end.is_none_or(|end| end > fault_start);
@@ -479,7 +487,9 @@ fn signal_lags(
         if let Some(lost) = hold.lost_at {
             lags.push(lost.saturating_duration_since(doubtful));
         }
-        let must_end = !workload.watchdog || (struck && cut_off);
+        // A partition cuts one worker off; a server fault, everybody.
+        let cut = struck && cut_off && cut_worker.is_none_or(|id| hold.worker == Some(id));
+        let must_end = !workload.watchdog || cut;
         let due = doubtful + workload.ttl + SIGNAL_TOLERANCE;
         if must_end && hold.end.unwrap_or(now) > due && hold.lost_at.is_none_or(|at| at > due) {
             late.push(format!(
@@ -550,7 +560,8 @@ fn worker_url(config: &WorkerConfig, workload: &Workload, i: usize) -> String {
         .unwrap_or_else(|| config.url.clone())
 }
 
-type FaultWindow = (Instant, Instant, Option<super::service::Pause>);
+/// The fault's start and end, the frozen holder, and the worker a partition cut off.
+type FaultWindow = (Instant, Instant, Option<super::service::Pause>, Option<u32>);
 
 fn drive(
     service: &CheckerService,
@@ -562,7 +573,7 @@ fn drive(
     wait_until(deadline, "the workload to start", || {
         service.acquisitions().succeeded >= workload.holds_before
     })?;
-    let (start, end, paused) = match fault {
+    let (start, end, paused, cut_worker) = match fault {
         Fault::None => {
             if let Some(total) = workload.acquisitions {
                 wait_until(deadline, "the acquisitions of the run", || {
@@ -570,7 +581,7 @@ fn drive(
                 })?;
             }
             let now = Instant::now();
-            (now, now, None)
+            (now, now, None, None)
         }
         Fault::HolderKill => {
             let Workers::Processes(children) = workers else {
@@ -592,8 +603,8 @@ fn drive(
             let killed = Instant::now();
             child.wait()?;
             // The process can no longer touch anything: its hold ends here.
-            service.resource().end_hold(fence);
-            (killed, killed, None)
+            service.resource().end_hold_of(fence, Some(pid));
+            (killed, killed, None, None)
         }
         Fault::HolderPause(pause) => {
             service.pause_next_holder(pause);
@@ -617,6 +628,7 @@ fn drive(
                 pause.stopped,
                 pause.continued.unwrap_or(pause.stopped),
                 Some(pause),
+                None,
             )
         }
         Fault::Partition(duration, cut) => {
@@ -639,7 +651,7 @@ fn drive(
             cut(index, true).context("cut the holder off")?;
             std::thread::sleep(duration);
             cut(index, false).context("heal the partition")?;
-            (start, Instant::now(), None)
+            (start, Instant::now(), None, Some(id))
         }
         Fault::External(name, inject) => {
             // Strike while a lock is held, where a fault can do harm.
@@ -648,13 +660,13 @@ fn drive(
             })?;
             let start = Instant::now();
             inject().with_context(|| format!("inject {name}"))?;
-            (start, Instant::now(), None)
+            (start, Instant::now(), None, None)
         }
     };
     wait_until(deadline, "holds after the fault", || {
         service.resource().holds_since(end).len() >= workload.holds_after
     })?;
-    Ok((start, end, paused))
+    Ok((start, end, paused, cut_worker))
 }
 
 fn wait_until(

@@ -275,11 +275,11 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
             Err(stale) => format!("STALE {}", stale.highest.get()),
         },
         ("LOST", Some(fence)) => {
-            resource.hold_lost(fence);
+            resource.hold_lost_of(fence, Some(pid));
             "OK".into()
         }
         ("END", Some(fence)) => {
-            resource.end_hold(fence);
+            resource.end_hold_of(fence, Some(pid));
             "OK".into()
         }
         _ => format!("ERR bad request {line:?}"),
