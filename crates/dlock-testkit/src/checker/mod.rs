@@ -7,6 +7,7 @@
 //! ([`worker`], the `dlock-safety-worker` binary) can write through it, and [`scenario`]
 //! runs a workload of such processes under one fault and reports what happened.
 
+pub mod canary;
 pub mod scenario;
 pub mod service;
 pub mod worker;
@@ -16,6 +17,53 @@ use std::time::{Duration, Instant};
 
 use dlock::FencingToken;
 
+/// How late a lost signal may reach the checker after the moment it was due (a later
+/// holder's `BEGIN`, a stale write, a lease's end) and still count as on time: the signal
+/// travels from the guard to a watcher task and over a loopback connection shared with the
+/// holder's writes, and the machine that runs the suite is shared. Stated in RELIABILITY.md.
+pub const SIGNAL_TOLERANCE: Duration = Duration::from_millis(50);
+
+/// What a hold excludes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HoldKind {
+    /// A mutex, a writer, a multi-lock: nobody else at once.
+    #[default]
+    Exclusive,
+    /// A reader: other readers may hold at once, writers may not.
+    Read,
+    /// A semaphore permit: at most [`FencedResource::with_permits`] at once.
+    Permit,
+}
+
+impl HoldKind {
+    /// The letter of the service's `BEGIN` line (`w`, `r`, `p`).
+    pub fn letter(self) -> &'static str {
+        match self {
+            HoldKind::Exclusive => "w",
+            HoldKind::Read => "r",
+            HoldKind::Permit => "p",
+        }
+    }
+
+    /// The inverse of [`letter`](Self::letter).
+    pub fn from_letter(letter: &str) -> Option<HoldKind> {
+        match letter {
+            "w" => Some(HoldKind::Exclusive),
+            "r" => Some(HoldKind::Read),
+            "p" => Some(HoldKind::Permit),
+            _ => None,
+        }
+    }
+
+    /// Whether a hold of this kind and one of `other` may not be open at once.
+    fn excludes(self, other: HoldKind) -> bool {
+        !matches!(
+            (self, other),
+            (HoldKind::Read, HoldKind::Read) | (HoldKind::Permit, HoldKind::Permit)
+        )
+    }
+}
+
 /// A write refused because a later holder has already written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StaleWrite {
@@ -23,19 +71,35 @@ pub struct StaleWrite {
     pub fence: FencingToken,
     /// The highest fence accepted so far.
     pub highest: FencingToken,
+    /// When the resource received it.
+    pub at: Instant,
 }
 
 /// One hold as the resource saw it: from the holder's first message after its acquire
 /// returned to its last message before it released, so the recorded interval lies inside the
 /// real hold and an overlap of two recorded holds is a real overlap.
-#[derive(Clone, Copy, Debug)]
-struct Hold {
-    fence: FencingToken,
-    worker: Option<u32>,
-    start: Instant,
-    end: Option<Instant>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// The hold's fence.
+    pub fence: FencingToken,
+    /// What it excludes.
+    pub kind: HoldKind,
+    /// The worker that reported it, if it said.
+    pub worker: Option<u32>,
+    /// Its `BEGIN`: just after the holder's acquire returned.
+    pub start: Instant,
+    /// Its `END`: just before the holder released (`None`: still open).
+    pub end: Option<Instant>,
     /// When the holder's guard reported the lock lost, if it did before the hold ended.
-    lost_at: Option<Instant>,
+    pub lost_at: Option<Instant>,
+}
+
+impl Hold {
+    /// Whether the holder had been told of the loss by `at` (within [`SIGNAL_TOLERANCE`]).
+    pub fn told_by(&self, at: Instant) -> bool {
+        self.lost_at
+            .is_some_and(|lost| lost <= at + SIGNAL_TOLERANCE)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -44,7 +108,7 @@ struct Record {
     accepted: usize,
     rejected: Vec<StaleWrite>,
     /// Writes an unfenced resource accepted although a later holder had already written.
-    unsafe_writes: usize,
+    unsafe_writes: Vec<StaleWrite>,
     holds: Vec<Hold>,
 }
 
@@ -52,6 +116,7 @@ struct Record {
 #[derive(Debug)]
 pub struct FencedResource {
     fenced: bool,
+    permits: u32,
     record: Mutex<Record>,
 }
 
@@ -59,21 +124,26 @@ impl Default for FencedResource {
     fn default() -> FencedResource {
         FencedResource {
             fenced: true,
+            permits: 1,
             record: Mutex::default(),
         }
     }
 }
 
-/// Two holds whose recorded intervals intersect.
+/// Two holds whose recorded intervals intersect although their kinds exclude each other (or
+/// a permit hold that began while every permit was held).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overlap {
     /// The fence of the hold that started first.
     pub earlier: FencingToken,
+    /// Its worker, if it said.
+    pub earlier_worker: Option<u32>,
     /// The fence of the hold that started while the earlier one was still open.
     pub later: FencingToken,
     /// When the later hold started.
     pub at: Instant,
-    /// Whether the earlier holder had been told it lost the lock by then.
+    /// Whether the earlier holder had been told it lost the lock by then (within
+    /// [`SIGNAL_TOLERANCE`]); a signal that came later does not count.
     pub signalled: bool,
 }
 
@@ -82,8 +152,9 @@ pub struct Overlap {
 pub struct CheckReport {
     /// Holds recorded.
     pub holds: usize,
-    /// Pairs of holds whose intervals intersect although the earlier holder was never told
-    /// it had lost the lock: violations of mutual exclusion (must be empty).
+    /// Pairs of holds whose intervals intersect although the earlier holder had not been told
+    /// it had lost the lock when the later one began: violations of mutual exclusion (must be
+    /// empty outside a fault that loses the store's data).
     pub overlaps: Vec<(FencingToken, FencingToken)>,
     /// Pairs of holds whose intervals intersect after the earlier holder's guard reported the
     /// lock lost (a paused or cut-off holder that kept going: the fence must protect these).
@@ -92,13 +163,16 @@ pub struct CheckReport {
     pub accepted: usize,
     /// Writes refused as stale.
     pub rejected: Vec<StaleWrite>,
+    /// Writes refused as stale whose holder had not been told of its loss when it wrote
+    /// (within [`SIGNAL_TOLERANCE`]): the guard said "held" to a holder that no longer was.
+    pub stale_unsignalled: Vec<StaleWrite>,
     /// Writes an unfenced resource ([`FencedResource::unfenced`]) accepted from a holder whose
     /// successor had already written: the lost updates fencing exists to prevent.
     pub unsafe_writes: usize,
     /// Holds whose guard reported the lock lost before the hold ended.
     pub lost_holds: usize,
     /// Holds whose fence was not greater than every fence of the holds that started before
-    /// it (must be 0: fences are monotonic per lock name).
+    /// it and exclude it (must be 0: fences are monotonic per lock name).
     pub fence_regressions: Vec<(FencingToken, FencingToken)>,
     /// Every overlap, with when it began.
     pub overlap_details: Vec<Overlap>,
@@ -116,7 +190,17 @@ impl FencedResource {
     pub fn unfenced() -> FencedResource {
         FencedResource {
             fenced: false,
-            record: Mutex::default(),
+            ..FencedResource::default()
+        }
+    }
+
+    /// The same resource admitting `permits` [`HoldKind::Permit`] holds at once (a
+    /// semaphore's); fences of permits are not compared with each other (a composed
+    /// semaphore's come from its slots).
+    pub fn with_permits(self, permits: u32) -> FencedResource {
+        FencedResource {
+            permits: permits.max(1),
+            ..self
         }
     }
 
@@ -135,12 +219,16 @@ impl FencedResource {
         let mut record = self.record();
         match record.highest {
             Some(highest) if fence < highest => {
+                let stale = StaleWrite {
+                    fence,
+                    highest,
+                    at: Instant::now(),
+                };
                 if self.fenced {
-                    let stale = StaleWrite { fence, highest };
                     record.rejected.push(stale);
                     Err(stale)
                 } else {
-                    record.unsafe_writes += 1;
+                    record.unsafe_writes.push(stale);
                     record.accepted += 1;
                     Ok(())
                 }
@@ -153,15 +241,46 @@ impl FencedResource {
         }
     }
 
-    /// Marks the start of a hold; call [`end_hold`](Self::end_hold) with the same fence when it ends.
+    /// Reads with `fence` (a reader's): refused like a write when a higher fence has already
+    /// written, but it raises nothing, since readers share the lock.
+    pub fn read(&self, fence: FencingToken) -> Result<(), StaleWrite> {
+        let mut record = self.record();
+        match record.highest {
+            Some(highest) if fence < highest => {
+                let stale = StaleWrite {
+                    fence,
+                    highest,
+                    at: Instant::now(),
+                };
+                if self.fenced {
+                    record.rejected.push(stale);
+                    Err(stale)
+                } else {
+                    record.unsafe_writes.push(stale);
+                    Ok(())
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Marks the start of an exclusive hold; call [`end_hold`](Self::end_hold) with the same
+    /// fence when it ends.
     pub fn begin_hold(&self, fence: FencingToken) {
         self.begin_hold_of(fence, None);
     }
 
-    /// Marks the start of a hold by `worker` (a process or task id of the caller's choosing).
+    /// Marks the start of an exclusive hold by `worker` (a process or task id of the caller's
+    /// choosing).
     pub fn begin_hold_of(&self, fence: FencingToken, worker: Option<u32>) {
+        self.begin(fence, HoldKind::Exclusive, worker);
+    }
+
+    /// Marks the start of a hold of `kind` by `worker`.
+    pub fn begin(&self, fence: FencingToken, kind: HoldKind, worker: Option<u32>) {
         self.record().holds.push(Hold {
             fence,
+            kind,
             worker,
             start: Instant::now(),
             end: None,
@@ -169,17 +288,28 @@ impl FencedResource {
         });
     }
 
-    fn open_hold(record: &mut Record, fence: FencingToken) -> Option<&mut Hold> {
-        record
-            .holds
-            .iter_mut()
-            .rev()
-            .find(|hold| hold.fence == fence && hold.end.is_none())
+    /// The open hold with `fence` (of `worker`, when given: a composed semaphore's slots have
+    /// fences of their own, so two permits may carry the same one).
+    fn open_hold(
+        record: &mut Record,
+        fence: FencingToken,
+        worker: Option<u32>,
+    ) -> Option<&mut Hold> {
+        record.holds.iter_mut().rev().find(|hold| {
+            hold.fence == fence
+                && hold.end.is_none()
+                && worker.is_none_or(|w| hold.worker == Some(w))
+        })
     }
 
     /// Marks the end of the hold started with `fence`.
     pub fn end_hold(&self, fence: FencingToken) {
-        if let Some(hold) = Self::open_hold(&mut self.record(), fence) {
+        self.end_hold_of(fence, None);
+    }
+
+    /// Marks the end of the hold started with `fence` by `worker` (any worker if `None`).
+    pub fn end_hold_of(&self, fence: FencingToken, worker: Option<u32>) {
+        if let Some(hold) = Self::open_hold(&mut self.record(), fence, worker) {
             hold.end = Some(Instant::now());
         }
     }
@@ -187,7 +317,12 @@ impl FencedResource {
     /// Records that the guard of the open hold with `fence` reported the lock lost (ignored
     /// when that hold has already ended: a guard's lost signal also completes on release).
     pub fn hold_lost(&self, fence: FencingToken) {
-        if let Some(hold) = Self::open_hold(&mut self.record(), fence) {
+        self.hold_lost_of(fence, None);
+    }
+
+    /// [`hold_lost`](Self::hold_lost) for the hold of `worker` (any worker if `None`).
+    pub fn hold_lost_of(&self, fence: FencingToken, worker: Option<u32>) {
+        if let Some(hold) = Self::open_hold(&mut self.record(), fence, worker) {
             hold.lost_at.get_or_insert_with(Instant::now);
         }
     }
@@ -202,13 +337,21 @@ impl FencedResource {
             .map(|hold| (hold.fence, hold.worker))
     }
 
-    /// When the guard of the hold with `fence` reported the lock lost, if it did.
-    pub fn lost_at(&self, fence: FencingToken) -> Option<Instant> {
+    /// When the guard of the hold with `fence` (of `worker`, when given) reported the lock
+    /// lost, if it did.
+    pub fn lost_at(&self, fence: FencingToken, worker: Option<u32>) -> Option<Instant> {
         self.record()
             .holds
             .iter()
-            .find(|hold| hold.fence == fence)
+            .find(|hold| hold.fence == fence && worker.is_none_or(|w| hold.worker == Some(w)))
             .and_then(|hold| hold.lost_at)
+    }
+
+    /// Every hold recorded so far, in the order they began.
+    pub fn holds(&self) -> Vec<Hold> {
+        let mut holds = self.record().holds.clone();
+        holds.sort_by_key(|hold| hold.start);
+        holds
     }
 
     /// The holds open at `at` (started before, not ended), with when each was reported lost.
@@ -231,47 +374,34 @@ impl FencedResource {
             .collect()
     }
 
-    /// For every hold that reported its lock lost, how long after the real loss the signal
-    /// came: the real loss is the earlier of the lease's end (`ttl` after the hold started, an
-    /// upper bound since the lease started before the acquire returned) and the start of a
-    /// later hold that overlapped it. `None` for a signal that came before that moment.
-    pub fn lost_lags(&self, ttl: Duration) -> Vec<(FencingToken, Option<Duration>)> {
-        let record = self.record();
-        record
-            .holds
-            .iter()
-            .filter_map(|hold| {
-                let lost_at = hold.lost_at?;
-                let end = hold.end.unwrap_or_else(Instant::now);
-                let takeover = record
-                    .holds
-                    .iter()
-                    .filter(|other| other.start > hold.start && other.start < end)
-                    .map(|other| other.start)
-                    .min();
-                let expiry = hold.start + ttl;
-                let real_loss = takeover.map_or(expiry, |t| t.min(expiry));
-                Some((hold.fence, lost_at.checked_duration_since(real_loss)))
-            })
-            .collect()
-    }
-
-    /// Checks every recorded hold against every other: intervals must not intersect unless
-    /// the earlier one had been reported lost.
+    /// Checks every recorded hold against every other: holds that exclude each other must not
+    /// be open at once unless the earlier holder had been told of its loss when the later one
+    /// began; every stale write must come from a holder already told; fences must grow.
     pub fn report(&self) -> CheckReport {
         let record = self.record();
         let now = Instant::now();
         let mut holds: Vec<Hold> = record.holds.clone();
         holds.sort_by_key(|hold| hold.start);
-        let mut overlaps = Vec::new();
-        let mut lost_overlaps = Vec::new();
         let mut overlap_details = Vec::new();
         let mut fence_regressions = Vec::new();
-        let mut highest: Option<FencingToken> = None;
+        // A hold's fence must exceed every fence of an earlier hold it excludes: readers may
+        // begin in another order than their fences (two grants in flight at once), and a
+        // composed semaphore's fences come from its slots.
+        let (mut highest, mut highest_excluding_reads) = (None, None);
         for hold in &holds {
-            match highest {
-                Some(high) if hold.fence <= high => fence_regressions.push((high, hold.fence)),
-                _ => highest = Some(hold.fence),
+            let bound = match hold.kind {
+                HoldKind::Exclusive => highest,
+                HoldKind::Read => highest_excluding_reads,
+                HoldKind::Permit => None,
+            };
+            if let Some(high) = bound.filter(|high| hold.fence <= *high) {
+                fence_regressions.push((high, hold.fence));
+            }
+            if hold.kind != HoldKind::Permit {
+                highest = highest.max(Some(hold.fence));
+            }
+            if hold.kind == HoldKind::Exclusive {
+                highest_excluding_reads = highest_excluding_reads.max(Some(hold.fence));
             }
         }
         for (i, earlier) in holds.iter().enumerate() {
@@ -279,29 +409,66 @@ impl FencedResource {
             for later in holds[i + 1..]
                 .iter()
                 .take_while(|later| later.start < earlier_end)
+                .filter(|later| earlier.kind.excludes(later.kind))
             {
                 overlap_details.push(Overlap {
                     earlier: earlier.fence,
+                    earlier_worker: earlier.worker,
                     later: later.fence,
                     at: later.start,
-                    signalled: earlier.lost_at.is_some(),
+                    signalled: earlier.told_by(later.start),
                 });
-                // Lost before the hold ended: the holder was told, and its writes are the
-                // fence's to refuse.
-                if earlier.lost_at.is_some() {
-                    lost_overlaps.push((earlier.fence, later.fence));
-                } else {
-                    overlaps.push((earlier.fence, later.fence));
-                }
             }
         }
+        // Permits: a permit hold that began while every permit was already held overlaps the
+        // earliest of them; it is signalled only if enough of them had been told.
+        let permits = usize::try_from(self.permits).unwrap_or(usize::MAX);
+        for (i, later) in holds.iter().enumerate() {
+            if later.kind != HoldKind::Permit {
+                continue;
+            }
+            let open: Vec<&Hold> = holds[..i]
+                .iter()
+                .filter(|h| h.kind == HoldKind::Permit && h.end.unwrap_or(now) > later.start)
+                .collect();
+            if open.len() < permits {
+                continue;
+            }
+            let untold: Vec<&&Hold> = open.iter().filter(|h| !h.told_by(later.start)).collect();
+            let first = untold.first().map_or(open[0], |h| **h);
+            overlap_details.push(Overlap {
+                earlier: first.fence,
+                earlier_worker: first.worker,
+                later: later.fence,
+                at: later.start,
+                signalled: untold.len() < permits,
+            });
+        }
+        let (lost_overlaps, overlaps) = overlap_details
+            .iter()
+            .map(|o| (o.signalled, (o.earlier, o.later)))
+            .partition::<Vec<_>, _>(|(signalled, _)| *signalled);
+        // A stale write is the holder's own fault unless its guard had said "lost" before it.
+        let told_before = |stale: &StaleWrite| {
+            holds
+                .iter()
+                .filter(|hold| hold.fence == stale.fence && hold.start <= stale.at)
+                .any(|hold| hold.told_by(stale.at))
+        };
+        let stale_unsignalled = record
+            .rejected
+            .iter()
+            .filter(|stale| !told_before(stale))
+            .copied()
+            .collect();
         CheckReport {
             holds: holds.len(),
-            overlaps,
-            lost_overlaps,
+            overlaps: overlaps.into_iter().map(|(_, pair)| pair).collect(),
+            lost_overlaps: lost_overlaps.into_iter().map(|(_, pair)| pair).collect(),
             accepted: record.accepted,
             rejected: record.rejected.clone(),
-            unsafe_writes: record.unsafe_writes,
+            stale_unsignalled,
+            unsafe_writes: record.unsafe_writes.len(),
             lost_holds: holds.iter().filter(|hold| hold.lost_at.is_some()).count(),
             fence_regressions,
             overlap_details,
@@ -321,13 +488,8 @@ mod tests {
         resource.write(one).unwrap();
         resource.begin_hold(two);
         resource.write(two).unwrap();
-        assert_eq!(
-            resource.write(one),
-            Err(StaleWrite {
-                fence: one,
-                highest: two
-            })
-        );
+        let stale = resource.write(one).unwrap_err();
+        assert_eq!((stale.fence, stale.highest), (one, two));
         resource.end_hold(one);
         resource.end_hold(two);
         let report = resource.report();
@@ -364,6 +526,69 @@ mod tests {
         assert!(report.overlaps.is_empty());
         assert_eq!(report.lost_overlaps, vec![(one, two)]);
         assert_eq!(report.lost_holds, 1);
+    }
+
+    #[test]
+    fn a_signal_after_the_takeover_does_not_excuse_the_overlap() {
+        let resource = FencedResource::new();
+        let (one, two) = (FencingToken::new(1), FencingToken::new(2));
+        resource.begin_hold(one);
+        resource.begin_hold(two);
+        std::thread::sleep(SIGNAL_TOLERANCE * 2);
+        resource.hold_lost(one); // told, but long after the later holder began
+        resource.end_hold(one);
+        resource.end_hold(two);
+        let report = resource.report();
+        assert_eq!(report.overlaps, vec![(one, two)]);
+        assert!(report.lost_overlaps.is_empty());
+    }
+
+    #[test]
+    fn a_stale_write_before_the_signal_is_unsignalled() {
+        let resource = FencedResource::new();
+        let (one, two) = (FencingToken::new(1), FencingToken::new(2));
+        resource.begin_hold(one);
+        resource.write(one).unwrap();
+        resource.begin_hold(two);
+        resource.write(two).unwrap();
+        resource.write(one).unwrap_err();
+        std::thread::sleep(SIGNAL_TOLERANCE * 2);
+        resource.hold_lost(one);
+        resource.end_hold(one);
+        resource.end_hold(two);
+        let report = resource.report();
+        assert_eq!(report.stale_unsignalled.len(), 1);
+        assert_eq!(report.stale_unsignalled[0].fence, one);
+    }
+
+    #[test]
+    fn readers_share_and_permits_count() {
+        let resource = FencedResource::new().with_permits(2);
+        let f = FencingToken::new;
+        resource.begin(f(1), HoldKind::Read, None);
+        resource.begin(f(2), HoldKind::Read, None);
+        resource.end_hold(f(1));
+        resource.end_hold(f(2));
+        resource.begin(f(3), HoldKind::Permit, None);
+        resource.begin(f(4), HoldKind::Permit, None);
+        assert!(resource.report().overlaps.is_empty());
+        resource.begin(f(5), HoldKind::Permit, None);
+        assert_eq!(resource.report().overlaps, vec![(f(3), f(5))]);
+        resource.begin(f(6), HoldKind::Exclusive, None);
+        let report = resource.report();
+        assert_eq!(report.overlaps.len(), 4, "{report:?}");
+    }
+
+    #[test]
+    fn a_repeated_fence_is_a_regression() {
+        let resource = FencedResource::new();
+        for fence in [1, 2, 2, 3] {
+            let fence = FencingToken::new(fence);
+            resource.begin_hold(fence);
+            resource.end_hold(fence);
+        }
+        let two = FencingToken::new(2);
+        assert_eq!(resource.report().fence_regressions, vec![(two, two)]);
     }
 
     #[test]

@@ -10,9 +10,10 @@ use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::canary::Canary;
 use super::service::{Acquisitions, CheckerService};
-use super::worker::{self, WORKER_ENV, WorkerConfig};
-use super::{CheckReport, FencedResource};
+use super::worker::{self, Primitive, WORKER_ENV, WorkerConfig};
+use super::{CheckReport, FencedResource, SIGNAL_TOLERANCE};
 
 /// How the workers behave.
 #[derive(Clone, Debug)]
@@ -40,6 +41,25 @@ pub struct Workload {
     pub in_process: bool,
     /// Holds use the watchdog (a lease of `ttl`, renewed while held) instead of a fixed TTL.
     pub watchdog: bool,
+    /// What the workers take.
+    pub primitive: Primitive,
+    /// The promise the workers' store breaks (a canary run), if any.
+    pub canary: Canary,
+    /// Writes per hold.
+    pub writes: u32,
+    /// One URL per worker (each through its own proxy, so one worker can be cut off alone);
+    /// empty: every worker uses the run's URL.
+    pub worker_urls: Vec<String>,
+    /// The fault can lose the store's data (a restart of Redis without persistence, a
+    /// minority of Redlock's nodes restarted empty): only then is an unsignalled overlap or
+    /// stale write during the fault left to the fence. Never on SQL, etcd, ZooKeeper, SQLite.
+    pub fault_loses_data: bool,
+    /// The fault cuts the holder it strikes off from the store for longer than a lease
+    /// (server killed or frozen, blackhole, partition): that holder must be told within one
+    /// lease (plus [`SIGNAL_TOLERANCE`]) of the fault's start if its hold lasts that long.
+    pub fault_cuts_off: bool,
+    /// Stop after this many acquisitions instead of after the fault (the soak).
+    pub acquisitions: Option<usize>,
 }
 
 impl Default for Workload {
@@ -56,6 +76,13 @@ impl Default for Workload {
             release_within: Duration::from_secs(10),
             in_process: false,
             watchdog: false,
+            primitive: Primitive::Mutex,
+            canary: Canary::None,
+            writes: 4,
+            worker_urls: Vec::new(),
+            fault_loses_data: false,
+            fault_cuts_off: false,
+            acquisitions: None,
         }
     }
 }
@@ -71,6 +98,13 @@ pub enum Fault {
     /// A fault done by the caller (server kill, restart or pause, a proxy fault, a leader
     /// kill): the closure injects it and returns once it is over.
     External(&'static str, Box<dyn FnOnce() -> anyhow::Result<()> + Send>),
+    /// The worker holding the lock is cut off from the store for this long while the others
+    /// go on: the closure cuts (`true`) or heals (`false`) the network of the worker with
+    /// that index (its own proxy, see [`Workload::worker_urls`]).
+    Partition(
+        Duration,
+        Box<dyn Fn(usize, bool) -> anyhow::Result<()> + Send>,
+    ),
 }
 
 impl Fault {
@@ -81,6 +115,7 @@ impl Fault {
             Fault::HolderKill => "holder SIGKILL",
             Fault::HolderPause(_) => "holder SIGSTOP past TTL",
             Fault::External(name, _) => name,
+            Fault::Partition(..) => "holder partitioned for 2.5 TTL",
         }
     }
 }
@@ -102,19 +137,28 @@ pub struct ScenarioReport {
     pub acquisitions: Acquisitions,
     /// The checker's findings.
     pub check: CheckReport,
-    /// Overlaps of holds whose earlier holder was not told, outside the fault (from its
-    /// start to one lease after its end, the time a holder may need to hear of a loss the
-    /// fault caused): violations of mutual exclusion.
+    /// Overlaps of holds whose earlier holder had not been told when the later began (within
+    /// [`SIGNAL_TOLERANCE`]), except those a data-losing fault may cause (from its start to
+    /// one lease after its end) and those of a frozen holder while it was frozen (it cannot
+    /// hear; the fence covers it): violations of mutual exclusion.
     pub overlaps_without_fault: usize,
-    /// Overlaps during the fault whose earlier holder was not (yet) told: the fault let a
-    /// second holder in (a store that lost its data); the fence must cover them.
+    /// The first of those (earlier fence, later fence).
+    pub unsignalled_overlaps: Vec<(dlock::FencingToken, dlock::FencingToken)>,
+    /// Overlaps during a data-losing fault whose earlier holder was not (yet) told: the fault
+    /// let a second holder in (a store that lost its data); the fence must cover them.
     pub overlaps_during_fault: usize,
-    /// Stale writes refused whose holder's guard never reported the lock lost (must be 0).
+    /// Stale writes refused whose holder's guard had not reported the lock lost when it
+    /// wrote (within [`SIGNAL_TOLERANCE`]), a data-losing fault's window aside (must be 0).
     pub stale_writes_unsignalled: usize,
-    /// The largest delay between a hold's real loss and its lost signal, frozen holders aside
-    /// (`None`: no signal came after the loss; the keeper signals before the store's lease
-    /// ends).
+    /// Every lost signal's lag, frozen holders aside: from the moment the hold became doubtful
+    /// (its start for a fixed TTL, the fault's start for a hold the fault struck) to the
+    /// signal. Each must be within one lease plus [`SIGNAL_TOLERANCE`].
+    pub lost_lags: Vec<Duration>,
+    /// The largest of [`lost_lags`](Self::lost_lags).
     pub lost_lag_max: Option<Duration>,
+    /// Holds told too late or never, although their lease had surely ended (a fixed TTL run
+    /// out, or a fault that cut them off for longer than a lease): violations.
+    pub late_signals: Vec<String>,
     /// Holds open when the fault began, and how many of those were reported lost.
     pub holds_struck: (usize, usize),
     /// The longest time from the fault's start to the lost signal of a hold it struck.
@@ -139,14 +183,15 @@ pub struct ScenarioReport {
 }
 
 impl ScenarioReport {
-    /// What must hold after every fault: no unsignalled overlap, no stale write from a holder
-    /// that was not told, recovery, no lock left behind, no failed worker.
+    /// What must hold after every fault: no unsignalled overlap (outside a data-losing
+    /// fault), no fence regression, no stale write from a holder not yet told, no stale write
+    /// accepted, no late lost signal, recovery, no lock left behind, no failed worker.
     pub fn violations(&self) -> Vec<String> {
         let mut violations = Vec::new();
         if self.overlaps_without_fault > 0 {
             violations.push(format!(
-                "{} overlapping holds with no fault active and no lost signal: {:?}",
-                self.overlaps_without_fault, self.check.overlaps
+                "{} overlapping holds whose earlier holder had not been told when the later began (first ones: {:?})",
+                self.overlaps_without_fault, self.unsignalled_overlaps
             ));
         }
         if !self.check.fence_regressions.is_empty() {
@@ -157,8 +202,30 @@ impl ScenarioReport {
         }
         if self.stale_writes_unsignalled > 0 {
             violations.push(format!(
-                "{} stale writes by holders never told of the loss",
-                self.stale_writes_unsignalled
+                "{} stale writes by holders not yet told of the loss: {:?}",
+                self.stale_writes_unsignalled, self.check.stale_unsignalled
+            ));
+        }
+        if self.check.unsafe_writes > 0 {
+            violations.push(format!(
+                "{} stale writes accepted by an unfenced resource (lost updates)",
+                self.check.unsafe_writes
+            ));
+        }
+        if !self.late_signals.is_empty() {
+            violations.push(format!(
+                "lost signals later than one lease + {} ms: {:?}",
+                SIGNAL_TOLERANCE.as_millis(),
+                self.late_signals
+            ));
+        }
+        if let Some(Some(lag)) = self.paused_holder_lost
+            && lag > SIGNAL_TOLERANCE
+        {
+            violations.push(format!(
+                "the frozen holder was told {} ms after it ran again (at once is {} ms)",
+                lag.as_millis(),
+                SIGNAL_TOLERANCE.as_millis()
             ));
         }
         if self.recovery.is_none() {
@@ -251,6 +318,10 @@ pub fn run(
     } else {
         FencedResource::unfenced()
     };
+    let resource = match workload.primitive {
+        Primitive::Semaphore(permits) => resource.with_permits(permits),
+        _ => resource,
+    };
     let service = CheckerService::start(resource)?;
     let config = WorkerConfig {
         url: url.to_owned(),
@@ -260,6 +331,9 @@ pub fn run(
         hold: workload.hold,
         wait: workload.wait,
         watchdog: workload.watchdog,
+        primitive: workload.primitive,
+        canary: workload.canary,
+        writes: workload.writes,
         id: 0,
     };
     let mut workers = spawn_workers(&config, workload)?;
@@ -268,8 +342,8 @@ pub fn run(
     // Whatever happened, let the workers finish before reading the record.
     service.stop_workers();
     let worker_failures = reap(workers, workload.deadline);
-    let (fault_start, fault_end, paused) = outcome.map_err(|error| {
-        let holder = leftover(direct_url, name, Duration::ZERO);
+    let (fault_start, fault_end, paused, cut_worker) = outcome.map_err(|error| {
+        let holder = leftover(direct_url, name, workload.primitive, Duration::ZERO);
         error.context(format!(
             "{:?}; first indeterminate errors: {:?}; workers: {worker_failures:?}; the lock: {holder:?}",
             service.acquisitions(),
@@ -279,36 +353,55 @@ pub fn run(
 
     let resource = service.resource();
     let check = resource.report();
-    let fault_active = |at: Instant| at >= fault_start && at <= fault_end + workload.ttl;
-    let (overlaps_during_fault, overlaps_without_fault) = check
+    // A fault that can lose the store's data may let a second holder in before the first can
+    // know (the fence must then cover it): only there, from its start to one lease after its
+    // end (the time a holder may need to hear of it), are such overlaps and writes excused.
+    let excused = |at: Instant| {
+        workload.fault_loses_data && at >= fault_start && at <= fault_end + workload.ttl
+    };
+    // A frozen holder cannot hear anything until it runs again: an overlap that began while
+    // it was frozen is the fence's to cover (and its writes are checked), and it must be told
+    // at once when it runs again (checked below).
+    let frozen = paused.map(|pause| (pause.fence, pause.pid));
+    let while_frozen = |overlap: &&super::Overlap| match paused {
+        Some(pause)
+            if overlap.earlier == pause.fence && overlap.earlier_worker == Some(pause.pid) =>
+        {
+            overlap.at <= pause.continued.unwrap_or(fault_end) + SIGNAL_TOLERANCE
+        }
+        _ => false,
+    };
+    let (during, unexcused): (Vec<super::Overlap>, Vec<super::Overlap>) = check
         .overlap_details
         .iter()
         .filter(|overlap| !overlap.signalled)
-        .fold((0, 0), |(during, without), overlap| {
-            if fault_active(overlap.at) {
-                (during + 1, without)
-            } else {
-                (during, without + 1)
-            }
-        });
-    let stale_writes_unsignalled = check
-        .rejected
+        .filter(|overlap| !while_frozen(overlap))
+        .partition(|overlap| excused(overlap.at));
+    let overlaps_during_fault = during.len();
+    let overlaps_without_fault = unexcused.len();
+    let unsignalled_overlaps = unexcused
         .iter()
-        .filter(|stale| resource.lost_at(stale.fence).is_none())
+        .take(10)
+        .map(|o| (o.earlier, o.later))
+        .collect();
+    let stale_writes_unsignalled = check
+        .stale_unsignalled
+        .iter()
+        .filter(|stale| !excused(stale.at))
         .count();
-    // A frozen holder cannot hear anything until it runs again: its lag is reported apart.
-    let frozen = paused.map(|pause| pause.fence);
-    let lost_lag_max = resource
-        .lost_lags(workload.ttl)
-        .into_iter()
-        .filter(|(fence, _)| Some(*fence) != frozen)
-        .filter_map(|(_, lag)| lag)
-        .max();
+    let (lost_lags, late_signals) = signal_lags(
+        resource,
+        workload,
+        (fault_start, fault_end),
+        frozen,
+        cut_worker,
+    );
+    let lost_lag_max = lost_lags.iter().max().copied();
     let (paused_holder_lost, holds_during_pause) = match paused {
         Some(pause) => {
             let continued = pause.continued.unwrap_or(fault_end);
             let lost = resource
-                .lost_at(pause.fence)
+                .lost_at(pause.fence, Some(pause.pid))
                 .map(|at| at.saturating_duration_since(continued));
             let during = resource
                 .holds_since(pause.stopped)
@@ -333,16 +426,24 @@ pub fn run(
         .into_iter()
         .min()
         .map(|first| first - fault_end);
-    let leftover = leftover(direct_url, name, workload.release_within)?;
+    let leftover = leftover(
+        direct_url,
+        name,
+        workload.primitive,
+        workload.release_within,
+    )?;
     Ok(ScenarioReport {
         fault: fault_name,
         fenced: workload.fenced,
         acquisitions: service.acquisitions(),
         check,
         overlaps_without_fault,
+        unsignalled_overlaps,
         overlaps_during_fault,
         stale_writes_unsignalled,
+        lost_lags,
         lost_lag_max,
+        late_signals,
         paused_holder_lost,
         holds_during_pause,
         holds_struck,
@@ -356,12 +457,63 @@ pub fn run(
     })
 }
 
+/// Each told hold's lag, and the holds told too late (or never) although their lease had
+/// surely ended. A hold becomes doubtful at its start when its TTL is fixed (the lease began
+/// before the acquire returned and is never renewed), or at the fault's start when the fault
+/// struck it; from then on it must be told within one lease plus [`SIGNAL_TOLERANCE`] if its
+/// lease can have ended: a fixed TTL, or a fault that cut it off for longer than a lease. (A
+/// later holder's start is checked more strictly by the overlap rule.)
+fn signal_lags(
+    resource: &FencedResource,
+    workload: &Workload,
+    (fault_start, fault_end): (Instant, Instant),
+    frozen: Option<(dlock::FencingToken, u32)>,
+    cut_worker: Option<u32>,
+) -> (Vec<Duration>, Vec<String>) {
+    let now = Instant::now();
+    let cut_off = workload.fault_cuts_off && fault_end - fault_start > workload.ttl;
+    let mut lags = Vec::new();
+    let mut late = Vec::new();
+    for hold in resource.holds() {
+        if frozen.is_some_and(|(fence, pid)| hold.fence == fence && hold.worker == Some(pid)) {
+            continue;
+        }
+        let struck = hold.start <= fault_start && hold.end.is_none_or(|end| end > fault_start);
+        let doubtful = if struck && fault_end > fault_start {
+            fault_start
+        } else {
+            hold.start
+        };
+        if let Some(lost) = hold.lost_at {
+            lags.push(lost.saturating_duration_since(doubtful));
+        }
+        // A partition cuts one worker off; a server fault, everybody.
+        let cut = struck && cut_off && cut_worker.is_none_or(|id| hold.worker == Some(id));
+        let must_end = !workload.watchdog || cut;
+        let due = doubtful + workload.ttl + SIGNAL_TOLERANCE;
+        if must_end && hold.end.unwrap_or(now) > due && hold.lost_at.is_none_or(|at| at > due) {
+            late.push(format!(
+                "fence {} ({:?} hold): {}",
+                hold.fence,
+                hold.kind,
+                hold.lost_at.map_or("never told".into(), |at| format!(
+                    "told {} ms after its lease",
+                    at.saturating_duration_since(doubtful + workload.ttl)
+                        .as_millis()
+                ))
+            ));
+        }
+    }
+    (lags, late)
+}
+
 fn spawn_workers(config: &WorkerConfig, workload: &Workload) -> anyhow::Result<Workers> {
     if workload.in_process {
         let threads = (0..workload.workers)
             .map(|i| {
                 let config = WorkerConfig {
                     id: u32::try_from(i).unwrap_or(u32::MAX),
+                    url: worker_url(config, workload, i),
                     ..config.clone()
                 };
                 std::thread::spawn(move || {
@@ -376,7 +528,11 @@ fn spawn_workers(config: &WorkerConfig, workload: &Workload) -> anyhow::Result<W
     }
     let exe = std::env::current_exe().context("current_exe")?;
     let mut children = Vec::new();
-    for _ in 0..workload.workers {
+    for i in 0..workload.workers {
+        let config = WorkerConfig {
+            url: worker_url(config, workload, i),
+            ..config.clone()
+        };
         children.push(
             Command::new(&exe)
                 .args(config.args())
@@ -396,7 +552,16 @@ fn spawn_workers(config: &WorkerConfig, workload: &Workload) -> anyhow::Result<W
     Ok(Workers::Processes(children))
 }
 
-type FaultWindow = (Instant, Instant, Option<super::service::Pause>);
+fn worker_url(config: &WorkerConfig, workload: &Workload, i: usize) -> String {
+    workload
+        .worker_urls
+        .get(i)
+        .cloned()
+        .unwrap_or_else(|| config.url.clone())
+}
+
+/// The fault's start and end, the frozen holder, and the worker a partition cut off.
+type FaultWindow = (Instant, Instant, Option<super::service::Pause>, Option<u32>);
 
 fn drive(
     service: &CheckerService,
@@ -408,10 +573,15 @@ fn drive(
     wait_until(deadline, "the workload to start", || {
         service.acquisitions().succeeded >= workload.holds_before
     })?;
-    let (start, end, paused) = match fault {
+    let (start, end, paused, cut_worker) = match fault {
         Fault::None => {
+            if let Some(total) = workload.acquisitions {
+                wait_until(deadline, "the acquisitions of the run", || {
+                    service.acquisitions().succeeded >= total
+                })?;
+            }
             let now = Instant::now();
-            (now, now, None)
+            (now, now, None, None)
         }
         Fault::HolderKill => {
             let Workers::Processes(children) = workers else {
@@ -433,8 +603,8 @@ fn drive(
             let killed = Instant::now();
             child.wait()?;
             // The process can no longer touch anything: its hold ends here.
-            service.resource().end_hold(fence);
-            (killed, killed, None)
+            service.resource().end_hold_of(fence, Some(pid));
+            (killed, killed, None, None)
         }
         Fault::HolderPause(pause) => {
             service.pause_next_holder(pause);
@@ -458,7 +628,30 @@ fn drive(
                 pause.stopped,
                 pause.continued.unwrap_or(pause.stopped),
                 Some(pause),
+                None,
             )
+        }
+        Fault::Partition(duration, cut) => {
+            let mut holder = None;
+            wait_until(deadline, "a hold to strike", || {
+                holder = service.resource().current_holder();
+                holder.is_some()
+            })?;
+            let Some((_, Some(id))) = holder else {
+                bail!("the holder has no id");
+            };
+            let index = match workers {
+                Workers::Processes(children) => children
+                    .iter()
+                    .position(|child| child.id() == id)
+                    .context("the holder is not one of the workers")?,
+                Workers::Threads(_) => usize::try_from(id)?,
+            };
+            let start = Instant::now();
+            cut(index, true).context("cut the holder off")?;
+            std::thread::sleep(duration);
+            cut(index, false).context("heal the partition")?;
+            (start, Instant::now(), None, Some(id))
         }
         Fault::External(name, inject) => {
             // Strike while a lock is held, where a fault can do harm.
@@ -467,13 +660,13 @@ fn drive(
             })?;
             let start = Instant::now();
             inject().with_context(|| format!("inject {name}"))?;
-            (start, Instant::now(), None)
+            (start, Instant::now(), None, None)
         }
     };
     wait_until(deadline, "holds after the fault", || {
         service.resource().holds_since(end).len() >= workload.holds_after
     })?;
-    Ok((start, end, paused))
+    Ok((start, end, paused, cut_worker))
 }
 
 fn wait_until(
@@ -542,7 +735,12 @@ fn reap(workers: Workers, deadline: Duration) -> Vec<String> {
 
 /// The lock, if a client of `url` still sees it held after `within`: by `inspect`, or where
 /// the store has no inspection (Redlock) by trying to take it.
-fn leftover(url: &str, name: &str, within: Duration) -> anyhow::Result<Option<String>> {
+fn leftover(
+    url: &str,
+    name: &str,
+    primitive: Primitive,
+    within: Duration,
+) -> anyhow::Result<Option<String>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -550,28 +748,9 @@ fn leftover(url: &str, name: &str, within: Duration) -> anyhow::Result<Option<St
         let locks = dlock::connect(url).await?;
         let until = Instant::now() + within;
         loop {
-            let held = match locks.inspect(name).await {
-                Ok(info) => {
-                    info.map(|info| format!("held by {} (fence {})", info.owner, info.fence.get()))
-                }
-                Err(dlock::Error::Unsupported { .. }) => {
-                    match locks
-                        .mutex(name)
-                        .ttl(Duration::from_secs(1))
-                        .try_acquire()
-                        .await
-                    {
-                        Ok(Some(guard)) => {
-                            guard.release().await?;
-                            None
-                        }
-                        Ok(None) => Some("held (a probe could not take it)".to_owned()),
-                        Err(error) if error.is_retryable() => Some(error.to_string()),
-                        Err(error) => return Err(error.into()),
-                    }
-                }
-                Err(error) if error.is_retryable() => Some(error.to_string()),
-                Err(error) => return Err(error.into()),
+            let held = match primitive {
+                Primitive::Mutex => inspect(&locks, name).await?,
+                other => probe(&locks, name, other).await?,
             };
             match held {
                 None => return Ok(None),
@@ -579,5 +758,81 @@ fn leftover(url: &str, name: &str, within: Duration) -> anyhow::Result<Option<St
                 Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
+    })
+}
+
+/// Whether every part of a primitive is free: a writer, every permit, the multi-lock.
+async fn probe(
+    locks: &dlock::Locks,
+    name: &str,
+    primitive: Primitive,
+) -> anyhow::Result<Option<String>> {
+    let ttl = Duration::from_secs(1);
+    let taken = match primitive {
+        Primitive::Mutex => return inspect(locks, name).await,
+        Primitive::RwLock => match locks.rwlock(name).ttl(ttl).try_write().await {
+            Ok(Some(guard)) => guard.release().await.map(|()| true),
+            Ok(None) => Ok(false),
+            Err(error) => Err(error),
+        },
+        Primitive::MultiLock => {
+            match locks
+                .multi_lock(Primitive::multi_names(name))
+                .ttl(ttl)
+                .try_acquire()
+                .await
+            {
+                Ok(Some(guard)) => guard.release().await.map(|()| true),
+                Ok(None) => Ok(false),
+                Err(error) => Err(error),
+            }
+        }
+        Primitive::Semaphore(n) => {
+            let mut permits = Vec::new();
+            let mut all = Ok(true);
+            for _ in 0..n {
+                match locks.semaphore(name, n).ttl(ttl).try_acquire().await {
+                    Ok(Some(permit)) => permits.push(permit),
+                    Ok(None) => all = Ok(false),
+                    Err(error) => all = Err(error),
+                }
+            }
+            for permit in permits {
+                let _ = permit.release().await;
+            }
+            all
+        }
+    };
+    match taken {
+        Ok(true) => Ok(None),
+        Ok(false) => Ok(Some(format!("{primitive:?} still held"))),
+        Err(error) if error.is_retryable() => Ok(Some(error.to_string())),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Whether the mutex is held, by `inspect` or where the store has no inspection (Redlock) by
+/// trying to take it.
+async fn inspect(locks: &dlock::Locks, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(match locks.inspect(name).await {
+        Ok(info) => info.map(|info| format!("held by {} (fence {})", info.owner, info.fence.get())),
+        Err(dlock::Error::Unsupported { .. }) => {
+            match locks
+                .mutex(name)
+                .ttl(Duration::from_secs(1))
+                .try_acquire()
+                .await
+            {
+                Ok(Some(guard)) => {
+                    guard.release().await?;
+                    None
+                }
+                Ok(None) => Some("held (a probe could not take it)".to_owned()),
+                Err(error) if error.is_retryable() => Some(error.to_string()),
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(error) if error.is_retryable() => Some(error.to_string()),
+        Err(error) => return Err(error.into()),
     })
 }

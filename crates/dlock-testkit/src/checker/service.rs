@@ -7,8 +7,9 @@
 //! |---|---|
 //! | `ATTEMPT <pid>` | about to acquire; the reply `STOP` tells the worker to finish |
 //! | `TIMEOUT <pid>` / `ERROR <pid> <message>` | the acquire timed out / failed otherwise (indeterminate) |
-//! | `BEGIN <pid> <fence>` | the acquire returned this fence: a hold starts |
+//! | `BEGIN <pid> <fence> [w\|r\|p]` | the acquire returned this fence: a hold starts (exclusive, read or permit; exclusive when absent) |
 //! | `WRITE <pid> <fence>` | a write through the fence: `OK` or `STALE <highest>` |
+//! | `READ <pid> <fence>` | a reader's read: `OK` or `STALE <highest>` (refused like a write, raises nothing) |
 //! | `LOST <pid> <fence>` | the guard's lost signal fired |
 //! | `END <pid> <fence>` | the holder is about to release: the hold ends |
 //!
@@ -29,7 +30,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::FencedResource;
+use super::{FencedResource, HoldKind};
 
 /// How the workers' acquisitions went.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -226,7 +227,16 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
     let Some(pid) = pid else {
         return format!("ERR bad request {line:?}");
     };
-    let fence = rest.parse::<u64>().ok().map(FencingToken::new);
+    let mut words = rest.split(' ');
+    let fence = words
+        .next()
+        .and_then(|fence| fence.parse::<u64>().ok())
+        .map(FencingToken::new);
+    // `BEGIN <pid> <fence> [w|r|p]`: what the hold excludes (exclusive when absent).
+    let kind = words
+        .next()
+        .and_then(HoldKind::from_letter)
+        .unwrap_or_default();
     let resource = &shared.resource;
     match (verb, fence) {
         ("ATTEMPT", _) => {
@@ -250,7 +260,7 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
         }
         ("BEGIN", Some(fence)) => {
             lock(&shared.acquisitions).succeeded += 1;
-            resource.begin_hold_of(fence, Some(pid));
+            resource.begin(fence, kind, Some(pid));
             if let Some(pause) = lock(&shared.pause_request).take() {
                 freeze(shared, pid, fence, pause);
             }
@@ -260,12 +270,16 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
             Ok(()) => "OK".into(),
             Err(stale) => format!("STALE {}", stale.highest.get()),
         },
+        ("READ", Some(fence)) => match resource.read(fence) {
+            Ok(()) => "OK".into(),
+            Err(stale) => format!("STALE {}", stale.highest.get()),
+        },
         ("LOST", Some(fence)) => {
-            resource.hold_lost(fence);
+            resource.hold_lost_of(fence, Some(pid));
             "OK".into()
         }
         ("END", Some(fence)) => {
-            resource.end_hold(fence);
+            resource.end_hold_of(fence, Some(pid));
             "OK".into()
         }
         _ => format!("ERR bad request {line:?}"),

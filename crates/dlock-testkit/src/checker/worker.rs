@@ -5,11 +5,14 @@
 //! a separate binary of the test kit would not be (Cargo builds no binaries of a
 //! dev-dependency). For the memory backend, workers are threads of the test process.
 //!
-//! Each round: `ATTEMPT`, acquire with a fixed TTL, `BEGIN`, a few writes spread over the
-//! hold, `END`, release. The writes do not check the lost signal first: a holder frozen
-//! between its check and its write is exactly the case fencing exists for, so the resource,
-//! not the holder, must refuse them. A hold that lasted past its TTL, or had a write refused,
-//! waits (up to two TTLs) for its guard to report the loss before it ends: the guard must.
+//! Each round: `ATTEMPT`, acquire (a mutex, a reader or writer of a read-write lock, a
+//! semaphore permit or a multi-lock, see [`Primitive`]), `BEGIN`, a few writes spread over
+//! the hold (a reader reads), `END`, release. The writes do not check the lost signal first:
+//! a holder frozen between its check and its write is exactly the case fencing exists for, so
+//! the resource, not the holder, must refuse them. A hold that lasted past its fixed TTL, or
+//! had a write refused, gives its guard's lost signal [`SIGNAL_TOLERANCE`] to arrive before it
+//! ends, no more: the checker judges when the signal came, and a signal later than that is
+//! missing from the record (an unsignalled overlap or stale write), never excused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,11 +24,143 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 
+use super::canary::Canary;
+use super::{HoldKind, SIGNAL_TOLERANCE};
+
 /// Set (to any value) in a worker process's environment.
 pub const WORKER_ENV: &str = "DLOCK_SAFETY_WORKER";
 
-/// Writes per hold.
-const WRITES_PER_HOLD: u32 = 4;
+/// What the workers take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Primitive {
+    /// A mutex.
+    #[default]
+    Mutex,
+    /// A read-write lock: every third round of a worker writes, the others read.
+    RwLock,
+    /// A permit of a semaphore of this many.
+    Semaphore(u32),
+    /// A multi-lock of two names (`<name>/a`, `<name>/b`).
+    MultiLock,
+}
+
+impl Primitive {
+    /// The worker argument's spelling: `mutex`, `rwlock`, `semaphore:N`, `multi`.
+    pub fn as_arg(self) -> String {
+        match self {
+            Primitive::Mutex => "mutex".into(),
+            Primitive::RwLock => "rwlock".into(),
+            Primitive::Semaphore(n) => format!("semaphore:{n}"),
+            Primitive::MultiLock => "multi".into(),
+        }
+    }
+
+    /// The inverse of [`as_arg`](Self::as_arg).
+    ///
+    /// # Errors
+    ///
+    /// An unknown primitive.
+    pub fn parse(text: &str) -> anyhow::Result<Primitive> {
+        Ok(match text {
+            "mutex" => Primitive::Mutex,
+            "rwlock" => Primitive::RwLock,
+            "multi" => Primitive::MultiLock,
+            _ => match text.strip_prefix("semaphore:") {
+                Some(n) => Primitive::Semaphore(n.parse()?),
+                None => bail!("unknown primitive {text}"),
+            },
+        })
+    }
+
+    /// The names a multi-lock takes.
+    pub fn multi_names(name: &str) -> [String; 2] {
+        [format!("{name}/a"), format!("{name}/b")]
+    }
+}
+
+/// A hold of any primitive.
+enum Held {
+    Mutex(dlock::MutexGuard),
+    Read(dlock::ReadGuard),
+    Write(dlock::WriteGuard),
+    Permit(dlock::Permit),
+    Multi(dlock::MultiGuard, dlock::FencingToken),
+}
+
+impl Held {
+    fn fence(&self) -> dlock::FencingToken {
+        match self {
+            Held::Mutex(g) => g.fence(),
+            Held::Read(g) => g.fence(),
+            Held::Write(g) => g.fence(),
+            Held::Permit(g) => g.fence(),
+            Held::Multi(_, fence) => *fence,
+        }
+    }
+
+    fn kind(&self) -> HoldKind {
+        match self {
+            Held::Read(_) => HoldKind::Read,
+            Held::Permit(_) => HoldKind::Permit,
+            _ => HoldKind::Exclusive,
+        }
+    }
+
+    fn lost_token(&self) -> tokio_util::sync::CancellationToken {
+        match self {
+            Held::Mutex(g) => g.lost_token(),
+            Held::Read(g) => g.lost_token(),
+            Held::Write(g) => g.lost_token(),
+            Held::Permit(g) => g.lost_token(),
+            Held::Multi(g, _) => g.lost_token(),
+        }
+    }
+
+    async fn release(self) -> dlock::Result<()> {
+        match self {
+            Held::Mutex(g) => g.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
+            Held::Permit(g) => g.release().await,
+            Held::Multi(g, _) => g.release().await,
+        }
+    }
+}
+
+async fn acquire(locks: &dlock::Locks, config: &WorkerConfig, round: u64) -> dlock::Result<Held> {
+    // Every builder takes the same two options: the wait, and a fixed TTL unless the client's
+    // watchdog lease is used.
+    macro_rules! options {
+        ($builder:expr) => {{
+            let builder = $builder.wait(config.wait);
+            if config.watchdog {
+                builder
+            } else {
+                builder.ttl(config.ttl)
+            }
+        }};
+    }
+    let name = config.name.clone();
+    Ok(match config.primitive {
+        Primitive::Mutex => Held::Mutex(options!(locks.mutex(name)).acquire().await?),
+        Primitive::RwLock if round.is_multiple_of(3) => {
+            Held::Write(options!(locks.rwlock(name)).write().await?)
+        }
+        Primitive::RwLock => Held::Read(options!(locks.rwlock(name)).read().await?),
+        Primitive::Semaphore(n) => {
+            Held::Permit(options!(locks.semaphore(name, n)).acquire().await?)
+        }
+        Primitive::MultiLock => {
+            let names = Primitive::multi_names(&name);
+            let guard = options!(locks.multi_lock(names.clone())).acquire().await?;
+            // Every part's fence grows; the first one's stands for the hold.
+            let fence = guard
+                .fence(&names[0])
+                .unwrap_or(dlock::FencingToken::new(0));
+            Held::Multi(guard, fence)
+        }
+    })
+}
 
 /// What a worker does.
 #[derive(Clone, Debug)]
@@ -44,6 +179,12 @@ pub struct WorkerConfig {
     pub wait: Duration,
     /// Hold with the watchdog (a lease of `ttl` renewed while held) rather than a fixed TTL.
     pub watchdog: bool,
+    /// What the worker takes.
+    pub primitive: Primitive,
+    /// The promise its store breaks (a canary), if any.
+    pub canary: Canary,
+    /// Writes per hold.
+    pub writes: u32,
     /// The id the worker reports (its pid when it runs as a process).
     pub id: u32,
 }
@@ -67,6 +208,12 @@ impl WorkerConfig {
             self.wait.as_millis().to_string(),
             "--watchdog".into(),
             self.watchdog.to_string(),
+            "--primitive".into(),
+            self.primitive.as_arg(),
+            "--canary".into(),
+            self.canary.as_str().into(),
+            "--writes".into(),
+            self.writes.to_string(),
         ]
     }
 
@@ -79,6 +226,7 @@ impl WorkerConfig {
         let mut args = args.into_iter();
         let (mut url, mut name, mut checker) = (None, None, None);
         let (mut ttl, mut hold, mut wait, mut watchdog) = (None, None, None, false);
+        let (mut primitive, mut canary, mut writes) = (Primitive::Mutex, Canary::None, 4);
         while let Some(flag) = args.next() {
             let value = args
                 .next()
@@ -92,6 +240,11 @@ impl WorkerConfig {
                 "--hold-ms" => hold = Some(millis()?),
                 "--wait-ms" => wait = Some(millis()?),
                 "--watchdog" => watchdog = value.parse()?,
+                "--primitive" => primitive = Primitive::parse(&value)?,
+                "--canary" => {
+                    canary = Canary::parse(&value).with_context(|| format!("canary {value}"))?;
+                }
+                "--writes" => writes = value.parse()?,
                 _ => bail!("unknown argument {flag}"),
             }
         }
@@ -103,6 +256,9 @@ impl WorkerConfig {
             hold: hold.context("--hold-ms")?,
             wait: wait.context("--wait-ms")?,
             watchdog,
+            primitive,
+            canary,
+            writes,
             id: std::process::id(),
         })
     }
@@ -174,16 +330,16 @@ pub fn run_if_worker() {
 pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
     let checker = Checker::connect(config.checker, config.id).await?;
     let mut locks = connect(&config).await?;
+    if config.canary != Canary::None {
+        locks = dlock::Locks::from_backend(config.canary.wrap(locks.backend().clone()));
+    }
     if config.watchdog {
         locks = locks.with_watchdog_lease(config.ttl)?;
     }
+    let mut round = 0u64;
     while checker.send("ATTEMPT", "").await? == "GO" {
-        let mut mutex = locks.mutex(config.name.clone()).wait(config.wait);
-        if !config.watchdog {
-            mutex = mutex.ttl(config.ttl);
-        }
-        let acquired = mutex.acquire().await;
-        let guard = match acquired {
+        round += 1;
+        let guard = match acquire(&locks, &config, round).await {
             Ok(guard) => guard,
             Err(dlock::Error::Timeout { .. }) => {
                 checker.send("TIMEOUT", "").await?;
@@ -197,7 +353,10 @@ pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
         };
         let started = Instant::now();
         let fence = guard.fence().get().to_string();
-        checker.send("BEGIN", &fence).await?;
+        let kind = guard.kind();
+        checker
+            .send("BEGIN", &format!("{fence} {}", kind.letter()))
+            .await?;
         let watcher = {
             let (checker, fence, lost) = (checker.clone(), fence.clone(), guard.lost_token());
             tokio::spawn(async move {
@@ -205,18 +364,27 @@ pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
                 let _ = checker.send("LOST", &fence).await;
             })
         };
+        // A permit's fence says nothing about the other permits' writes: only holds that
+        // exclude each other touch the resource.
+        let verb = match kind {
+            HoldKind::Exclusive => Some("WRITE"),
+            HoldKind::Read => Some("READ"),
+            HoldKind::Permit => None,
+        };
         let mut refused = false;
-        for _ in 0..WRITES_PER_HOLD {
-            refused |= checker.send("WRITE", &fence).await?.starts_with("STALE");
-            tokio::time::sleep(config.hold / WRITES_PER_HOLD).await;
+        let writes = config.writes.max(1);
+        for _ in 0..writes {
+            if let Some(verb) = verb {
+                refused |= checker.send(verb, &fence).await?.starts_with("STALE");
+            }
+            tokio::time::sleep(config.hold / writes).await;
         }
-        // A fixed lease that ran out, or a refused write: the guard must say it is lost.
+        // A fixed lease that ran out, or a refused write: the signal is due already; give it
+        // the tolerance to arrive, then end the hold whatever happened.
         if refused || (!config.watchdog && started.elapsed() >= config.ttl) {
-            let _ = tokio::time::timeout(config.ttl * 2, guard.lost()).await;
-            // Let the watcher report it before the hold ends.
-            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            let _ = tokio::time::timeout(SIGNAL_TOLERANCE, async {
                 while !watcher.is_finished() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
                 }
             })
             .await;

@@ -105,8 +105,6 @@ pub enum Needs {
     NotMonitor,
     /// Locks visible to other processes, and a URL for them.
     CrossProcess,
-    /// Read-write locks composed from exclusive locks (not the store's own), with inspection.
-    ComposedRwLock,
     /// Versioned values with compare-and-set.
     Values,
     /// A backend *without* versioned values (to check the unsupported error).
@@ -135,13 +133,6 @@ impl Needs {
             }
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),
             Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
-            Needs::ComposedRwLock => {
-                if caps.rwlock {
-                    Some("read-write locks are native (their parts cannot be broken one by one)")
-                } else {
-                    Needs::Monitor.unmet(caps, fx)
-                }
-            }
             Needs::Values => (!caps.values).then_some("no versioned values"),
             Needs::NotValues => caps.values.then_some("versioned values are supported"),
             Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())

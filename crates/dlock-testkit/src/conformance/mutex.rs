@@ -210,9 +210,11 @@ async fn ttl_expiry_lets_another_take_over(cx: Ctx) -> anyhow::Result<()> {
         "taken over before the TTL ran out"
     );
     ensure!(fresh.fence() > stale.fence());
-    tokio::time::timeout(Duration::from_secs(2), stale.lost())
-        .await
-        .map_err(|_| anyhow::anyhow!("the expired holder was not told"))?;
+    // Told no later than the store let go: by the time the next holder has the lock.
+    ensure!(
+        stale.is_lost(),
+        "the expired holder was not told by the time another holder got the lock"
+    );
     expect_err!(stale.release().await, Error::NotOwned { .. });
     fresh.release().await?;
     Ok(())

@@ -16,7 +16,10 @@ cases!["semaphore",
         all_permits_taken_means_busy,
         waiter_gets_a_returned_permit,
         crashed_holders_permit_returns_when_its_lease_ends,
-        bad_semaphore_input_is_rejected_before_the_store
+        bad_semaphore_input_is_rejected_before_the_store,
+        expired_permit_is_lost_when_a_waiter_takes_it_over,
+        extending_an_expired_permit_is_not_owned,
+        a_permit_lost_signal_does_not_fire_while_its_lease_is_valid
 ];
 
 const TTL: Duration = Duration::from_secs(30);
@@ -176,5 +179,71 @@ async fn bad_semaphore_input_is_rejected_before_the_store(cx: Ctx) -> anyhow::Re
             .is_some(),
         "rejected requests left state behind"
     );
+    Ok(())
+}
+
+async fn expired_permit_is_lost_when_a_waiter_takes_it_over(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("expiring");
+    let stale = a
+        .semaphore(&name, 1)
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await?;
+    let fresh = b
+        .semaphore(&name, 1)
+        .ttl(TTL)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    // Told no later than the store let go: by the time the waiter has the permit.
+    ensure!(
+        stale.is_lost(),
+        "the expired permit's holder was not told by the time a waiter took its place"
+    );
+    ensure!(
+        fresh.fence() > stale.fence(),
+        "fence {} after {}",
+        fresh.fence(),
+        stale.fence()
+    );
+    expect_err!(stale.extend(TTL).await, Error::NotOwned { .. });
+    expect_err!(stale.release().await, Error::NotOwned { .. });
+    ensure!(!fresh.is_lost(), "the new holder's permit is lost");
+    fresh.release().await?;
+    Ok(())
+}
+
+async fn extending_an_expired_permit_is_not_owned(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?;
+    let permit = locks
+        .semaphore(cx.name("sem"), 2)
+        .ttl(Duration::from_millis(100))
+        .acquire()
+        .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(permit.is_lost(), "an expired permit is not lost");
+    expect_err!(permit.extend(TTL).await, Error::NotOwned { .. });
+    expect_err!(permit.release().await, Error::NotOwned { .. });
+    Ok(())
+}
+
+async fn a_permit_lost_signal_does_not_fire_while_its_lease_is_valid(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    // With the watchdog (a short lease renewed while held) the permit outlives many leases.
+    let locks = cx
+        .locks()
+        .await?
+        .with_watchdog_lease(Duration::from_millis(600))?;
+    let permit = locks.semaphore(cx.name("kept"), 2).acquire().await?;
+    ensure!(
+        tokio::time::timeout(Duration::from_millis(1500), permit.lost())
+            .await
+            .is_err(),
+        "a renewed permit was reported lost"
+    );
+    permit.extend(Duration::from_secs(5)).await?;
+    permit.release().await?;
     Ok(())
 }

@@ -1,0 +1,148 @@
+//! Deliberately broken stores for the safety suite's canaries: each wraps a real backend and
+//! breaks one promise, and the checker must report the violation (a checker that passes a
+//! canary proves nothing about the library).
+//!
+//! - [`Canary::LateSignal`]: the store keeps each lease for half the TTL the client asked for,
+//!   while the client's keeper still trusts the whole TTL: a keeper that trusts leases twice as
+//!   long as the store, so a holder hears of its loss after another holder got in.
+//! - [`Canary::RepeatFence`]: every fourth grant reports the fence of this process's previous
+//!   grant instead of its own, so two holds carry fences that do not grow.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock::{
+    AcquireRequest, Backend, BackendInfo, DynBackend, FencingToken, Lease, MonitorStore, ValueStore,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Which promise the worker's store breaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Canary {
+    /// None: the store as it is.
+    #[default]
+    None,
+    /// Leases last half as long in the store as the keeper believes.
+    LateSignal,
+    /// Every fourth grant repeats the process's previous fence.
+    RepeatFence,
+}
+
+impl Canary {
+    /// The worker argument's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Canary::None => "none",
+            Canary::LateSignal => "late-signal",
+            Canary::RepeatFence => "repeat-fence",
+        }
+    }
+
+    /// The inverse of [`as_str`](Self::as_str).
+    pub fn parse(text: &str) -> Option<Canary> {
+        [Canary::None, Canary::LateSignal, Canary::RepeatFence]
+            .into_iter()
+            .find(|canary| canary.as_str() == text)
+    }
+
+    /// `backend` broken as this canary says.
+    pub fn wrap(self, backend: DynBackend) -> DynBackend {
+        match self {
+            Canary::None => backend,
+            canary => Arc::new(Broken {
+                inner: backend,
+                canary,
+                grants: Mutex::new((0, None)),
+            }),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Broken {
+    inner: DynBackend,
+    canary: Canary,
+    /// Grants so far, and the fence of the last one.
+    grants: Mutex<(u64, Option<FencingToken>)>,
+}
+
+#[async_trait]
+impl Backend for Broken {
+    fn info(&self) -> &BackendInfo {
+        self.inner.info()
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> dlock::Result<Option<Arc<dyn Lease>>> {
+        let mut req = req.clone();
+        if self.canary == Canary::LateSignal {
+            req.ttl /= 2;
+        }
+        let Some(lease) = self.inner.acquire(&req).await? else {
+            return Ok(None);
+        };
+        let fence = {
+            let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+            grants.0 += 1;
+            let real = lease.fence();
+            let shown = match grants.1 {
+                Some(previous)
+                    if self.canary == Canary::RepeatFence && grants.0.is_multiple_of(4) =>
+                {
+                    previous
+                }
+                _ => real,
+            };
+            grants.1 = Some(real);
+            shown
+        };
+        Ok(Some(Arc::new(BrokenLease {
+            inner: lease,
+            fence,
+            halve: self.canary == Canary::LateSignal,
+        })))
+    }
+
+    // `try_acquire_all` is left to its default (none), so multi-locks go through `acquire`
+    // one lock at a time and every part is broken alike.
+
+    fn monitor(&self) -> Option<&dyn MonitorStore> {
+        self.inner.monitor()
+    }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        self.inner.values()
+    }
+}
+
+#[derive(Debug)]
+struct BrokenLease {
+    inner: Arc<dyn Lease>,
+    fence: FencingToken,
+    halve: bool,
+}
+
+#[async_trait]
+impl Lease for BrokenLease {
+    fn fence(&self) -> FencingToken {
+        self.fence
+    }
+
+    fn lost(&self) -> &CancellationToken {
+        self.inner.lost()
+    }
+
+    fn lease_start(&self) -> tokio::time::Instant {
+        self.inner.lease_start()
+    }
+
+    async fn extend(&self, ttl: Duration) -> dlock::Result<()> {
+        self.inner
+            .extend(if self.halve { ttl / 2 } else { ttl })
+            .await
+    }
+
+    async fn release(&self) -> dlock::Result<()> {
+        self.inner.release().await
+    }
+}
