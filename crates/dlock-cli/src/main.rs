@@ -143,6 +143,9 @@ fn completions(args: &CompletionsArgs) -> i32 {
 /// `dlock man [COMMAND]`: the roff man page of dlock, or of one of its commands.
 fn man(args: &ManArgs) -> i32 {
     let mut page = public_command();
+    // Built, each command carries the global options and is named `dlock-run` (as git and
+    // cargo name their commands' pages, `dlock-run(1)`), with `dlock run` in its synopsis.
+    page.build();
     if let Some(name) = &args.command {
         let Some(sub) = page.find_subcommand(name).cloned() else {
             eprintln!(
@@ -155,9 +158,7 @@ fn man(args: &ManArgs) -> i32 {
             );
             return exit::FAILED;
         };
-        // `dlock-run(1)`, as git and cargo name their commands' pages.
-        let title = format!("dlock-{}", sub.get_name());
-        page = sub.name(title).version(env!("CARGO_PKG_VERSION"));
+        page = sub.version(env!("CARGO_PKG_VERSION"));
     }
     let mut roff = Vec::new();
     if let Err(e) = clap_mangen::Man::new(page).render(&mut roff) {

@@ -1100,13 +1100,33 @@ fn completions_for_each_shell_offer_the_commands_but_not_the_internal_one() {
         assert!(out.status.success(), "{shell}: {}", stderr(&out));
         let script = String::from_utf8_lossy(&out.stdout);
         assert!(!script.trim().is_empty(), "{shell}: empty");
-        for word in ["run", "hold", "inspect", "break", "completions", "--url", "--no-wait"] {
+        // Options without their dashes: fish writes `-l no-wait`.
+        for word in [
+            "run",
+            "hold",
+            "inspect",
+            "break",
+            "completions",
+            "url",
+            "no-wait",
+        ] {
             assert!(script.contains(word), "{shell} completions lack {word}");
         }
-        assert!(!script.contains("__guard"), "{shell} completions offer __guard");
+        assert!(
+            !script.contains("__guard"),
+            "{shell} completions offer __guard"
+        );
+        assert!(
+            !script.contains("Internal: started by"),
+            "{shell} completions describe __guard"
+        );
     }
     let out = dlock_output(&["completions", "tcsh"]);
-    assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
     assert!(stderr(&out).contains("bash"), "{}", stderr(&out));
 }
 
@@ -1129,14 +1149,28 @@ fn man_page_is_roff_with_every_public_command() {
     for section in [".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH SUBCOMMANDS"] {
         assert!(page.contains(section), "no {section} in\n{page}");
     }
-    for command in ["run", "hold", "ls", "inspect", "break", "bench", "demo", "completions", "man"] {
+    for command in [
+        "run",
+        "hold",
+        "ls",
+        "inspect",
+        "break",
+        "bench",
+        "demo",
+        "completions",
+        "man",
+    ] {
         assert!(
             page.contains(&format!("dlock\\-{command}(1)")),
             "no {command} in the man page"
         );
     }
     assert!(page.contains("\\-\\-url"), "no --url in the man page");
-    assert!(!page.contains("guard"), "the man page shows __guard");
+    assert!(!page.contains("__guard"), "the man page shows __guard");
+    assert!(
+        !page.contains("Internal: started by"),
+        "the man page describes __guard"
+    );
 
     let out = dlock_output(&["man", "run"]);
     assert!(out.status.success(), "{}", stderr(&out));
