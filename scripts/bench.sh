@@ -37,8 +37,8 @@ for tool in taskset python3.11 cargo; do
 done
 
 echo "== build (release)"
-features=(--features dlock-bench/servers)
-cargo build --release -q -p dlock-cli -p dlock-bench "${features[@]}"
+# bench-servers lives in the test kit (which is not published), so dlock-bench can ship.
+cargo build --release -q -p dlock-cli -p dlock-testkit --bin dlock --bin bench-servers
 cargo build --release -q --manifest-path bench/peers/Cargo.toml --target-dir "$TARGET"
 DLOCK="$TARGET/release/dlock"
 RUST_PEERS="$TARGET/release/dlock-bench-peers"

@@ -82,5 +82,7 @@ export DLOCK_TEST_REQUIRE="${DLOCK_TEST_REQUIRE:-all}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace --all-features
+RUSTDOCFLAGS="-D warnings" cargo doc -p dlock --all-features --no-deps # docs.rs's features (its --cfg docsrs needs nightly)
+./scripts/package_check.sh # the published crates package, ship what they need and nothing else, and build from their packages
 # The Python package (python/): built as `pip install ./python` builds it, then its pytest suite.
 scripts/python_test.sh -q

@@ -11,14 +11,45 @@ mod shown;
 mod signals;
 mod take;
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// What `dlock --version` prints after the name: the version and the backends compiled in.
+static VERSION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} (backends: {})",
+        env!("CARGO_PKG_VERSION"),
+        backends().join(", ")
+    )
+});
+
+/// The backends this build can connect to, one name each however many URL schemes it answers
+/// to (`rediss` is Redis, `zk` is ZooKeeper), in `dlock::enabled_schemes` order.
+fn backends() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = Vec::new();
+    for scheme in dlock::enabled_schemes() {
+        let name = match scheme {
+            "rediss" => "redis",
+            "redlocks" => "redlock",
+            "postgresql" => "postgres",
+            "mariadb" => "mysql",
+            "zk" => "zookeeper",
+            other => other,
+        };
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
 
 /// Distributed locks from the shell.
 #[derive(Debug, Parser)]
-#[command(name = "dlock", version, about, after_help = exit::HELP)]
+#[command(name = "dlock", version = VERSION.as_str(), about, after_help = exit::HELP)]
 struct Cli {
     /// Lock store URL: sqlite:///path/locks.db (the default: one file shared by the processes of
     /// this machine), memory:// (this process only), or any other URL dlock::connect accepts.
@@ -51,9 +82,89 @@ enum Command {
     Bench(dlock_bench::BenchArgs),
     /// Run a seed scenario (seckill, scheduler) over many processes and check its outcome.
     Demo(demo::DemoArgs),
+    /// Print shell completions for dlock (e.g. `dlock completions bash`).
+    Completions(CompletionsArgs),
+    /// Print dlock's man page (roff); with a command name, that command's page.
+    Man(ManArgs),
     /// Internal: started by `dlock run` to stop its command's processes if dlock dies.
     #[command(name = "__guard", hide = true)]
     Guard(job::GuardArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+#[derive(Debug, clap::Args)]
+struct ManArgs {
+    /// A command (run, hold, ls, ...) whose own page to print, as `dlock-COMMAND(1)`.
+    command: Option<String>,
+}
+
+/// The command line as users see it, for completions and the man page: the same definition
+/// without the internal `__guard`, which neither may offer. A hidden subcommand cannot be
+/// removed from a clap command, so the public one is rebuilt from the parts not hidden.
+fn public_command() -> clap::Command {
+    let full = Cli::command();
+    let mut public = clap::Command::new("dlock")
+        // The man page's header: the plain version (`--version` adds the backends).
+        .version(env!("CARGO_PKG_VERSION"))
+        .after_help(exit::HELP)
+        .subcommand_required(true)
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    if let Some(about) = full.get_about() {
+        public = public.about(about.clone());
+    }
+    public
+}
+
+/// Writes generated text to stdout; a closed pipe (`dlock man | head`) is not an error.
+fn print_generated(text: &[u8]) -> i32 {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => fail(&e.into()),
+    }
+}
+
+/// `dlock completions SHELL`: the script for that shell's completion system.
+fn completions(args: &CompletionsArgs) -> i32 {
+    // Into memory first: the generator cannot report a write error (it would panic on one).
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut public_command(), "dlock", &mut script);
+    print_generated(&script)
+}
+
+/// `dlock man [COMMAND]`: the roff man page of dlock, or of one of its commands.
+fn man(args: &ManArgs) -> i32 {
+    let mut page = public_command();
+    // Built, each command carries the global options and is named `dlock-run` (as git and
+    // cargo name their commands' pages, `dlock-run(1)`), with `dlock run` in its synopsis.
+    page.build();
+    if let Some(name) = &args.command {
+        let Some(sub) = page.find_subcommand(name).cloned() else {
+            eprintln!(
+                "dlock: no command {} (commands: {})",
+                shown::shown(name),
+                page.get_subcommands()
+                    .map(|s| s.get_name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return exit::FAILED;
+        };
+        page = sub.version(env!("CARGO_PKG_VERSION"));
+    }
+    let mut roff = Vec::new();
+    if let Err(e) = clap_mangen::Man::new(page).render(&mut roff) {
+        return fail(&e.into());
+    }
+    print_generated(&roff)
 }
 
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -82,8 +193,12 @@ pub(crate) fn fail(error: &anyhow::Error) -> i32 {
 
 fn main() {
     let cli = Cli::parse();
-    if let Command::Guard(args) = &cli.command {
-        std::process::exit(job::guard(args));
+    match &cli.command {
+        Command::Guard(args) => std::process::exit(job::guard(args)),
+        // Generated from the command definition: no store, no runtime.
+        Command::Completions(args) => std::process::exit(completions(args)),
+        Command::Man(args) => std::process::exit(man(args)),
+        _ => {}
     }
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -119,7 +234,7 @@ fn main() {
             Command::Inspect(args) => inspect::inspect(&cli.url, args).await,
             Command::Break(args) => inspect::break_lock(&cli.url, args).await,
             Command::Demo(args) => demo::demo(&cli.url, args).await,
-            Command::Guard(_) => exit::FAILED,
+            Command::Guard(_) | Command::Completions(_) | Command::Man(_) => exit::FAILED,
             Command::Bench(args) => match dlock_bench::run(&cli.url, args).await {
                 Ok(()) => 0,
                 Err(e) => fail(&e),

@@ -1066,3 +1066,123 @@ fn ctrl_c_on_a_terminal_reaches_the_command() {
     assert_eq!(rest.matches("got-int").count(), 1, "{rest}");
     assert!(env.held().is_empty(), "the lock outlived the command");
 }
+
+fn dlock_output(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `--version` (and `-V`) name the version and every backend this build connects to (the CLI
+/// enables them all), each once however many schemes it answers to.
+#[test]
+fn version_names_the_version_and_the_backends() {
+    for flag in ["--version", "-V"] {
+        let out = dlock_output(&[flag]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let expected = format!(
+            "dlock {} (backends: memory, sqlite, redis, redlock, postgres, mysql, etcd, zookeeper)\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(text, expected);
+    }
+}
+
+/// Completions for each shell come from the command definition: they offer the commands and
+/// the global options, and never the internal `__guard`.
+#[test]
+fn completions_for_each_shell_offer_the_commands_but_not_the_internal_one() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = dlock_output(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(!script.trim().is_empty(), "{shell}: empty");
+        // Options without their dashes: fish writes `-l no-wait`.
+        for word in [
+            "run",
+            "hold",
+            "inspect",
+            "break",
+            "completions",
+            "url",
+            "no-wait",
+        ] {
+            assert!(script.contains(word), "{shell} completions lack {word}");
+        }
+        assert!(
+            !script.contains("__guard"),
+            "{shell} completions offer __guard"
+        );
+        assert!(
+            !script.contains("Internal: started by"),
+            "{shell} completions describe __guard"
+        );
+    }
+    let out = dlock_output(&["completions", "tcsh"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+    assert!(stderr(&out).contains("bash"), "{}", stderr(&out));
+}
+
+/// The man page is roff generated from the same definition: a title line, every public
+/// command, the options, and no internal command; a command's own page too.
+#[test]
+fn man_page_is_roff_with_every_public_command() {
+    let out = dlock_output(&["man"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = String::from_utf8_lossy(&out.stdout);
+    let title = page
+        .lines()
+        .find(|line| line.starts_with(".TH "))
+        .expect("a .TH title line");
+    assert!(
+        title.to_ascii_uppercase().starts_with(".TH DLOCK 1"),
+        "{title}"
+    );
+    assert!(title.contains(env!("CARGO_PKG_VERSION")), "{title}");
+    for section in [".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH SUBCOMMANDS"] {
+        assert!(page.contains(section), "no {section} in\n{page}");
+    }
+    for command in [
+        "run",
+        "hold",
+        "ls",
+        "inspect",
+        "break",
+        "bench",
+        "demo",
+        "completions",
+        "man",
+    ] {
+        assert!(
+            page.contains(&format!("dlock\\-{command}(1)")),
+            "no {command} in the man page"
+        );
+    }
+    assert!(page.contains("\\-\\-url"), "no --url in the man page");
+    assert!(!page.contains("__guard"), "the man page shows __guard");
+    assert!(
+        !page.contains("Internal: started by"),
+        "the man page describes __guard"
+    );
+
+    let out = dlock_output(&["man", "run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        page.to_ascii_uppercase().contains(".TH DLOCK-RUN 1")
+            || page.to_ascii_uppercase().contains(".TH DLOCK\\-RUN 1"),
+        "{page}"
+    );
+    assert!(page.contains("\\-\\-no\\-wait"), "{page}");
+
+    let out = dlock_output(&["man", "__guard"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains("no command"), "{}", stderr(&out));
+}

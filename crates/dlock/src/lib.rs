@@ -122,8 +122,10 @@ mod value;
 pub mod etcd;
 pub mod memory;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod mysql;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -134,6 +136,7 @@ pub mod redlock;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql_common;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 pub mod wait;
 #[cfg(feature = "zookeeper")]
@@ -141,6 +144,7 @@ pub mod wait;
 pub mod zookeeper;
 
 #[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 
 pub use backend::{
