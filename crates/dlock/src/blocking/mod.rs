@@ -303,7 +303,10 @@ impl VersionedValue {
     /// # Errors
     ///
     /// As [`crate::VersionedValue::update`].
-    pub fn update(&self, change: impl FnMut(Option<&[u8]>) -> Vec<u8>) -> Result<crate::Versioned> {
+    pub fn update(
+        &self,
+        change: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+    ) -> Result<Option<crate::Versioned>> {
         self.rt.block_on(self.inner.update(change))?
     }
 }
