@@ -161,6 +161,31 @@ pub use registry::enabled_schemes;
 pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
 pub use value::{DEFAULT_UPDATE_ATTEMPTS, MAX_VALUE_LEN, VersionedValue};
 
+/// The embedded default store's URL, the one the `dlock` command uses without `--url` or
+/// `DLOCK_URL`: a SQLite file `dlock/locks.db` in the user's state directory (the local data
+/// directory where there is none, the temp directory as a last resort), created with its
+/// directory on first use. Programs that share locks with the command use the same file.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let url = dlock::default_url();
+/// assert!(url.starts_with("sqlite://"));
+/// let locks = dlock::connect(&url).await?;
+/// # drop(locks);
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "sqlite")]
+pub fn default_url() -> String {
+    let base = dirs::state_dir()
+        .or_else(dirs::data_local_dir)
+        .unwrap_or_else(std::env::temp_dir);
+    let path = base.join("dlock").join("locks.db");
+    format!("sqlite://{}?create_dirs=true", path.display())
+}
+
 /// Connects to the lock store named by `url` and returns a cheap-to-clone client.
 ///
 /// | URL | backend |
