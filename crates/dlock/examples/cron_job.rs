@@ -8,6 +8,7 @@
 //! `DLOCK_URL=redis://127.0.0.1:6379 cargo run -p dlock --example cron_job`
 //! (without `DLOCK_URL`: a SQLite file in the temp directory).
 
+/// The job (public so `tests/exit.rs` can run this very program as a child process).
 #[tokio::main]
 pub async fn main() -> dlock::Result<()> {
     let url = std::env::var("DLOCK_URL").unwrap_or_else(|_| {

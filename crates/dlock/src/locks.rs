@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::backend::{Backend, BackendInfo, DynBackend, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
@@ -398,7 +398,7 @@ impl Locks {
     /// assert_eq!(held.len(), 2);
     /// # Ok(()) }
     /// ```
-    pub fn list(&self, prefix: &str) -> BoxStream<'static, Result<LockInfo>> {
+    pub fn list(&self, prefix: &str) -> crate::LockStream {
         if prefix.len() > MAX_NAME_LEN || prefix.contains('\0') {
             let error = Error::InvalidName {
                 name: prefix.chars().take(80).collect(),

@@ -33,3 +33,27 @@ fn default_url_is_a_sqlite_file_created_on_first_use() {
     assert!(url.starts_with("sqlite://"), "{url}");
     assert!(url.ends_with("dlock/locks.db?create_dirs=true"), "{url}");
 }
+
+#[tokio::test]
+async fn the_lost_token_and_the_list_stream_are_named_by_dlock() {
+    let locks = dlock::connect("memory://api-edges-names").await.unwrap();
+    let guard = locks.mutex("a").acquire().await.unwrap();
+    let lost: dlock::CancellationToken = guard.lost_token();
+    let listed: dlock::LockStream = locks.list("");
+    use futures::TryStreamExt;
+    assert_eq!(listed.try_collect::<Vec<_>>().await.unwrap().len(), 1);
+    guard.release().await.unwrap();
+    assert!(lost.is_cancelled());
+}
+
+#[cfg(feature = "blocking")]
+#[tokio::test]
+async fn the_blocking_facade_inside_a_runtime_says_what_to_do_instead() {
+    let error = dlock::blocking::Locks::connect("memory://api-edges-blocking").unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("cannot run inside an async runtime")
+            && message.contains("spawn_blocking"),
+        "{message}"
+    );
+}
