@@ -12,7 +12,6 @@ mod signals;
 mod take;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -176,13 +175,10 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 500ms, 10s, 5m)"))
 }
 
-/// The embedded default: a SQLite file in the user's state directory.
+/// The embedded default: a SQLite file in the user's state directory (the library's, so
+/// programs and the command share one file).
 fn default_url() -> String {
-    let base = dirs::state_dir()
-        .or_else(dirs::data_local_dir)
-        .unwrap_or_else(std::env::temp_dir);
-    let path: PathBuf = base.join("dlock").join("locks.db");
-    format!("sqlite://{}?create_dirs=true", path.display())
+    dlock::default_url()
 }
 
 /// Reports an error from dlock itself and returns the matching exit code.

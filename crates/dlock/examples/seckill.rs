@@ -34,18 +34,18 @@ async fn main() -> anyhow::Result<()> {
                 .ttl(Duration::from_secs(10))
                 .acquire()
                 .await?;
-            let value = locks.value(&stock);
-            let current = value.get().await?.context("stock was never set")?;
-            let left: u64 = String::from_utf8(current.value)?.parse()?;
-            if left > 0 {
-                // At the version read: if the lock were ever broken, this write would fail
-                // instead of overselling.
-                let written = value
-                    .compare_and_set(Some(current.version), (left - 1).to_string())
-                    .await?;
-                if written.is_some() {
-                    sold.fetch_add(1, Ordering::Relaxed);
-                }
+            // One attempt at the version read: if the lock were ever broken, this write would
+            // fail with `Conflict` instead of overselling. Sold out: nothing is written.
+            let written = locks
+                .value(&stock)
+                .max_attempts(1)
+                .update(|current| {
+                    let left: u64 = std::str::from_utf8(current?).ok()?.parse().ok()?;
+                    (left > 0).then(|| (left - 1).to_string().into_bytes())
+                })
+                .await?;
+            if written.is_some() {
+                sold.fetch_add(1, Ordering::Relaxed);
             }
             guard.release().await?;
             anyhow::Ok(())

@@ -165,6 +165,63 @@ pub use registry::enabled_schemes;
 pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
 pub use value::{DEFAULT_UPDATE_ATTEMPTS, MAX_VALUE_LEN, VersionedValue};
 
+/// The owned lost signal returned by `lost_token()` on every guard (tokio-util's
+/// `CancellationToken`, re-exported so it can be named without depending on tokio-util).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://token-doc").await?;
+/// let guard = locks.mutex("a").acquire().await?;
+/// let lost: dlock::CancellationToken = guard.lost_token();
+/// assert!(!lost.is_cancelled());
+/// # Ok(()) }
+/// ```
+pub use tokio_util::sync::CancellationToken;
+
+/// The stream of held locks returned by [`Locks::list`], nameable without depending on
+/// `futures`.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// use futures::TryStreamExt;
+/// let locks = dlock::connect("memory://stream-doc").await?;
+/// let held: dlock::LockStream = locks.list("");
+/// assert!(held.try_collect::<Vec<_>>().await?.is_empty());
+/// # Ok(()) }
+/// ```
+pub type LockStream = futures::stream::BoxStream<'static, Result<LockInfo>>;
+
+/// The embedded default store's URL, the one the `dlock` command uses without `--url` or
+/// `DLOCK_URL`: a SQLite file `dlock/locks.db` in the user's state directory (the local data
+/// directory where there is none, the temp directory as a last resort), created with its
+/// directory on first use. Programs that share locks with the command use the same file.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let url = dlock::default_url();
+/// assert!(url.starts_with("sqlite://"));
+/// let locks = dlock::connect(&url).await?;
+/// # drop(locks);
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "sqlite")]
+pub fn default_url() -> String {
+    let base = dirs::state_dir()
+        .or_else(dirs::data_local_dir)
+        .unwrap_or_else(std::env::temp_dir);
+    let path = base.join("dlock").join("locks.db");
+    format!("sqlite://{}?create_dirs=true", path.display())
+}
+
 /// Connects to the lock store named by `url` and returns a cheap-to-clone client.
 ///
 /// | URL | backend |

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::backend::{Backend, BackendInfo, DynBackend, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
@@ -185,6 +185,57 @@ impl Locks {
         self.inner.keeper.len()
     }
 
+    /// Releases every lock this client (and every clone of it) holds, and stops renewing
+    /// them: for a program that ends with [`std::process::exit`], which runs no destructors, or
+    /// that wants its locks free before it goes on shutting down. Guards still alive afterwards
+    /// are lost (their [`lost`](crate::MutexGuard::lost) signal has fired; their `release`
+    /// answers [`Error::NotOwned`]). The client stays usable for new locks.
+    ///
+    /// Returns how many holds were released. A guard dropped without `close` is released too,
+    /// even when its runtime is shutting down (`#[tokio::main]` returning, a runtime dropped);
+    /// only a process killed outright (SIGKILL, `process::exit` without `close`) leaves its
+    /// locks to their lease.
+    ///
+    /// # Errors
+    ///
+    /// The first store error, after every hold was tried; the holds it concerns are freed by
+    /// their lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: the holds are no longer renewed from the first poll, and a release
+    /// dropped mid-call may or may not have reached the store (the lease frees it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://close-doc").await?;
+    /// let job = locks.mutex("nightly").acquire().await?;
+    /// assert_eq!(locks.close().await?, 1);
+    /// assert!(job.is_lost());
+    /// assert!(locks.inspect("nightly").await?.is_none());
+    /// // std::process::exit(0) here leaves nothing behind.
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(&self) -> Result<usize> {
+        let held = self.inner.keeper.take_all();
+        let count = held.len();
+        let results =
+            futures::future::join_all(held.into_iter().map(|(lease, label)| async move {
+                let result = lease.release().await;
+                lease.lost().cancel();
+                result.map_err(|error| {
+                    tracing::debug!(lock = %label.name, %error, "release at close failed");
+                    error
+                })
+            }))
+            .await;
+        results.into_iter().collect::<Result<Vec<()>>>()?;
+        Ok(count)
+    }
+
     /// The owner stored with every lock this client takes.
     pub fn owner(&self) -> &Owner {
         &self.inner.owner
@@ -274,7 +325,8 @@ impl Locks {
     /// # async fn main() -> dlock::Result<()> {
     /// let locks = dlock::connect("memory://value-method-doc").await?;
     /// let counter = locks.value("visits");
-    /// counter.update(|n| n.map_or(1u64, |b| u64::from_le_bytes(b.try_into().unwrap()) + 1).to_le_bytes().to_vec()).await?;
+    /// let next = |n: Option<&[u8]>| n.map_or(1u64, |b| u64::from_le_bytes(b.try_into().unwrap()) + 1);
+    /// counter.update(|n| Some(next(n).to_le_bytes().to_vec())).await?;
     /// assert_eq!(counter.get().await?.unwrap().version > 0, true);
     /// # Ok(()) }
     /// ```
@@ -346,7 +398,7 @@ impl Locks {
     /// assert_eq!(held.len(), 2);
     /// # Ok(()) }
     /// ```
-    pub fn list(&self, prefix: &str) -> BoxStream<'static, Result<LockInfo>> {
+    pub fn list(&self, prefix: &str) -> crate::LockStream {
         if prefix.len() > MAX_NAME_LEN || prefix.contains('\0') {
             let error = Error::InvalidName {
                 name: prefix.chars().take(80).collect(),

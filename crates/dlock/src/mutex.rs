@@ -37,7 +37,7 @@ use crate::ttl::{WaitSpec, validate_ttl};
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is awaited"]
 pub struct MutexBuilder {
     locks: Locks,

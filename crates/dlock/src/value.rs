@@ -36,10 +36,11 @@ pub const DEFAULT_UPDATE_ATTEMPTS: u32 = 16;
 /// assert!(stock.compare_and_set(None, b"999").await?.is_none()); // stale: someone wrote
 /// let after = stock
 ///     .update(|current| {
-///         let n: u32 = std::str::from_utf8(current.unwrap()).unwrap().parse().unwrap();
-///         (n - 1).to_string().into_bytes()
+///         let n: u32 = std::str::from_utf8(current?).ok()?.parse().ok()?;
+///         Some((n - 1).to_string().into_bytes())
 ///     })
-///     .await?;
+///     .await?
+///     .expect("written");
 /// assert_eq!(after.value, b"99");
 /// assert!(after.version > v1);
 /// # Ok(()) }
@@ -152,7 +153,14 @@ impl VersionedValue {
     /// Reads, computes the new value with `change` and writes it with compare-and-set, again
     /// from the read while another writer got in between, at most
     /// [`max_attempts`](Self::max_attempts) times. `change` gets `None` when the value was never
-    /// written, and may be called more than once.
+    /// written, and may be called more than once; it returns `None` to leave the value as it
+    /// is (stock already at zero, nothing to do), and `update` then returns `Ok(None)` without
+    /// writing. `Ok(Some(_))` is the value written and its new version.
+    ///
+    /// A writer that lost waits before it reads again, a random time in a window counted in
+    /// its own measured read-and-write cycle that doubles with each loss (up to 64 cycles):
+    /// colliding writers spread out at the pace of the store they use, a few microseconds on an
+    /// embedded store, a network round trip on a server.
     ///
     /// # Errors
     ///
@@ -162,10 +170,28 @@ impl VersionedValue {
     /// # Cancel safety
     ///
     /// As [`compare_and_set`](Self::compare_and_set).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://update-doc").await?;
+    /// let stock = locks.value("stock/sku-2");
+    /// stock.set(b"1").await?;
+    /// let take_one = |current: Option<&[u8]>| {
+    ///     let n: u32 = std::str::from_utf8(current?).ok()?.parse().ok()?;
+    ///     // Sold out: write nothing.
+    ///     (n > 0).then(|| (n - 1).to_string().into_bytes())
+    /// };
+    /// assert_eq!(stock.update(take_one).await?.unwrap().value, b"0");
+    /// assert!(stock.update(take_one).await?.is_none());
+    /// # Ok(()) }
+    /// ```
     pub async fn update(
         &self,
-        mut change: impl FnMut(Option<&[u8]>) -> Vec<u8>,
-    ) -> Result<Versioned> {
+        mut change: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+    ) -> Result<Option<Versioned>> {
         if self.max_attempts == 0 {
             return Err(Error::invalid_argument(
                 "max_attempts",
@@ -174,20 +200,21 @@ impl VersionedValue {
         }
         let (store, name) = self.store()?;
         for attempt in 1..=self.max_attempts {
+            let started = tokio::time::Instant::now();
             let current = store.get(&name).await?;
-            let value = change(current.as_ref().map(|c| c.value.as_slice()));
+            let Some(value) = change(current.as_ref().map(|c| c.value.as_slice())) else {
+                return Ok(None);
+            };
             check_len(&value)?;
             let expected = current.map(|c| c.version);
             if let Some(version) = store
                 .put(&name, Expect::from_read(expected), &value)
                 .await?
             {
-                return Ok(Versioned::new(value, version));
+                return Ok(Some(Versioned::new(value, version)));
             }
             if attempt < self.max_attempts {
-                // Writers that collided retry at different moments.
-                let micros = rand::rng().random_range(0..200 * u64::from(attempt));
-                tokio::time::sleep(Duration::from_micros(micros)).await;
+                tokio::time::sleep(retry_pause(started.elapsed(), attempt)).await;
             }
         }
         Err(Error::Conflict {
@@ -195,6 +222,18 @@ impl VersionedValue {
             attempts: self.max_attempts,
         })
     }
+}
+
+/// The pause after the `attempt`-th lost write: full jitter over `cycle` (the losing read and
+/// write, so the store's own round trip) × 2^(attempt − 1), at most 64 cycles. A fixed
+/// microsecond window is shorter than one network round trip, so colliding writers on a
+/// server would collide again and again.
+fn retry_pause(cycle: Duration, attempt: u32) -> Duration {
+    let window = cycle
+        .max(Duration::from_micros(50))
+        .saturating_mul(1 << attempt.saturating_sub(1).min(6));
+    let nanos = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rand::rng().random_range(0..=nanos))
 }
 
 fn check_len(value: &[u8]) -> Result<()> {

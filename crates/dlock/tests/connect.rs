@@ -101,7 +101,7 @@ mod blocking {
             matches!(
                 err,
                 Error::InvalidArgument {
-                    what: "context",
+                    what: "call site",
                     ..
                 }
             ),

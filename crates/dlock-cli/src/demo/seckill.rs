@@ -73,19 +73,36 @@ pub(super) async fn work(locks: &dlock::Locks, params: Params) -> anyhow::Result
         report
             .waits_us
             .push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
-        let stock = locks.value(item_stock(&params.prefix, item));
-        let current = stock.get().await?.context("stock was never set")?;
-        let left = decode(&current.value)?;
-        if left == 0 {
-            report.rejected += 1;
-        } else {
-            match stock
-                .compare_and_set(Some(current.version), (left - 1).to_string())
-                .await?
-            {
-                Some(_) => report.sold += 1,
-                None => report.conflicts += 1,
-            }
+        // One attempt, at the version read: under a working lock nobody else writes, so a
+        // conflict here would mean the lock failed. A sold-out item declines to write.
+        let stock = locks
+            .value(item_stock(&params.prefix, item))
+            .max_attempts(1);
+        let mut unreadable = None;
+        let outcome = stock
+            .update(|current| {
+                let left = match current.map(decode) {
+                    Some(Ok(left)) => left,
+                    Some(Err(error)) => {
+                        unreadable = Some(error);
+                        return None;
+                    }
+                    None => {
+                        unreadable = Some(anyhow::anyhow!("stock was never set"));
+                        return None;
+                    }
+                };
+                (left > 0).then(|| (left - 1).to_string().into_bytes())
+            })
+            .await;
+        if let Some(error) = unreadable {
+            return Err(error);
+        }
+        match outcome {
+            Ok(Some(_)) => report.sold += 1,
+            Ok(None) => report.rejected += 1,
+            Err(dlock::Error::Conflict { .. }) => report.conflicts += 1,
+            Err(error) => return Err(error.into()),
         }
         guard.release().await?;
     }

@@ -53,15 +53,17 @@ impl Runtime {
     fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(Error::invalid_argument(
-                "context",
-                "dlock::blocking was called inside an async runtime; use the async API there",
+                "call site",
+                "dlock::blocking cannot run inside an async runtime (it would block one of the \
+                 runtime's threads): use the async API (dlock::connect, dlock::Locks) there, or \
+                 call the blocking one from tokio::task::spawn_blocking",
             ));
         }
         match &self.0 {
             Some(rt) => Ok(rt.block_on(future)),
             None => Err(Error::invalid_argument(
-                "context",
-                "runtime already shut down",
+                "call site",
+                "this blocking client's runtime was already shut down",
             )),
         }
     }
@@ -303,7 +305,10 @@ impl VersionedValue {
     /// # Errors
     ///
     /// As [`crate::VersionedValue::update`].
-    pub fn update(&self, change: impl FnMut(Option<&[u8]>) -> Vec<u8>) -> Result<crate::Versioned> {
+    pub fn update(
+        &self,
+        change: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+    ) -> Result<Option<crate::Versioned>> {
         self.rt.block_on(self.inner.update(change))?
     }
 }

@@ -192,6 +192,22 @@ impl Keeper {
         }
     }
 
+    /// Stops keeping every lease and hands them over, so the caller can release them; the
+    /// keeper task, left with nothing, ends. Guards of these leases stay valid objects: their
+    /// registrations find nothing to remove.
+    pub(crate) fn take_all(&self) -> Vec<(Arc<dyn Lease>, LeaseLabel)> {
+        let mut state = self.lock();
+        state.schedule.clear();
+        let taken = state
+            .entries
+            .drain()
+            .map(|(_, entry)| (entry.lease, entry.label))
+            .collect();
+        drop(state);
+        self.shared.changed.notify_one();
+        taken
+    }
+
     /// Number of leases being kept and not yet known lost. A lease whose loss was signalled
     /// by its store (a session lock's own task) may wait a moment for the keeper to drop it;
     /// it no longer counts.

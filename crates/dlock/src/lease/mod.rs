@@ -150,15 +150,95 @@ impl Drop for HeldLease {
             return;
         };
         self.registration = None;
-        let lease = self.lease.clone();
-        let name = self.name.clone();
-        // Best effort, in the background: Drop must not block the runtime. The store's TTL is the
-        // backstop if the runtime is shutting down and the task never runs.
-        runtime.spawn(async move {
-            if let Err(error) = lease.release().await {
-                tracing::debug!(%name, %error, "release on drop failed");
-            }
-            lease.lost().cancel();
-        });
+        let release = DropRelease::new(self.lease.clone(), self.name.clone());
+        // In the background: Drop must not block an async worker. If the runtime is shutting
+        // down (`#[tokio::main]` returning, a runtime dropped), tokio drops the task instead of
+        // running it, and `DropRelease`'s own Drop releases synchronously.
+        runtime.spawn(release.run());
     }
+}
+
+/// The release of a dropped guard. Run as a task in the normal case; dropped unfinished when
+/// its runtime shuts down, in which case it releases synchronously before the runtime (and
+/// usually the process) is gone, so the next run of a program does not wait out the lease.
+pub(crate) struct DropRelease {
+    lease: Arc<dyn Lease>,
+    name: LockName,
+    done: bool,
+}
+
+impl DropRelease {
+    pub(crate) fn new(lease: Arc<dyn Lease>, name: LockName) -> DropRelease {
+        DropRelease {
+            lease,
+            name,
+            done: false,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        if let Err(error) = self.lease.release().await {
+            tracing::debug!(name = %self.name, %error, "release on drop failed");
+        }
+        self.lease.lost().cancel();
+        self.done = true;
+    }
+}
+
+impl Drop for DropRelease {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        release_blocking(&self.lease, &self.name);
+    }
+}
+
+/// How long a release at shutdown may hold up the thread dropping the runtime; a store that
+/// does not answer by then is left to the lease.
+pub(crate) const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(3);
+
+/// Releases `lease` on a short-lived current-thread runtime in a thread of its own: the caller
+/// may be inside a runtime (a task being dropped at shutdown), where `block_on` is not allowed.
+/// Store errors that say "try again" are retried within [`SHUTDOWN_RELEASE_BOUND`]: a
+/// connection whose driver task died with the old runtime reconnects on the new one.
+pub(crate) fn release_blocking(lease: &Arc<dyn Lease>, name: &LockName) {
+    let release = async {
+        loop {
+            match lease.release().await {
+                Ok(()) => return Ok(()),
+                Err(error) if error.is_retryable() => {
+                    tracing::debug!(%name, %error, "release at shutdown failed, retrying");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    };
+    let outcome = std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("dlock-release".into())
+            .spawn_scoped(scope, || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                match runtime
+                    .block_on(async { tokio::time::timeout(SHUTDOWN_RELEASE_BOUND, release).await })
+                {
+                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!(
+                        "no answer within {SHUTDOWN_RELEASE_BOUND:?}; the lease frees it"
+                    )),
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        worker
+            .join()
+            .unwrap_or_else(|_| Err("the release thread panicked".into()))
+    });
+    if let Err(error) = outcome {
+        tracing::debug!(%name, %error, "release at shutdown failed");
+    }
+    lease.lost().cancel();
 }

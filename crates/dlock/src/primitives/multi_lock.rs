@@ -43,7 +43,7 @@ pub const MAX_MULTI_LOCK_NAMES: usize = 1024;
 /// transfer.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is awaited"]
 pub struct MultiLockBuilder {
     locks: Locks,

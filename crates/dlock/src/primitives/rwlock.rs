@@ -51,7 +51,7 @@ pub const DEFAULT_MAX_READERS: u32 = 32;
 /// assert!(w.fence() > dlock::FencingToken::new(0));
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use = "a lock builder does nothing until a read or write method is awaited"]
 pub struct RwLockBuilder {
     locks: Locks,

@@ -42,7 +42,7 @@ use crate::ttl::WaitSpec;
 /// # drop(b);
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is awaited"]
 pub struct SemaphoreBuilder {
     locks: Locks,
