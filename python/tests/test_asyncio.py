@@ -188,5 +188,5 @@ def test_interpreter_exit_right_after_async_calls_is_clean(store_url, where):
 
     url = "memory://exit" if where == "memory" else store_url
     for _ in range(8):
-        done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, url], capture_output=True, timeout=300)
+        done = subprocess.run([sys.executable, "-I", "-c", EXIT_SCRIPT, url], capture_output=True, timeout=300)
         assert done.returncode == 0, (done.returncode, done.stderr[-2000:])

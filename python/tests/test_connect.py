@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
 def run_without_url(env_changes):
     env = {k: v for k, v in os.environ.items() if k != "DLOCK_URL"}
     env.update(env_changes)
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-I", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 

@@ -65,7 +65,7 @@ def test_ctrl_c_interrupts_a_blocking_acquire(store_url, name):
     holder = locks.lock(name)
     assert holder.acquire(blocking=False)
     child = subprocess.Popen(
-        [sys.executable, "-c", WAITER, store_url, name], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-I", "-c", WAITER, store_url, name], stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout.readline().strip() == "waiting"
