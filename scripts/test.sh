@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 # for the terminal test. etcd: the server and etcdctl (the tests drive it). No protoc: the etcd
 # client's build uses the one vendored in a crate (see .cargo/config.toml). faketime (with its
 # libfaketime) moves one process's wall clock for the SQLite clock-step test.
-packages=(redis-server postgresql mariadb-server zookeeper util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime python3-venv)
+packages=(redis-server redis-tools postgresql mariadb-server mariadb-server-core zookeeper libslf4j-java default-jre-headless util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime libfaketime python3-venv)
 
 missing=()
 for pkg in "${packages[@]}"; do

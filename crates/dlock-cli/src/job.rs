@@ -29,20 +29,18 @@ use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
 #[derive(Debug)]
 pub(crate) struct Job {
     pub(crate) child: tokio::process::Child,
-    group: Option<Pid>,
-    /// dlock's own group when the terminal was handed to the command's group.
-    terminal_from: Option<Pid>,
     /// The write end of the guardian's pipe; a byte written to it means "all is well".
     guardian: Option<std::io::PipeWriter>,
     /// Job control: what dlock does when the command stops.
     pub(crate) stops: Stops,
 }
 
-/// Follows the command's stops (Ctrl-Z) on a terminal; a field of its own so that it can be
-/// awaited beside the child's exit.
+/// The command's group and the terminal's owner, and the command's stops (Ctrl-Z) followed on
+/// a terminal; a field of its own so that it can be awaited beside the child's exit.
 #[derive(Debug)]
 pub(crate) struct Stops {
     group: Option<Pid>,
+    /// dlock's own group when the terminal was handed to the command's group.
     terminal_from: Option<Pid>,
     child_events: Option<tokio::signal::unix::Signal>,
 }
@@ -137,8 +135,6 @@ impl Job {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok();
         Ok(Job {
             child,
-            group,
-            terminal_from,
             guardian,
             stops: Stops {
                 group,
@@ -150,7 +146,7 @@ impl Job {
 
     /// Sends `signal` to every process of the command's group.
     pub(crate) fn signal(&self, signal: Signal) {
-        if let Some(group) = self.group {
+        if let Some(group) = self.stops.group {
             let _ = killpg(group, signal);
         }
     }
@@ -158,7 +154,7 @@ impl Job {
     /// After the command ended: the terminal back to dlock's group, the guardian told that
     /// all is well.
     pub(crate) fn finish(&mut self) {
-        if let (Some(own), Some(group)) = (self.terminal_from.take(), self.group) {
+        if let (Some(own), Some(group)) = (self.stops.terminal_from.take(), self.stops.group) {
             let stdin = std::io::stdin();
             if tcgetpgrp(stdin.as_fd()).is_ok_and(|fg| fg == group) {
                 give_terminal(stdin.as_fd(), own);

@@ -52,8 +52,7 @@ end
 
 -- The fence continues from the last holder's, or from the clock floor when that is higher
 -- (the value is gone, or came back older than fences already given out).
-local next_fence
-next_fence = fence_after(holder and fence or nil)
+local next_fence = fence_after(holder and fence or nil)
 local still_queued = '0'
 if q and q.exists() then
   still_queued = '1'
