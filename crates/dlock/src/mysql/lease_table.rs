@@ -25,7 +25,7 @@ use crate::sql_common::{
 };
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
-use super::error::from_sqlx;
+use super::error::{from_sqlx, number};
 
 /// The database's clock in microseconds since the Unix epoch, in UTC whatever the session's
 /// time zone. `UTC_TIMESTAMP(6)` is fixed for the whole statement.
@@ -404,11 +404,7 @@ async fn try_acquire(
         .map_err(from_sqlx)?;
     let Some((held_us, head, head_waited_us, ahead)) = busy else {
         // A new name (or one whose row was swept): create its free row, then take it.
-        sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
-            .bind(name)
-            .execute(&mut *conn)
-            .await
-            .map_err(from_sqlx)?;
+        insert_free_row(&shared, name, &mut conn).await?;
         let taken = take(&shared, &req, &mut conn).await?;
         if taken.rows_affected() > 0 {
             let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
@@ -452,11 +448,52 @@ async fn try_acquire(
 
 /// The grant statement (see `Statements::new`): takes a free or expired row, or re-enters
 /// this token's own live hold, unless a queued waiter comes first.
+///
+/// InnoDB may pick it as a deadlock victim (1213) against the sweeper's range delete or
+/// another new name's row insert; the statement was rolled back whole, so it runs again.
 async fn take(
     shared: &Shared,
     req: &AcquireRequest,
     conn: &mut sqlx::MySqlConnection,
 ) -> Result<sqlx::mysql::MySqlQueryResult> {
+    let mut victim = 0;
+    loop {
+        match take_once(shared, req, &mut *conn).await {
+            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
+            done => return done.map_err(from_sqlx),
+        }
+    }
+}
+
+/// How often a statement chosen as a deadlock victim runs again before the error is the
+/// attempt's.
+const DEADLOCK_RETRIES: u32 = 5;
+
+/// Creates the free row of a new name (see `Statements::new`), again if it was a deadlock
+/// victim.
+async fn insert_free_row(
+    shared: &Shared,
+    name: &str,
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<()> {
+    let mut victim = 0;
+    loop {
+        let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
+            .bind(name)
+            .execute(&mut *conn)
+            .await;
+        match inserted {
+            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
+            done => return done.map(|_| ()).map_err(from_sqlx),
+        }
+    }
+}
+
+async fn take_once(
+    shared: &Shared,
+    req: &AcquireRequest,
+    conn: &mut sqlx::MySqlConnection,
+) -> sqlx::Result<sqlx::mysql::MySqlQueryResult> {
     let name = req.name.as_str();
     let ttl = us(req.ttl);
     let mut take = sqlx::query(AssertSqlSafe(shared.sql.take.clone()));
@@ -472,7 +509,7 @@ async fn take(
     take = take.bind(&req.token).bind(name);
     take = take.bind(&req.token).bind(req.fair).bind(name); // blocked
     take = take.bind(&req.token); // our own live grant (re-entry or retry)
-    take.execute(conn).await.map_err(from_sqlx)
+    take.execute(conn).await
 }
 
 fn to_info(row: &MySqlRow) -> Result<LockInfo> {
