@@ -673,11 +673,9 @@ mod tests {
                                     .acquire(),
                             );
                             loop {
-                                let polled = tokio::time::timeout(
-                                    Duration::from_millis(1),
-                                    &mut waiting,
-                                )
-                                .await;
+                                let polled =
+                                    tokio::time::timeout(Duration::from_millis(1), &mut waiting)
+                                        .await;
                                 assert!(polled.is_err(), "{name}: the waiter got in");
                                 let queued = store
                                     .slots()
@@ -704,12 +702,22 @@ mod tests {
         // Every lease and waiter place has ended; the next operation on the store, on any
         // name, cleans up.
         tokio::time::sleep(ttl + Duration::from_secs(5)).await;
-        let guard = holders.mutex("another").try_acquire().await.unwrap().unwrap();
+        let guard = holders
+            .mutex("another")
+            .try_acquire()
+            .await
+            .unwrap()
+            .unwrap();
         guard.release().await.unwrap();
         let left = backend.store.slots().len();
         assert!(left <= 1, "{left} slots left for {NAMES} names");
         // Fences still rise per name across the forgotten slots.
-        let again = holders.mutex("bounded/1").try_acquire().await.unwrap().unwrap();
+        let again = holders
+            .mutex("bounded/1")
+            .try_acquire()
+            .await
+            .unwrap()
+            .unwrap();
         assert!(again.fence().get() > u64::try_from(NAMES).unwrap());
         again.release().await.unwrap();
     }
