@@ -254,5 +254,5 @@ pub fn default_url() -> String {
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<Locks> {
-    registry::connect(url).await
+    Locks::connect(url).await
 }
