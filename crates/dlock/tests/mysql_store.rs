@@ -395,3 +395,14 @@ async fn a_session_release_on_a_hung_server_returns_within_its_limit() {
     let url = format!("{}?mode=session", Mariadb::url(&server));
     sql_support::release_on_a_hung_server_is_bounded(&mut server, &url).await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_is_heard_at_once_by_session_holders() {
+    let Some(mut server) = server() else { return };
+    let url = Mariadb::url(&server);
+    sql_support::a_restart_is_heard_at_once_by_session_holders(&mut server, &url).await;
+}

@@ -373,3 +373,14 @@ async fn a_session_release_on_a_hung_server_returns_within_its_limit() {
     let url = format!("{}?mode=session", Postgres::url(&server));
     sql_support::release_on_a_hung_server_is_bounded(&mut server, &url).await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_is_heard_at_once_by_session_holders() {
+    let Some(mut server) = server() else { return };
+    let url = Postgres::url(&server);
+    sql_support::a_restart_is_heard_at_once_by_session_holders(&mut server, &url).await;
+}
