@@ -109,7 +109,7 @@ impl SessionAlarm {
 }
 
 /// The watcher: sleeps on its own connection, and rings when that connection fails, and
-/// again each time it has one (connections may have failed while it had none).
+/// again when it has one after a gap (connections may have failed while it had none).
 async fn watch_connections<W: SessionWatch>(
     watch: Arc<W>,
     bell: Arc<watch::Sender<u64>>,
@@ -117,12 +117,16 @@ async fn watch_connections<W: SessionWatch>(
 ) {
     let ring = || bell.send_modify(|rung| *rung = rung.wrapping_add(1));
     let mut pause = WATCH_RETRY_MIN;
+    // Whether the watcher was without a connection (a connect failed, or its connection did)
+    // since it last rang.
+    let mut gap = false;
     loop {
         let connected = tokio::select! {
             () = stop.cancelled() => return,
             connected = tokio::time::timeout(ROUND_TRIP_LIMIT, watch.connect()) => connected,
         };
         let Ok(Ok(mut conn)) = connected else {
+            gap = true;
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
@@ -130,8 +134,11 @@ async fn watch_connections<W: SessionWatch>(
             pause = (pause * 2).min(WATCH_RETRY_MAX);
             continue;
         };
-        // Connections may have failed while the watcher had none (or before its first).
-        ring();
+        // Connections may have failed while the watcher had none.
+        if gap {
+            ring();
+            gap = false;
+        }
         loop {
             let slept = tokio::select! {
                 () = stop.cancelled() => return,
@@ -149,6 +156,7 @@ async fn watch_connections<W: SessionWatch>(
                     };
                     tracing::debug!(%error, "session watcher's connection failed; checking every session lock");
                     ring();
+                    gap = true;
                     break;
                 }
             }
