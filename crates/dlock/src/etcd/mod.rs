@@ -744,7 +744,7 @@ impl EtcdBackend {
                 };
                 // A watch from the current revision, not from the one we read at: etcd serves
                 // a watch that starts in the past from its unsynced group, caught up only every
-                // 100 ms, which made most contended hand-offs wait that long. A deletion
+                // 100 ms, so a hand-off could wait that long. A deletion
                 // between the read and the watch is caught by reading again once the watch is
                 // live.
                 let watched = &watched;
