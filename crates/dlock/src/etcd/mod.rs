@@ -744,9 +744,8 @@ impl EtcdBackend {
                 };
                 // A watch from the current revision, not from the one we read at: etcd serves
                 // a watch that starts in the past from its unsynced group, caught up only every
-                // 100 ms, so a hand-off could wait that long. A deletion
-                // between the read and the watch is caught by reading again once the watch is
-                // live.
+                // 100 ms, so a hand-off could wait that long. A deletion between the read and
+                // the watch is caught by reading again once the watch is live.
                 let watched = &watched;
                 let mut stream = inner
                     .resend(|mut c| async move {
