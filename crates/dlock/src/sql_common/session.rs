@@ -117,8 +117,8 @@ async fn watch_connections<W: SessionWatch>(
 ) {
     let ring = || bell.send_modify(|rung| *rung = rung.wrapping_add(1));
     let mut pause = WATCH_RETRY_MIN;
-    // Whether the watcher was without a connection (a connect failed, or its connection did)
-    // since it last rang.
+    // Whether the watcher was without a connection (a connect failed, or its connection did);
+    // every connection ends in a failure, so it is set again before the next connect.
     let mut gap = false;
     loop {
         let connected = tokio::select! {
@@ -137,7 +137,6 @@ async fn watch_connections<W: SessionWatch>(
         // Connections may have failed while the watcher had none.
         if gap {
             ring();
-            gap = false;
         }
         loop {
             let slept = tokio::select! {
@@ -207,9 +206,11 @@ impl SessionLease {
             inbox,
             lost.clone(),
             start + ttl,
-            check_interval,
             ttl,
-            alarm,
+            Checks {
+                interval: check_interval,
+                alarm,
+            },
         ));
         SessionLease {
             name,
@@ -284,16 +285,26 @@ async fn bounded<T, C: SessionConn>(
         .unwrap_or_else(|_| Err(timed_out::<C>(what, limit)))
 }
 
+/// When a lock's task checks its connection: at most every `interval`, and at once when the
+/// client's watcher rings `alarm`.
+struct Checks {
+    interval: Duration,
+    alarm: watch::Receiver<u64>,
+}
+
 async fn keep_session<C: SessionConn>(
     mut conn: C,
     name: String,
     mut inbox: mpsc::Receiver<Command>,
     lost: CancellationToken,
     mut deadline: Instant,
-    check_interval: Duration,
     mut ttl: Duration,
-    mut alarm: watch::Receiver<u64>,
+    checks: Checks,
 ) {
+    let Checks {
+        interval: check_interval,
+        mut alarm,
+    } = checks;
     let cadence = |ttl: Duration| (ttl / 3).clamp(Duration::from_millis(5), check_interval);
     let mut next_check = Instant::now() + cadence(ttl);
     let mut rechecks = 0u8;
