@@ -432,3 +432,14 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() {
     )
     .await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_is_heard_at_once_by_session_holders() {
+    let Some(mut server) = server() else { return };
+    let url = Mariadb::url(&server);
+    sql_support::a_restart_is_heard_at_once_by_session_holders(&mut server, &url).await;
+}

@@ -410,3 +410,14 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() {
     )
     .await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_is_heard_at_once_by_session_holders() {
+    let Some(mut server) = server() else { return };
+    let url = Postgres::url(&server);
+    sql_support::a_restart_is_heard_at_once_by_session_holders(&mut server, &url).await;
+}

@@ -822,7 +822,9 @@ async fn probe(
     name: &str,
     primitive: Primitive,
 ) -> anyhow::Result<Option<String>> {
-    let ttl = Duration::from_secs(1);
+    // Released at once; a longer TTL only keeps a slow probe (a debug build on a loaded
+    // machine opening a session connection for each part) from outliving its own lease.
+    let ttl = Duration::from_secs(10);
     let taken = match primitive {
         Primitive::Mutex => return inspect(locks, name).await,
         Primitive::RwLock => match locks.rwlock(name).ttl(ttl).try_write().await {

@@ -143,6 +143,38 @@ pub(crate) async fn a_restart_during_holds_and_waits(server: &mut ServerProcess,
     assert!(lease_next.fence() > lease_fence);
 }
 
+/// A session lock whose connection drops with all the others (a restart of `server`) is
+/// reported lost at once, not at its own next check, 20 minutes away here (`check_interval=1h`,
+/// a 1 h TTL): the server frees the lock the moment the connection drops, so a holder that
+/// learns of it later overlaps the next one. The client's watcher connection fails with the
+/// others and wakes the holder. The bound below only keeps a broken build from hanging.
+pub(crate) async fn a_restart_is_heard_at_once_by_session_holders(
+    server: &mut ServerProcess,
+    url: &str,
+) {
+    let session_url = format!("{url}?mode=session&check_interval=1h");
+    let locks = dlock::connect(&session_url).await.unwrap();
+    let held = locks
+        .mutex("restart/heard")
+        .ttl(Duration::from_secs(3600))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| server.restart().unwrap());
+    tokio::time::timeout(Duration::from_secs(60), held.lost())
+        .await
+        .expect("the holder was not told that the restart ended its session");
+    let other = dlock::connect(&session_url).await.unwrap();
+    let next = other
+        .mutex("restart/heard")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock is free on the server after the restart");
+    assert!(next.fence() > held.fence());
+    assert!(matches!(held.release().await, Err(Error::NotOwned { .. })));
+}
+
 /// A session lock's `release()` on a hung server (paused with SIGSTOP) returns a clear
 /// "unavailable" error naming the release and the time it waited, instead of hanging as long
 /// as TCP would; after the server resumes, the lock is free again (the connection was closed).
