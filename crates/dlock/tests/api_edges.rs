@@ -57,3 +57,79 @@ async fn the_blocking_facade_inside_a_runtime_says_what_to_do_instead() {
         "{message}"
     );
 }
+
+/// Every blocking guard: `is_owned()` asks the store, and dropping the guard has released the
+/// hold by the time `drop` returns, so another client's `try_*` succeeds at once.
+#[cfg(feature = "blocking")]
+fn blocking_guards_release_on_drop(url: &str) {
+    use dlock::blocking::Locks;
+    let (mine, theirs) = (Locks::connect(url).unwrap(), Locks::connect(url).unwrap());
+    let ttl = Duration::from_secs(60);
+
+    let guard = mine.mutex("b/mutex").ttl(ttl).acquire().unwrap();
+    assert!(guard.is_owned().unwrap());
+    drop(guard);
+    assert!(theirs.mutex("b/mutex").try_acquire().unwrap().is_some());
+
+    let reading = mine
+        .rwlock("b/rw")
+        .max_readers(4)
+        .ttl(ttl)
+        .wait(Duration::from_secs(5))
+        .read()
+        .unwrap();
+    assert!(reading.is_owned().unwrap());
+    let builder = theirs.rwlock("b/rw").max_readers(4).no_wait();
+    assert!(builder.clone().try_write().unwrap().is_none());
+    drop(reading);
+    let writing = builder.clone().try_write().unwrap().expect("write after the read's drop");
+    assert!(writing.is_owned().unwrap());
+    assert!(mine.rwlock("b/rw").max_readers(4).try_read().unwrap().is_none());
+    drop(writing);
+    assert!(mine.rwlock("b/rw").max_readers(4).try_read().unwrap().is_some());
+
+    let permit = mine.semaphore("b/sem", 1).ttl(ttl).acquire().unwrap();
+    assert!(permit.is_owned().unwrap());
+    assert!(theirs.semaphore("b/sem", 1).try_acquire().unwrap().is_none());
+    drop(permit);
+    let permit = theirs.semaphore("b/sem", 1).try_acquire().unwrap();
+    assert!(permit.expect("a permit after the drop").is_owned().unwrap());
+
+    let both = mine
+        .multi_lock(["b/x", "b/y"])
+        .ttl(ttl)
+        .max_hold(Duration::from_secs(600))
+        .acquire()
+        .unwrap();
+    assert!(both.is_owned().unwrap());
+    assert!(both.fence("b/y").is_some());
+    assert!(theirs.mutex("b/y").try_acquire().unwrap().is_none());
+    drop(both);
+    assert!(theirs.multi_lock(["b/y", "b/x"]).try_acquire().unwrap().is_some());
+
+    // A broken hold is told by the store.
+    let broken = mine.mutex("b/broken").ttl(ttl).acquire().unwrap();
+    if mine.info().capabilities.monitor {
+        assert!(theirs.force_release("b/broken").unwrap());
+        assert!(!broken.is_owned().unwrap());
+        assert!(broken.is_lost());
+    }
+}
+
+#[cfg(all(feature = "blocking", feature = "sqlite"))]
+#[test]
+fn blocking_guards_release_on_drop_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    blocking_guards_release_on_drop(&url);
+}
+
+#[cfg(all(feature = "blocking", feature = "redis"))]
+#[test]
+fn blocking_guards_release_on_drop_on_redis() {
+    use dlock_testkit::fixture::{Fixture, RedisFixture};
+    let Some(redis) = RedisFixture::start().unwrap() else {
+        return;
+    };
+    blocking_guards_release_on_drop(&redis.url().unwrap());
+}
