@@ -133,3 +133,56 @@ fn blocking_guards_release_on_drop_on_redis() {
     };
     blocking_guards_release_on_drop(&redis.url().unwrap());
 }
+
+/// A port nothing listens on (bound, then closed).
+#[cfg(feature = "redis")]
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// What `anyhow`'s `{:#}` prints: every error of the `source()` chain, joined by `: `.
+#[cfg(feature = "redis")]
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut next = error.source();
+    while let Some(cause) = next {
+        parts.push(cause.to_string());
+        next = cause.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_store_error_reported_with_its_chain_names_each_cause_once() {
+    let url = format!("redis://127.0.0.1:{}?connect_timeout=2s", closed_port());
+    let error = dlock::connect(&url).await.unwrap_err();
+    assert_eq!(error.backend(), Some("redis"));
+    for shown in [chain(&error), format!("{:#}", anyhow::Error::from(error))] {
+        assert_eq!(
+            shown.matches("Connection refused").count(),
+            1,
+            "each cause once: {shown}"
+        );
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redlock_error_names_redlock_and_every_node_with_its_error() {
+    let ports = [closed_port(), closed_port(), closed_port()];
+    let url = format!(
+        "redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+        ports[0], ports[1], ports[2]
+    );
+    let error = dlock::connect(&url).await.unwrap_err();
+    assert_eq!(error.backend(), Some("redlock"), "{error}");
+    let shown = chain(&error);
+    assert!(shown.starts_with("redlock: "), "{shown}");
+    for (i, port) in ports.iter().enumerate() {
+        let node = format!("node {} (redis://127.0.0.1:{port}", i + 1);
+        assert!(shown.contains(&node), "{node} missing: {shown}");
+    }
+    assert_eq!(shown.matches("refused").count(), 3, "one error per node: {shown}");
+}
