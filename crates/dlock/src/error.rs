@@ -141,7 +141,9 @@ impl std::fmt::Display for Error {
                 f,
                 "lock {name:?} is not owned by this holder (expired, broken or already released)"
             ),
-            Error::InvalidName { name, reason } => write!(f, "invalid lock name {name:?}: {reason}"),
+            Error::InvalidName { name, reason } => {
+                write!(f, "invalid lock name {name:?}: {reason}")
+            }
             Error::InvalidArgument { what, reason } => write!(f, "invalid {what}: {reason}"),
             Error::InvalidUrl { url, reason } => write!(f, "invalid URL {url:?}: {reason}"),
             Error::Unsupported { operation, backend } => {

@@ -82,15 +82,37 @@ fn blocking_guards_release_on_drop(url: &str) {
     let builder = theirs.rwlock("b/rw").max_readers(4).no_wait();
     assert!(builder.clone().try_write().unwrap().is_none());
     drop(reading);
-    let writing = builder.clone().try_write().unwrap().expect("write after the read's drop");
+    let writing = builder
+        .clone()
+        .try_write()
+        .unwrap()
+        .expect("write after the read's drop");
     assert!(writing.is_owned().unwrap());
-    assert!(mine.rwlock("b/rw").max_readers(4).try_read().unwrap().is_none());
+    assert!(
+        mine.rwlock("b/rw")
+            .max_readers(4)
+            .try_read()
+            .unwrap()
+            .is_none()
+    );
     drop(writing);
-    assert!(mine.rwlock("b/rw").max_readers(4).try_read().unwrap().is_some());
+    assert!(
+        mine.rwlock("b/rw")
+            .max_readers(4)
+            .try_read()
+            .unwrap()
+            .is_some()
+    );
 
     let permit = mine.semaphore("b/sem", 1).ttl(ttl).acquire().unwrap();
     assert!(permit.is_owned().unwrap());
-    assert!(theirs.semaphore("b/sem", 1).try_acquire().unwrap().is_none());
+    assert!(
+        theirs
+            .semaphore("b/sem", 1)
+            .try_acquire()
+            .unwrap()
+            .is_none()
+    );
     drop(permit);
     let permit = theirs.semaphore("b/sem", 1).try_acquire().unwrap();
     assert!(permit.expect("a permit after the drop").is_owned().unwrap());
@@ -105,7 +127,13 @@ fn blocking_guards_release_on_drop(url: &str) {
     assert!(both.fence("b/y").is_some());
     assert!(theirs.mutex("b/y").try_acquire().unwrap().is_none());
     drop(both);
-    assert!(theirs.multi_lock(["b/y", "b/x"]).try_acquire().unwrap().is_some());
+    assert!(
+        theirs
+            .multi_lock(["b/y", "b/x"])
+            .try_acquire()
+            .unwrap()
+            .is_some()
+    );
 
     // A broken hold is told by the store.
     let broken = mine.mutex("b/broken").ttl(ttl).acquire().unwrap();
@@ -184,5 +212,9 @@ async fn a_redlock_error_names_redlock_and_every_node_with_its_error() {
         let node = format!("node {} (redis://127.0.0.1:{port}", i + 1);
         assert!(shown.contains(&node), "{node} missing: {shown}");
     }
-    assert_eq!(shown.matches("refused").count(), 3, "one error per node: {shown}");
+    assert_eq!(
+        shown.matches("refused").count(),
+        3,
+        "one error per node: {shown}"
+    );
 }

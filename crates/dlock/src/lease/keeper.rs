@@ -512,11 +512,23 @@ mod tests {
         };
         let _reg = keeper.register(lease.clone(), label(), policy, start);
         tokio::time::sleep(Duration::from_millis(250)).await;
-        assert_eq!(lease.checks.load(Ordering::SeqCst), 1, "one check at 200 ms");
+        assert_eq!(
+            lease.checks.load(Ordering::SeqCst),
+            1,
+            "one check at 200 ms"
+        );
         lease.disowned.store(true, Ordering::SeqCst);
         lease.lost.cancelled().await;
-        assert_eq!(start.elapsed(), Duration::from_millis(400), "lost at the second check");
-        assert_eq!(lease.renewals.load(Ordering::SeqCst), 0, "a fixed lease was extended");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(400),
+            "lost at the second check"
+        );
+        assert_eq!(
+            lease.renewals.load(Ordering::SeqCst),
+            0,
+            "a fixed lease was extended"
+        );
     }
 
     #[tokio::test(start_paused = true)]

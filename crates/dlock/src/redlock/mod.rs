@@ -146,8 +146,8 @@ impl RedlockBuilder {
                 }
                 Ok(Err(error)) => errors.push(on_node(&node, error)),
                 Err(_) => {
-                    let limit = config.nodes[index].connect_timeout
-                        + config.nodes[index].response_timeout;
+                    let limit =
+                        config.nodes[index].connect_timeout + config.nodes[index].response_timeout;
                     errors.push(on_node(
                         &node,
                         unavailable(&format!("no answer to PING within {limit:?}")),
@@ -182,7 +182,15 @@ fn unavailable(reason: &str) -> Error {
 /// named `redlock`, the node named in the message, the variant kept.
 fn on_node(node: &str, error: Error) -> Error {
     let tagged = |source: crate::error::BoxError| -> crate::error::BoxError {
-        format!("{node}: {}", Error::Backend { backend: BACKEND, source }.cause_text()).into()
+        format!(
+            "{node}: {}",
+            Error::Backend {
+                backend: BACKEND,
+                source
+            }
+            .cause_text()
+        )
+        .into()
     };
     match error {
         Error::Unavailable { source, .. } => Error::Unavailable {
