@@ -131,6 +131,14 @@ pub(super) async fn acquire(
                 [0, free_in] => Ok(Attempt::Busy {
                     free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
                 }),
+                [2, size] => match shape {
+                    Shape::Permit { permits } => Err(Error::SizeMismatch {
+                        name: name.to_owned(),
+                        asked: permits,
+                        held_with: u32::try_from(*size).unwrap_or(u32::MAX),
+                    }),
+                    _ => Err(bad_reply("shared acquire")),
+                },
                 _ => Err(bad_reply("shared acquire")),
             }
         },
