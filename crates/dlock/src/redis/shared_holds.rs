@@ -249,7 +249,18 @@ impl Lease for SharedHold {
     }
 
     async fn release(&self) -> Result<()> {
-        let mut conn = self.inner.conn.clone();
+        self.release_on(self.inner.conn.clone()).await
+    }
+
+    /// On a fresh connection of the runtime this runs on (see `RedisLease`).
+    async fn release_elsewhere(&self) -> Result<()> {
+        let node = super::node::Node::connect(&self.inner.config, true).await?;
+        self.release_on(node.conn).await
+    }
+}
+
+impl SharedHold {
+    async fn release_on(&self, mut conn: ::redis::aio::ConnectionManager) -> Result<()> {
         let released: i64 = self
             .shape
             .release_script()
