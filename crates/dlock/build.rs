@@ -75,8 +75,20 @@ fn main() {
             println!("cargo::rerun-if-changed={}", jar.display());
             present &= jar.is_file();
         }
-        // Installing the server later must rebuild the tests with the flag gone.
-        println!("cargo::rerun-if-changed=/usr/bin/{binary}");
+        // Installing the server later must rebuild the tests with the flag gone. A path that
+        // does not exist would make this script always stale (every build rebuilding dlock),
+        // so the binary is watched where it is, or else the folders it would be installed in.
+        let installed = ["/usr/bin", "/usr/sbin"]
+            .map(|dir| Path::new(dir).join(binary))
+            .into_iter()
+            .find(|path| path.exists());
+        match installed {
+            Some(path) => println!("cargo::rerun-if-changed={}", path.display()),
+            None => ["/usr/bin", "/usr/sbin", "/usr/lib/postgresql"]
+                .iter()
+                .filter(|dir| Path::new(dir).is_dir())
+                .for_each(|dir| println!("cargo::rerun-if-changed={dir}")),
+        }
         if !present && !required(name) {
             println!("cargo::rustc-cfg=dlock_test_missing=\"{name}\"");
         }
