@@ -1049,3 +1049,30 @@ fn scan_all(addr: std::net::SocketAddr) -> anyhow::Result<Vec<String>> {
         cursor = next;
     }
 }
+
+/// A server that stops answering is reported with what timed out and after how long.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test]
+async fn a_hung_server_is_reported_with_the_response_timeout() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let proxy = FaultProxy::start(&[fx.addr()])?;
+    let locks = dlock::connect(&format!("redis://{}?timeout=300ms", proxy.addrs()[0])).await?;
+    proxy.set(NetFault::Blackhole);
+    let error = locks
+        .mutex("hung")
+        .try_acquire()
+        .await
+        .err()
+        .context("a hung server granted a lock")?;
+    let message = format!("{error}");
+    ensure!(
+        matches!(error, Error::Unavailable { .. })
+            && message.contains("response timeout of 300ms")
+            && message.contains("?timeout="),
+        "{error:?}: {message}"
+    );
+    Ok(())
+}

@@ -114,9 +114,9 @@ pub enum Needs {
     /// etcd key under the attempt's lease, a ZooKeeper sequential node): a lost reply there
     /// leaves an object that only its own connection or lease can end.
     RetryFindsItsGrant,
-    /// Semaphores that refuse another size than their holders use: Redis's native ones, and
-    /// composed ones on stores that can list their slots. Not yet etcd's and ZooKeeper's
-    /// native semaphores, nor composed ones on stores without listing (Redlock, SQL sessions).
+    /// Semaphores that refuse another size than their holders use: every store's native ones
+    /// (the size is in each permit's entry), and composed ones on stores that can list their
+    /// slots. Not composed ones on stores without listing (Redlock, SQL sessions).
     SemaphoreSize,
 }
 
@@ -135,15 +135,8 @@ impl Needs {
                     Needs::CrossProcess.unmet(caps, fx)
                 }
             }
-            Needs::SemaphoreSize => {
-                if caps.permits && fx.backend() != "redis" {
-                    Some("its native semaphores do not record their size yet")
-                } else if !caps.permits && !caps.monitor {
-                    Some("composed semaphores cannot list their slots to compare sizes")
-                } else {
-                    None
-                }
-            }
+            Needs::SemaphoreSize => (!caps.permits && !caps.monitor)
+                .then_some("composed semaphores cannot list their slots to compare sizes"),
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),
             Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
             Needs::Values => (!caps.values).then_some("no versioned values"),

@@ -476,6 +476,24 @@ impl Pending {
         let ids = std::mem::take(&mut *self.leases());
         self.inner.revoke_later(ids);
     }
+
+    /// Revokes every lease before returning, so the call's keys are gone when it reports:
+    /// a refused call must not linger in the queue where the next caller would see it.
+    async fn revoke_now(&self) {
+        let ids = std::mem::take(&mut *self.leases());
+        for id in ids {
+            let revoked = self
+                .inner
+                .resend(|mut c| async move { c.lease_revoke(id).await })
+                .await;
+            match revoked {
+                Err(error) if !lease_gone(&error) => {
+                    tracing::debug!(%error, lease = id, "revoking a lease failed; it expires instead");
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 impl Drop for Pending {
@@ -862,6 +880,10 @@ impl Backend for EtcdBackend {
                         pause = pause.min(at - now);
                     }
                     tokio::time::sleep(pause).await;
+                }
+                Err(error @ Error::SizeMismatch { .. }) => {
+                    pending.revoke_now().await;
+                    return Err(error);
                 }
                 Err(error) => return Err(error),
             }

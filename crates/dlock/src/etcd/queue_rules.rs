@@ -4,12 +4,13 @@
 //! - a mutex or a writer: no key ahead of it; it watches the key just ahead;
 //! - a reader: no writer ahead (so a waiting writer holds back later readers) and fewer than
 //!   `max_readers` readers ahead; it watches the nearest writer ahead, or else any deletion;
-//! - a permit: fewer than `permits` keys ahead; it watches any deletion.
+//! - a permit: fewer than `permits` keys ahead; it watches any deletion. A permit's key
+//!   carries its semaphore's size, and a key ahead with another size refuses the call.
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use crate::backend::LockKind;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 use super::error::map;
 use super::{Inner, revision};
@@ -60,19 +61,21 @@ impl Shape {
         base
     }
 
-    /// The letter after the base that says a read-write lock key's side.
-    fn letter(self) -> &'static [u8] {
+    /// What follows the base in a key before the lease id: a read-write lock key's side, or
+    /// a permit's semaphore size (`n<permits>.`).
+    fn letter(self) -> Vec<u8> {
         match self {
-            Shape::Read { .. } => b"r",
-            Shape::Write => b"w",
-            Shape::Exclusive | Shape::Permit { .. } => b"",
+            Shape::Read { .. } => b"r".to_vec(),
+            Shape::Write => b"w".to_vec(),
+            Shape::Exclusive => Vec::new(),
+            Shape::Permit { permits } => format!("n{permits}.").into_bytes(),
         }
     }
 
-    /// This acquire's key: the base, the side, the hold's lease id.
+    /// This acquire's key: the base, the side or size, the hold's lease id.
     pub(super) fn key(self, base: &[u8], hold: i64) -> Vec<u8> {
         let mut key = base.to_vec();
-        key.extend_from_slice(self.letter());
+        key.extend_from_slice(&self.letter());
         key.extend_from_slice(format!("{hold:016x}").as_bytes());
         key
     }
@@ -81,6 +84,13 @@ impl Shape {
     pub(super) fn first_in_line_wins(self) -> bool {
         matches!(self, Shape::Exclusive | Shape::Write)
     }
+}
+
+/// The semaphore size in a permit key's tail after the base (`n<permits>.<lease id>`).
+fn permit_size(tail: &[u8]) -> Option<u32> {
+    let tail = tail.strip_prefix(b"n")?;
+    let end = tail.iter().position(|&b| b == b'.')?;
+    std::str::from_utf8(&tail[..end]).ok()?.parse().ok()
 }
 
 fn with_side(base: &[u8], side: &[u8]) -> Vec<u8> {
@@ -119,7 +129,20 @@ impl Inner {
                 }
             }
             Shape::Permit { permits } => {
-                let (ahead, at) = self.count_before(base, my_rev, limit(permits)).await?;
+                let (ahead, at) = self.first_before(base, my_rev, limit(permits)).await?;
+                // Of two calls with different sizes the later sees the earlier's key.
+                if let Some(held_with) = ahead
+                    .iter()
+                    .filter_map(|key| permit_size(&key[base.len()..]))
+                    .find(|&size| size != permits)
+                {
+                    return Err(Error::SizeMismatch {
+                        name: self.name_in(base, shape),
+                        asked: permits,
+                        held_with,
+                    });
+                }
+                let ahead = i64::try_from(ahead.len()).unwrap_or(i64::MAX);
                 if ahead < limit(permits) {
                     Ok((Wanted::Nothing, at))
                 } else {
@@ -157,6 +180,42 @@ impl Inner {
                 .map(|kv| kv.key().to_vec()),
             at,
         ))
+    }
+
+    /// The lock name inside a base made by [`Shape::base`], for errors.
+    fn name_in(&self, base: &[u8], shape: Shape) -> String {
+        let start = Shape::base(shape, &self.config.prefix, "").len() - 1;
+        let name = base.get(start..base.len() - 1).unwrap_or_default();
+        String::from_utf8_lossy(name).into_owned()
+    }
+
+    /// The first `at_most` keys under `prefix` (oldest first) created before `my_rev`.
+    async fn first_before(
+        &self,
+        prefix: &[u8],
+        my_rev: i64,
+        at_most: i64,
+    ) -> Result<(Vec<Vec<u8>>, i64)> {
+        let mut reply = self
+            .resend(|mut c| async move {
+                c.get(
+                    prefix,
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_max_create_revision(my_rev - 1)
+                            .with_sort(SortTarget::Create, SortOrder::Ascend)
+                            .with_limit(at_most)
+                            .with_keys_only(),
+                    ),
+                )
+                .await
+            })
+            .await
+            .map_err(map)?;
+        let at = revision(reply.header(), "permits ahead")?;
+        let keys = reply.take_kvs().into_iter().map(|kv| kv.key().to_vec());
+        Ok((keys.collect(), at))
     }
 
     /// How many keys under `prefix` were created before `my_rev`, counting up to `at_most`.

@@ -120,6 +120,16 @@ impl RedisConfig {
         if host.is_empty() || host.starts_with(':') {
             return Err(invalid("missing host".into()));
         }
+        // The port follows the last `:` outside an IPv6 address's brackets.
+        let port = match host.rsplit_once(']') {
+            Some((_, after)) => after.strip_prefix(':'),
+            None => host.rsplit_once(':').map(|(_, port)| port),
+        };
+        if let Some(port) = port.filter(|port| port.parse::<u16>().is_err()) {
+            return Err(invalid(format!(
+                "port {port:?} is not a number from 0 to 65535 (redis://host:PORT)"
+            )));
+        }
         if db.contains('@') {
             return Err(invalid(
                 "a `/` in the user name or password must be written as %2F".into(),
@@ -254,6 +264,28 @@ mod tests {
                 matches!(RedisConfig::from_url(url), Err(Error::InvalidUrl { .. })),
                 "{url}"
             );
+        }
+    }
+
+    #[test]
+    fn a_bad_port_is_named_in_the_message() {
+        for url in [
+            "redis://h:notaport",
+            "redis://u:p@h:99999/2",
+            "redis://[::1]:x",
+        ] {
+            let message = RedisConfig::from_url(url).unwrap_err().to_string();
+            assert!(
+                message.contains("port") && message.contains("not a number"),
+                "{url}: {message}"
+            );
+        }
+        for url in [
+            "redis://[::1]:6379",
+            "redis://[::1]",
+            "redis://u:p%3A@h:6379",
+        ] {
+            assert!(RedisConfig::from_url(url).is_ok(), "{url}");
         }
     }
 }

@@ -73,6 +73,20 @@ pub(crate) fn map(error: RedisError, key: &str) -> Error {
     }
 }
 
+/// As [`map`], but a request that timed out says after how long, and how to change it.
+pub(crate) fn map_timed(error: RedisError, key: &str, timeout: std::time::Duration) -> Error {
+    if error.is_timeout() {
+        return Error::Unavailable {
+            backend: BACKEND,
+            source: format!(
+                "no reply within the response timeout of {timeout:?} (set it with ?timeout= in the URL)"
+            )
+            .into(),
+        };
+    }
+    map(error, key)
+}
+
 /// A reply whose shape is not what the script returns: a server speaking another dialect.
 pub(crate) fn bad_reply(what: &str) -> Error {
     Error::Backend {

@@ -28,7 +28,7 @@ use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
-use error::{BACKEND, bad_reply, map};
+use error::{BACKEND, bad_reply, map_timed};
 use node::Node;
 use scripts::Keys;
 use wake::Wakeups;
@@ -178,6 +178,13 @@ struct Inner {
     conn: ConnectionManager,
     wakeups: Wakeups,
     config: RedisConfig,
+}
+
+impl Inner {
+    /// A failed request as dlock's error; a timeout says the configured response timeout.
+    fn fail(&self, error: ::redis::RedisError, key: &str) -> Error {
+        map_timed(error, key, self.config.response_timeout)
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -344,7 +351,7 @@ impl Backend for RedisBackend {
                 let reply: Result<Vec<i64>> = invocation
                     .invoke_async(&mut conn)
                     .await
-                    .map_err(|e| map(e, &keys.lock));
+                    .map_err(|e| inner.fail(e, &keys.lock));
                 leftovers.in_flight.store(false, Ordering::Relaxed);
                 match reply?.as_slice() {
                     [1, fence, _reentered] => Ok(Attempt::Acquired(Arc::new(RedisLease {
@@ -418,7 +425,7 @@ impl RedisBackend {
         let reply: Vec<i64> = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &all_keys[0].lock))?;
+            .map_err(|e| self.inner.fail(e, &all_keys[0].lock))?;
         match reply.split_first() {
             Some((1, fences)) if fences.len() == reqs.len() => Ok(Some(
                 reqs.iter()
@@ -485,7 +492,7 @@ impl Lease for RedisLease {
             .arg(ms(ttl))
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &self.keys.lock))?;
+            .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
         if owned == 1 {
             Ok(())
         } else {
@@ -516,7 +523,7 @@ impl RedisLease {
             .arg(&self.keys.channel)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &self.keys.lock))?;
+            .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
         if left < 0 {
             return Err(Error::not_owned(self.name()));
         }
@@ -573,7 +580,7 @@ impl ValueStore for RedisBackend {
             .arg("value")
             .query_async(&mut conn)
             .await
-            .map_err(|e| map(e, &key))?;
+            .map_err(|e| self.inner.fail(e, &key))?;
         match (version, value) {
             (Some(version), Some(value)) => Ok(Some(Versioned::new(value, version))),
             (None, None) => Ok(None),
@@ -600,7 +607,7 @@ impl ValueStore for RedisBackend {
             .arg(value)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &key))
+            .map_err(|e| self.inner.fail(e, &key))
     }
 }
 
@@ -613,7 +620,7 @@ impl MonitorStore for RedisBackend {
             .key(&key)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &key))?;
+            .map_err(|e| self.inner.fail(e, &key))?;
         lock_info(name.as_str().to_owned(), reply)
     }
 
@@ -636,10 +643,11 @@ impl MonitorStore for RedisBackend {
             .arg("string")
             .query_async(&mut conn)
             .await
-            .map_err(|e| map(e, &pattern))?;
+            .map_err(|e| self.inner.fail(e, &pattern))?;
         let mut locks = Vec::with_capacity(keys.len());
         if !keys.is_empty() {
-            let replies = inspect_many(&mut conn, &keys).await?;
+            let replies =
+                inspect_many(&mut conn, &keys, self.inner.config.response_timeout).await?;
             for (key, reply) in keys.iter().zip(replies) {
                 let name = key.strip_prefix(&key_prefix).unwrap_or(key).to_owned();
                 // Expired or released between SCAN and the read: not held any more.
@@ -661,7 +669,7 @@ impl MonitorStore for RedisBackend {
             .arg(&keys.channel)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &keys.lock))?;
+            .map_err(|e| self.inner.fail(e, &keys.lock))?;
         Ok(broken == 1)
     }
 }
@@ -670,6 +678,7 @@ impl MonitorStore for RedisBackend {
 async fn inspect_many(
     conn: &mut ConnectionManager,
     keys: &[String],
+    timeout: Duration,
 ) -> Result<Vec<Vec<Option<String>>>> {
     let mut pipe = ::redis::pipe();
     for key in keys {
@@ -685,9 +694,11 @@ async fn inspect_many(
                 .prepare_invoke()
                 .load_async(conn)
                 .await
-                .map_err(|e| map(e, &keys[0]))?;
-            pipe.query_async(conn).await.map_err(|e| map(e, &keys[0]))
+                .map_err(|e| map_timed(e, &keys[0], timeout))?;
+            pipe.query_async(conn)
+                .await
+                .map_err(|e| map_timed(e, &keys[0], timeout))
         }
-        Err(e) => Err(map(e, &keys[0])),
+        Err(e) => Err(map_timed(e, &keys[0], timeout)),
     }
 }

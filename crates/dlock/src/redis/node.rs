@@ -7,7 +7,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::config::RedisConfig;
-use super::error::map;
+use super::error::{map, map_timed};
 use super::wake::Wakeups;
 use crate::error::{Error, Result, redact_url};
 
@@ -57,12 +57,12 @@ impl Node {
         let conn = if check {
             let mut conn = ConnectionManager::new_with_config(client.clone(), manager)
                 .await
-                .map_err(|e| map(e, ""))?;
+                .map_err(|e| map_timed(e, "", config.response_timeout))?;
             // Credentials are only checked by a command: fail here, not on the first lock.
             ::redis::cmd("PING")
                 .query_async::<()>(&mut conn)
                 .await
-                .map_err(|e| map(e, ""))?;
+                .map_err(|e| map_timed(e, "", config.response_timeout))?;
             conn
         } else {
             ConnectionManager::new_lazy_with_config(client.clone(), manager)

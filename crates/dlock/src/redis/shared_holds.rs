@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
-use super::error::{bad_reply, map};
+use super::error::bad_reply;
 use super::scripts::{self, SharedKeys};
 use super::{Inner, ms};
 
@@ -115,7 +115,7 @@ pub(super) async fn acquire(
             let reply: Result<Vec<i64>> = invocation
                 .invoke_async(&mut conn)
                 .await
-                .map_err(|e| map(e, &keys.holders));
+                .map_err(|e| inner.fail(e, &keys.holders));
             in_flight.store(false, Ordering::Relaxed);
             match reply?.as_slice() {
                 [1, fence] => Ok(Attempt::Acquired(Arc::new(SharedHold {
@@ -240,7 +240,7 @@ impl Lease for SharedHold {
             .arg(ms(ttl))
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &self.keys.holders))?;
+            .map_err(|e| self.inner.fail(e, &self.keys.holders))?;
         if owned == 1 {
             Ok(())
         } else {
@@ -271,7 +271,7 @@ impl SharedHold {
             .arg(&self.keys.channel)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| map(e, &self.keys.holders))?;
+            .map_err(|e| self.inner.fail(e, &self.keys.holders))?;
         if released == 1 {
             Ok(())
         } else {

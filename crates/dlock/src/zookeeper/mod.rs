@@ -445,6 +445,11 @@ enum Decision {
     WatchNode(usize),
     /// Wait for any change of the directory.
     WatchChildren,
+    /// A semaphore's earlier node asks for another number of permits.
+    SizeMismatch {
+        asked: u32,
+        held_with: u32,
+    },
 }
 
 impl Turn {
@@ -492,10 +497,39 @@ impl Turn {
                     None => Decision::WatchChildren,
                 }
             }
-            Turn::Permit { permits } if position < limit(permits) => Decision::Granted,
-            Turn::Permit { .. } => Decision::WatchChildren,
+            Turn::Permit { permits } => {
+                // Of two calls with different sizes the later sees the earlier's node.
+                let other = queue[..position]
+                    .iter()
+                    .find_map(|(_, child)| permit_size(child).filter(|&size| size != permits));
+                match other {
+                    Some(held_with) => Decision::SizeMismatch {
+                        asked: permits,
+                        held_with,
+                    },
+                    None if position < limit(permits) => Decision::Granted,
+                    None => Decision::WatchChildren,
+                }
+            }
         }
     }
+
+    /// A fresh tag for one acquire call: the kind's letter, a unique id, and for a permit
+    /// its semaphore's size (`p<uuid>n<permits>`), so every call can check the others'.
+    fn new_tag(self) -> String {
+        let id = uuid::Uuid::new_v4().simple();
+        match self {
+            Turn::Permit { permits } => format!("p{id}n{permits}"),
+            _ => format!("{}{id}", self.tag_letter()),
+        }
+    }
+}
+
+/// The semaphore size a permit's node carries, if it is a permit node that says.
+fn permit_size(child: &str) -> Option<u32> {
+    let tag = child.strip_prefix(NODE_PREFIX)?.split(NODE_INFIX).next()?;
+    let (_, size) = tag.strip_prefix('p')?.split_once('n')?;
+    size.parse().ok()
 }
 
 /// Whether a queue node is a read-write lock's writer.
@@ -662,7 +696,7 @@ impl Backend for ZookeeperBackend {
         let mut waiter = Waiter {
             inner: self.inner.clone(),
             dir: self.inner.dir(&turn.dir_name(req.name.as_str())),
-            tag: format!("{}{}", turn.tag_letter(), uuid::Uuid::new_v4().simple()),
+            tag: turn.new_tag(),
             turn,
             node: None,
             uncertain: None,
@@ -855,6 +889,14 @@ async fn attempt_in(
             });
         };
         let watched = match waiter.turn.decide(&queue, position) {
+            Decision::SizeMismatch { asked, held_with } => {
+                waiter.leave().await;
+                return Err(Error::SizeMismatch {
+                    name: req.name.to_string(),
+                    asked,
+                    held_with,
+                });
+            }
             Decision::Granted => {
                 let Some(node) = waiter.node.take() else {
                     return Err(session_lost());
