@@ -178,20 +178,24 @@ impl DropRelease {
 
     pub(crate) async fn run(mut self) {
         let mut result = self.lease.release().await;
-        if matches!(&result, Err(error) if error.is_retryable()) {
-            // The store said "try again", or the runtime is shutting down under the request
-            // (its connections fail): once more on a fresh connection.
+        // The store said "try again", or the connection failed: again on fresh connections,
+        // for a bounded time, here in the task. A store that stays away leaves the lock to
+        // its lease; blocking a runtime thread for it would stall every other task there. If
+        // the runtime shuts down meanwhile, the task is dropped unfinished and `Drop`
+        // releases synchronously.
+        let give_up = tokio::time::Instant::now() + SHUTDOWN_RELEASE_BOUND;
+        let mut pause = Duration::from_millis(20);
+        while matches!(&result, Err(error) if error.is_retryable())
+            && tokio::time::Instant::now() < give_up
+        {
             result = self.lease.release_elsewhere().await;
-        }
-        match result {
-            // Still unanswered: not done, so Drop releases synchronously on a runtime of its
-            // own (bounded), rather than leaving the lock to its lease.
-            Err(error) if error.is_retryable() => {
-                tracing::debug!(name = %self.name, %error, "release on drop failed; retrying");
-                return;
+            if matches!(&result, Err(error) if error.is_retryable()) {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
             }
-            Err(error) => tracing::debug!(name = %self.name, %error, "release on drop failed"),
-            Ok(()) => {}
+        }
+        if let Err(error) = result {
+            tracing::debug!(name = %self.name, %error, "release on drop failed; the lease frees the lock");
         }
         self.lease.lost().cancel();
         self.done = true;
