@@ -51,6 +51,16 @@ pub struct BoundedStore {
     pub settle: Duration,
 }
 
+impl std::fmt::Debug for BoundedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundedStore")
+            .field("upstream", &self.upstream)
+            .field("names", &self.names)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Runs the workload on `store` and checks that nothing per name is left.
 ///
 /// # Errors
@@ -128,7 +138,10 @@ async fn one_name(store: &BoundedStore, crashing: &Locks, i: usize) -> anyhow::R
             let until = Instant::now() + Duration::from_secs(20);
             loop {
                 let polled = timeout(Duration::from_millis(5), &mut waiting).await;
-                ensure!(polled.is_err(), "{name}: the waiter got in beside the holder");
+                ensure!(
+                    polled.is_err(),
+                    "{name}: the waiter got in beside the holder"
+                );
                 if (store.queued)(name.clone()).await? {
                     break;
                 }

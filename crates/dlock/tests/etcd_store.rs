@@ -404,7 +404,9 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() -> anyhow::Resul
     let keys = move |from: Vec<u8>| {
         let mut client = probe.clone();
         async move {
-            let options = etcd_client::GetOptions::new().with_prefix().with_keys_only();
+            let options = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_keys_only();
             let reply = client.get(from, Some(options)).await?;
             anyhow::Ok(
                 reply
@@ -424,7 +426,9 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() -> anyhow::Resul
         ttl: Duration::from_secs(2),
         queued: Box::new(move |name| {
             let keys = queued_keys.clone();
-            Box::pin(async move { Ok(keys(format!("dlock/{name}\0").into_bytes()).await?.len() >= 2) })
+            Box::pin(
+                async move { Ok(keys(format!("dlock/{name}\0").into_bytes()).await?.len() >= 2) },
+            )
         }),
         left: Box::new(move || {
             let keys = keys.clone();

@@ -211,15 +211,43 @@ impl Drop for DropRelease {
     }
 }
 
-/// How long a release at shutdown may hold up the thread dropping the runtime; a store that
-/// does not answer by then is left to the lease.
+/// How long the releases at one shutdown may hold up the thread dropping the runtime, all
+/// together; a store that does not answer by then is left to the leases.
 pub(crate) const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(3);
+
+/// When the current burst of synchronous releases began, and when its last one did: the
+/// releases of one shutdown (many guards dropped at once) share one
+/// [`SHUTDOWN_RELEASE_BOUND`], so a thousand guards on an unreachable store cost seconds, not
+/// hours.
+static SHUTDOWN_BURST: std::sync::Mutex<Option<(std::time::Instant, std::time::Instant)>> =
+    std::sync::Mutex::new(None);
+
+/// What is left of the current burst's bound (a call more than the bound after the previous
+/// one starts a new burst).
+fn shutdown_budget() -> Duration {
+    let now = std::time::Instant::now();
+    let mut burst = SHUTDOWN_BURST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let start = match *burst {
+        Some((start, last)) if now.duration_since(last) < SHUTDOWN_RELEASE_BOUND => start,
+        _ => now,
+    };
+    *burst = Some((start, now));
+    (start + SHUTDOWN_RELEASE_BOUND).saturating_duration_since(now)
+}
 
 /// Releases `lease` on a short-lived current-thread runtime in a thread of its own: the caller
 /// may be inside a runtime (a task being dropped at shutdown), where `block_on` is not allowed.
 /// Store errors that say "try again" are retried within [`SHUTDOWN_RELEASE_BOUND`]: a
 /// connection whose driver task died with the old runtime reconnects on the new one.
 pub(crate) fn release_blocking(lease: &Arc<dyn Lease>, name: &LockName) {
+    let budget = shutdown_budget();
+    if budget.is_zero() {
+        tracing::debug!(%name, "no time left to release at shutdown; the lease frees it");
+        lease.lost().cancel();
+        return;
+    }
     let release = async {
         loop {
             match lease.release_elsewhere().await {
@@ -240,13 +268,9 @@ pub(crate) fn release_blocking(lease: &Arc<dyn Lease>, name: &LockName) {
                     .enable_all()
                     .build()
                     .map_err(|e| e.to_string())?;
-                match runtime
-                    .block_on(async { tokio::time::timeout(SHUTDOWN_RELEASE_BOUND, release).await })
-                {
+                match runtime.block_on(async { tokio::time::timeout(budget, release).await }) {
                     Ok(result) => result.map_err(|e| e.to_string()),
-                    Err(_) => Err(format!(
-                        "no answer within {SHUTDOWN_RELEASE_BOUND:?}; the lease frees it"
-                    )),
+                    Err(_) => Err(format!("no answer within {budget:?}; the lease frees it")),
                 }
             })
             .map_err(|e| e.to_string())?;

@@ -245,10 +245,12 @@ pub(super) async fn ensure_session(pool: &PgPool, table: &str) -> Result<()> {
     .execute(pool)
     .await
     .map_err(from_sqlx)?;
-    sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE name <> ''")))
-        .execute(pool)
-        .await
-        .map_err(from_sqlx)?;
+    sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM {table} WHERE name <> ''"
+    )))
+    .execute(pool)
+    .await
+    .map_err(from_sqlx)?;
     Ok(())
 }
 

@@ -342,15 +342,25 @@ pub(crate) async fn session_fences_are_one_row_and_migrate(
     b.release().await.unwrap();
     // An older dlock, still running, can no longer count on its own row.
     let old_client = exec("INSERT INTO old_fences (name, fence) VALUES ('c', 1)".into()).await;
-    assert!(old_client.is_err(), "an older client's statement still works");
+    assert!(
+        old_client.is_err(),
+        "an older client's statement still works"
+    );
     for i in 0..1_000 {
         let guard = locks.mutex(format!("many/{i}")).acquire().await.unwrap();
-        assert!(guard.fence().get() > last, "fence {} after {last}", guard.fence());
+        assert!(
+            guard.fence().get() > last,
+            "fence {} after {last}",
+            guard.fence()
+        );
         last = guard.fence().get();
         guard.release().await.unwrap();
     }
     let rows = count("SELECT COUNT(*) FROM old_fences".into()).await;
-    assert_eq!(rows, 1, "{rows} rows for 1,002 names: the table grows with names");
+    assert_eq!(
+        rows, 1,
+        "{rows} rows for 1,002 names: the table grows with names"
+    );
     // The counter row deleted by hand: refused, and nothing is held.
     exec("DELETE FROM old_fences".into()).await.unwrap();
     let error = locks.mutex("z").acquire().await.unwrap_err();
