@@ -16,11 +16,14 @@
 //! proxy.set(NetFault::Blackhole);
 //! proxy.set(NetFault::None);
 //! proxy.reset_connections(); // RST to every open connection
+//! proxy.lose_reply_to("jobs/nightly"); // the server acts on that request; its reply is lost
 //! # let _ = url; Ok(()) }
 //! ```
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -44,8 +47,10 @@ pub enum NetFault {
 #[derive(Debug)]
 pub struct FaultProxy {
     addrs: Vec<SocketAddr>,
+    upstreams: Upstreams,
     fault: watch::Sender<NetFault>,
     resets: watch::Sender<u64>,
+    replies: Arc<ReplyLoss>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -59,11 +64,13 @@ impl FaultProxy {
     pub fn start(upstreams: &[SocketAddr]) -> io::Result<FaultProxy> {
         // Bound here, with std, so `start` also works from inside a runtime.
         let mut listeners = Vec::new();
-        for upstream in upstreams {
+        for index in 0..upstreams.len() {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             listener.set_nonblocking(true)?;
-            listeners.push((listener, *upstream));
+            listeners.push((listener, index));
         }
+        let upstreams: Upstreams = Arc::new(Mutex::new(upstreams.to_vec()));
+        let upstreams_in_thread = upstreams.clone();
         let addrs = listeners
             .iter()
             .map(|(listener, _)| listener.local_addr())
@@ -75,19 +82,22 @@ impl FaultProxy {
         let (resets, _) = watch::channel(0u64);
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let (fault_rx, resets_rx) = (fault.subscribe(), resets.subscribe());
+        let replies = Arc::new(ReplyLoss::default());
+        let replies_in_thread = replies.clone();
         let thread = std::thread::Builder::new()
             .name("fault-proxy".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    for (listener, upstream) in listeners {
+                    for (listener, index) in listeners {
                         let Ok(listener) = TcpListener::from_std(listener) else {
                             continue;
                         };
                         tokio::spawn(accept(
                             listener,
-                            upstream,
+                            (upstreams_in_thread.clone(), index),
                             fault_rx.clone(),
                             resets_rx.clone(),
+                            replies_in_thread.clone(),
                         ));
                     }
                     let _ = shutdown_rx.await;
@@ -95,8 +105,10 @@ impl FaultProxy {
             })?;
         Ok(FaultProxy {
             addrs,
+            upstreams,
             fault,
             resets,
+            replies,
             shutdown: Some(shutdown),
             thread: Some(thread),
         })
@@ -105,6 +117,19 @@ impl FaultProxy {
     /// The proxy's addresses, one per upstream, in the same order.
     pub fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// Sends new connections to the `index`th upstream to `upstream` instead (open ones stay
+    /// where they are: [`reset_connections`](Self::reset_connections) ends them), as a virtual
+    /// address moved to a promoted replica does.
+    ///
+    /// # Panics
+    ///
+    /// `index` is not below the number of upstreams the proxy was started with.
+    pub fn redirect(&self, index: usize, upstream: SocketAddr) {
+        self.upstreams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)[index] = upstream;
     }
 
     /// Applies `fault` from now on, to open connections and new ones.
@@ -117,6 +142,54 @@ impl FaultProxy {
     pub fn reset_connections(&self) {
         self.resets.send_modify(|generation| *generation += 1);
     }
+
+    /// Loses the reply to the next request that contains `pattern` (a lock's name, say): the
+    /// request reaches the server, which acts on it, but the answer is dropped and that
+    /// connection reset, as when a crashed middlebox loses a reply. Only one reply is lost.
+    pub fn lose_reply_to(&self, pattern: impl Into<Vec<u8>>) {
+        *self
+            .replies
+            .pattern
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(pattern.into());
+    }
+
+    /// How many replies [`lose_reply_to`](Self::lose_reply_to) has dropped so far.
+    pub fn replies_lost(&self) -> u64 {
+        self.replies.lost.load(Ordering::SeqCst)
+    }
+}
+
+/// Where each listening port relays to; changed by [`FaultProxy::redirect`].
+type Upstreams = Arc<Mutex<Vec<SocketAddr>>>;
+
+/// The one-shot switch of [`FaultProxy::lose_reply_to`], shared by every relay.
+#[derive(Debug, Default)]
+struct ReplyLoss {
+    pattern: Mutex<Option<Vec<u8>>>,
+    lost: AtomicU64,
+}
+
+impl ReplyLoss {
+    /// Whether a request chunk is the one whose reply is to be lost (disarms the switch).
+    fn matches(&self, request: &[u8]) -> bool {
+        let mut pattern = self.pattern.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = pattern
+            .as_deref()
+            .is_some_and(|p| request.windows(p.len().max(1)).any(|w| w == p));
+        if found {
+            *pattern = None;
+        }
+        found
+    }
+}
+
+/// What one relayed connection's two directions share: its request asked for its reply to
+/// be lost.
+#[derive(Clone, Copy)]
+enum Direction<'a> {
+    Requests(&'a ReplyLoss, &'a AtomicBool),
+    Replies(&'a ReplyLoss, &'a AtomicBool),
 }
 
 impl Drop for FaultProxy {
@@ -132,15 +205,23 @@ impl Drop for FaultProxy {
 
 async fn accept(
     listener: TcpListener,
-    upstream: SocketAddr,
+    (upstreams, index): (Upstreams, usize),
     fault: watch::Receiver<NetFault>,
     resets: watch::Receiver<u64>,
+    replies: Arc<ReplyLoss>,
 ) {
     loop {
         if let Ok((client, _)) = listener.accept().await {
             let mut resets = resets.clone();
             resets.mark_unchanged();
-            tokio::spawn(relay(client, upstream, fault.clone(), resets));
+            let upstream = upstreams.lock().unwrap_or_else(PoisonError::into_inner)[index];
+            tokio::spawn(relay(
+                client,
+                upstream,
+                fault.clone(),
+                resets,
+                replies.clone(),
+            ));
         }
     }
 }
@@ -150,6 +231,7 @@ async fn relay(
     upstream: SocketAddr,
     mut fault: watch::Receiver<NetFault>,
     mut resets: watch::Receiver<u64>,
+    replies: Arc<ReplyLoss>,
 ) {
     let _ = client.set_nodelay(true);
     // A blackholed connect: accepted here, but the server hears nothing until it ends.
@@ -163,12 +245,17 @@ async fn relay(
         return reset(&client);
     };
     let _ = server.set_nodelay(true);
+    let lose_next = AtomicBool::new(false);
     let reset_both = {
         let (client_read, client_write) = client.split();
         let (server_read, server_write) = server.split();
+        let requests = Direction::Requests(&replies, &lose_next);
+        let answers = Direction::Replies(&replies, &lose_next);
         tokio::select! {
-            _ = pump(client_read, server_write, fault.clone()) => false,
-            _ = pump(server_read, client_write, fault.clone()) => false,
+            _ = pump(client_read, server_write, fault.clone(), requests) => false,
+            lost = pump(server_read, client_write, fault.clone(), answers) => {
+                lost.is_err_and(|e| e.kind() == io::ErrorKind::ConnectionAborted)
+            }
             _ = resets.changed() => true,
         }
     };
@@ -187,12 +274,24 @@ async fn pump(
     mut from: tokio::net::tcp::ReadHalf<'_>,
     mut to: tokio::net::tcp::WriteHalf<'_>,
     mut fault: watch::Receiver<NetFault>,
+    direction: Direction<'_>,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = from.read(&mut buf).await?;
         if n == 0 {
             return to.shutdown().await;
+        }
+        match direction {
+            Direction::Requests(replies, lose_next) if replies.matches(&buf[..n]) => {
+                lose_next.store(true, Ordering::SeqCst);
+            }
+            Direction::Replies(replies, lose_next) if lose_next.load(Ordering::SeqCst) => {
+                replies.lost.fetch_add(1, Ordering::SeqCst);
+                // Dropped here; the caller resets the connection.
+                return Err(io::ErrorKind::ConnectionAborted.into());
+            }
+            _ => {}
         }
         loop {
             let current = *fault.borrow_and_update();

@@ -297,23 +297,16 @@ impl RedisFixture {
     ///
     /// The server could not start, or is required and missing.
     pub fn start() -> anyhow::Result<Option<Arc<RedisFixture>>> {
-        use crate::server::{Redis, ServerProcess, required};
-        match ServerProcess::start(Redis::default()) {
-            Ok(server) => {
+        use crate::server::{Redis, ServerProcess};
+        Ok(
+            unless_missing("redis", ServerProcess::start(Redis::default()))?.map(|server| {
                 let url = format!("redis://{}", server.addr());
-                Ok(Some(Arc::new(RedisFixture {
+                Arc::new(RedisFixture {
                     server: std::sync::Mutex::new(server),
                     url,
-                })))
-            }
-            Err(error) if error.is_not_found() && !required("redis") => {
-                eprintln!(
-                    "redis: not tested ({error}); set DLOCK_TEST_REQUIRE=redis to fail instead"
-                );
-                Ok(None)
-            }
-            Err(error) => Err(error.into()),
-        }
+                })
+            }),
+        )
     }
 
     /// The server's address.
@@ -343,6 +336,84 @@ impl Fixture for RedisFixture {
     }
 }
 
+/// A real Redis primary with a real replica behind one stable address (the test kit's
+/// [`RedisReplicaSet`](crate::server::RedisReplicaSet)): the Redis fixture for faults that
+/// lose only part of the data, a failover to a lagging replica and a restart from an older
+/// snapshot.
+#[derive(Debug)]
+pub struct RedisReplicaFixture {
+    set: std::sync::Mutex<crate::server::RedisReplicaSet>,
+    url: String,
+}
+
+impl RedisReplicaFixture {
+    /// Starts both servers; `Ok(None)` when `redis-server` is not installed and not required.
+    ///
+    /// # Errors
+    ///
+    /// A server could not start, the replica did not sync, or Redis is required and missing.
+    pub fn start() -> anyhow::Result<Option<Arc<RedisReplicaFixture>>> {
+        let set = unless_missing("redis", crate::server::RedisReplicaSet::start())?;
+        Ok(set.map(|set| {
+            let url = format!("redis://{}", set.addr());
+            Arc::new(RedisReplicaFixture {
+                set: std::sync::Mutex::new(set),
+                url,
+            })
+        }))
+    }
+
+    /// The stable address clients use.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.set().addr()
+    }
+
+    /// The servers, for faults.
+    pub fn set(&self) -> std::sync::MutexGuard<'_, crate::server::RedisReplicaSet> {
+        self.set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Fixture for RedisReplicaFixture {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
+/// A started server, or `None` when its binary is missing and the run does not require the
+/// backend (`DLOCK_TEST_REQUIRE`): the caller then reports the backend as not tested.
+fn unless_missing<T>(
+    backend: &str,
+    started: Result<T, crate::server::ServerError>,
+) -> anyhow::Result<Option<T>> {
+    // `DLOCK_TEST_REQUIRE` names servers: `redis` covers Redlock, `etcd` the etcd cluster.
+    let server = match backend {
+        "redlock" => "redis",
+        "etcd-cluster" => "etcd",
+        other => other,
+    };
+    match started {
+        Ok(server) => Ok(Some(server)),
+        Err(error) if error.is_not_found() && !crate::server::required(server) => {
+            eprintln!(
+                "{backend}: not tested ({error}); set DLOCK_TEST_REQUIRE={server} to fail instead"
+            );
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// Redlock over five real `redis-server` processes started by the test kit.
 #[derive(Debug)]
 pub struct RedlockFixture {
@@ -357,23 +428,15 @@ impl RedlockFixture {
     ///
     /// A server could not start, or is required and missing.
     pub fn start(n: usize) -> anyhow::Result<Option<Arc<RedlockFixture>>> {
-        use crate::server::{RedisNodes, required};
-        match RedisNodes::start(n) {
-            Ok(nodes) => {
-                let url = redlock_url(&nodes.addrs());
-                Ok(Some(Arc::new(RedlockFixture {
-                    nodes: std::sync::Mutex::new(nodes),
-                    url,
-                })))
-            }
-            Err(error) if error.is_not_found() && !required("redis") => {
-                eprintln!(
-                    "redlock: not tested ({error}); set DLOCK_TEST_REQUIRE=redis to fail instead"
-                );
-                Ok(None)
-            }
-            Err(error) => Err(error.into()),
-        }
+        use crate::server::RedisNodes;
+        let Some(nodes) = unless_missing("redlock", RedisNodes::start(n))? else {
+            return Ok(None);
+        };
+        let url = redlock_url(&nodes.addrs());
+        Ok(Some(Arc::new(RedlockFixture {
+            nodes: std::sync::Mutex::new(nodes),
+            url,
+        })))
     }
 
     /// The servers, for fault injection (pause, kill, restart one node).
@@ -419,23 +482,15 @@ impl EtcdFixture {
     ///
     /// The server could not start, or is required and missing.
     pub fn start() -> anyhow::Result<Option<Arc<EtcdFixture>>> {
-        use crate::server::{Etcd, ServerProcess, required};
-        match ServerProcess::start(Etcd::single()?) {
-            Ok(server) => {
-                let url = format!("etcd://{}", server.addr());
-                Ok(Some(Arc::new(EtcdFixture {
-                    server: std::sync::Mutex::new(server),
-                    url,
-                })))
-            }
-            Err(error) if error.is_not_found() && !required("etcd") => {
-                eprintln!(
-                    "etcd: not tested ({error}); set DLOCK_TEST_REQUIRE=etcd to fail instead"
-                );
-                Ok(None)
-            }
-            Err(error) => Err(error.into()),
-        }
+        use crate::server::{Etcd, ServerProcess};
+        let Some(server) = unless_missing("etcd", ServerProcess::start(Etcd::single()?))? else {
+            return Ok(None);
+        };
+        let url = format!("etcd://{}", server.addr());
+        Ok(Some(Arc::new(EtcdFixture {
+            server: std::sync::Mutex::new(server),
+            url,
+        })))
     }
 
     /// The server process, for fault injection (pause, kill, restart).
@@ -474,23 +529,15 @@ impl EtcdClusterFixture {
     ///
     /// A member could not start, or `etcd` is required and missing.
     pub fn start() -> anyhow::Result<Option<Arc<EtcdClusterFixture>>> {
-        use crate::server::{EtcdCluster, required};
-        match EtcdCluster::start(3) {
-            Ok(cluster) => {
-                let url = cluster.url();
-                Ok(Some(Arc::new(EtcdClusterFixture {
-                    cluster: std::sync::Mutex::new(cluster),
-                    url,
-                })))
-            }
-            Err(error) if error.is_not_found() && !required("etcd") => {
-                eprintln!(
-                    "etcd-cluster: not tested ({error}); set DLOCK_TEST_REQUIRE=etcd to fail instead"
-                );
-                Ok(None)
-            }
-            Err(error) => Err(error.into()),
-        }
+        use crate::server::EtcdCluster;
+        let Some(cluster) = unless_missing("etcd-cluster", EtcdCluster::start(3))? else {
+            return Ok(None);
+        };
+        let url = cluster.url();
+        Ok(Some(Arc::new(EtcdClusterFixture {
+            cluster: std::sync::Mutex::new(cluster),
+            url,
+        })))
     }
 
     /// The members, for fault injection (kill the leader, pause one).

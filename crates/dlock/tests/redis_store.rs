@@ -918,3 +918,112 @@ async fn fences_rise_after_a_failover_to_a_lagging_replica() -> anyhow::Result<(
     }
     Ok(())
 }
+
+/// How many distinct names the bounded-state test uses (the figure).
+const BOUNDED_NAMES: usize = 100_000;
+
+/// Per-name state is bounded: 100,000 names, each taken and released, or taken by a holder
+/// that vanished without releasing, or waited for by a waiter that vanished while queued
+/// (its future forgotten, so no clean-up ran: what a crash leaves), leave no key once their
+/// leases and the waiters' places have ended.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_per_name_is_left_once_leases_and_waiters_end() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let (holders, waiters) = (fx.connect().await?, fx.connect().await?);
+    // No response timeout: the machine may be busy, and this connection only observes.
+    let redis = redis::Client::open(format!("redis://{addr}"))?
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+        )
+        .await?;
+    let ttl = Duration::from_secs(2);
+    let vanished = futures::stream::iter(0..BOUNDED_NAMES)
+        .map(|i| {
+            let (holders, waiters, mut redis) = (holders.clone(), waiters.clone(), redis.clone());
+            async move {
+                let name = format!("bounded/{i}");
+                let guard = holders.mutex(&name).ttl(ttl).try_acquire().await?;
+                let guard = guard.ok_or_else(|| anyhow::anyhow!("{name} was busy"))?;
+                match i % 3 {
+                    0 => guard.release().await?,
+                    // The holder vanishes: its lease runs out.
+                    1 => std::mem::forget(guard),
+                    // A fair waiter queues behind the holder, then vanishes.
+                    _ => {
+                        let mut waiting = Box::pin(
+                            waiters
+                                .mutex(&name)
+                                .fair()
+                                .wait(Duration::from_secs(60))
+                                .acquire(),
+                        );
+                        let queue = format!("dlock:queue:{name}");
+                        let until = Instant::now() + Duration::from_secs(10);
+                        loop {
+                            let polled = timeout(Duration::from_millis(5), &mut waiting).await;
+                            ensure!(
+                                polled.is_err(),
+                                "{name}: the waiter got in beside the holder"
+                            );
+                            let queued: bool = redis::cmd("EXISTS")
+                                .arg(&queue)
+                                .query_async(&mut redis)
+                                .await?;
+                            if queued {
+                                break;
+                            }
+                            ensure!(Instant::now() < until, "{name}: the waiter never queued");
+                        }
+                        std::mem::forget(waiting);
+                        guard.release().await?;
+                    }
+                }
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+    vanished.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let keys: i64 = query(addr, &["DBSIZE"])?;
+    ensure!(keys > 0, "the workload left no state at all to clean up");
+    // Every lease (2 s) and waiter place (1 s) has ended; expired keys are reclaimed lazily
+    // or by Redis's active expiry cycle, which SCAN drives here.
+    sleep(ttl + Duration::from_secs(1)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left: Vec<String> = scan_all(addr)?;
+        if left.len() <= 2 {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{} keys left for {BOUNDED_NAMES} names, e.g. {:?}",
+            left.len(),
+            &left[..left.len().min(5)]
+        );
+        sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+/// Every key of the database (SCAN reclaims expired keys it meets).
+fn scan_all(addr: std::net::SocketAddr) -> anyhow::Result<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor = "0".to_owned();
+    loop {
+        let (next, page): (String, Vec<String>) =
+            query(addr, &["SCAN", &cursor, "COUNT", "10000"])?;
+        keys.extend(page);
+        if next == "0" {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}

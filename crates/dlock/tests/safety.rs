@@ -28,7 +28,7 @@ use dlock_testkit::checker::scenario::{self, Fault, ScenarioReport, Workload};
 use dlock_testkit::checker::worker::{self, Primitive};
 use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::fixture::{
-    EtcdClusterFixture, EtcdFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture,
+    EtcdClusterFixture, EtcdFixture, Fixture, MysqlFixture, PostgresFixture, RedisReplicaFixture,
     RedlockFixture, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use dlock_testkit::server::{self, ServerProcess};
@@ -53,6 +53,11 @@ struct Stand {
     pause: Option<(Action, Action)>,
     /// Kill the cluster's leader (a minority of Redlock's nodes), and bring it back.
     leader_kill: Option<(Action, Action)>,
+    /// Save a snapshot of the store (every Redlock node), and crash it and start it again
+    /// from that snapshot.
+    snapshot: Option<(Action, Action)>,
+    /// Cut the replica off once it has caught up, and fail over to it.
+    fail_over: Option<(Action, Action)>,
     workload: Workload,
     /// How long a holder is frozen: past its lease (and a ZooKeeper session).
     holder_pause: Duration,
@@ -106,6 +111,14 @@ fn resume(server: &mut ServerProcess) -> anyhow::Result<()> {
     Ok(server.resume()?)
 }
 
+fn save_snapshot(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server::save_snapshot(server)?)
+}
+
+fn restore_snapshot(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server::restore_snapshot(server)?)
+}
+
 struct ServerStand {
     url: String,
     addrs: Vec<std::net::SocketAddr>,
@@ -136,6 +149,8 @@ impl ServerStand {
             start_again: Some(on_server(&self.with, restart)),
             pause: Some((on_server(&self.with, pause), on_server(&self.with, resume))),
             leader_kill: None,
+            snapshot: None,
+            fail_over: None,
             workload: self.workload,
             holder_pause: self.holder_pause,
             lease: self.lease,
@@ -157,6 +172,8 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             start_again: None,
             pause: None,
             leader_kill: None,
+            snapshot: None,
+            fail_over: None,
             workload: Workload {
                 in_process: true,
                 ..workload
@@ -175,6 +192,8 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
                 start_again: None,
                 pause: None,
                 leader_kill: None,
+                snapshot: None,
+                fail_over: None,
                 workload,
                 holder_pause: DEFAULT_PAUSE,
                 lease: true,
@@ -182,30 +201,50 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             })
         }
         "redis" => {
-            let fixture = RedisFixture::start()?.ok_or_else(missing)?;
+            // A primary with a real replica, behind one address: the partial-loss faults.
+            let fixture = RedisReplicaFixture::start()?.ok_or_else(missing)?;
             let fx = fixture.clone();
-            ServerStand {
-                url: fixture.url().unwrap(),
-                addrs: vec![fixture.addr()],
-                with: Arc::new(move |f| f(&mut fx.server())),
-                workload,
-                holder_pause: DEFAULT_PAUSE,
-                lease: true,
-            }
-            .build(Box::new(fixture))
-        }
-        "redlock" => {
-            let fixture = RedlockFixture::start(5)?.ok_or_else(missing)?;
-            let fx = fixture.clone();
+            let with: WithServer = Arc::new(move |f| f(fx.set().primary()));
             let mut stand = ServerStand {
                 url: fixture.url().unwrap(),
-                addrs: fixture.nodes().addrs(),
-                with: Arc::new(move |f| fx.nodes().nodes.iter_mut().try_for_each(f)),
+                addrs: vec![fixture.addr()],
+                with: with.clone(),
                 workload,
                 holder_pause: DEFAULT_PAUSE,
                 lease: true,
             }
             .build(Box::new(fixture.clone()))?;
+            stand.snapshot = Some((
+                on_server(&with, save_snapshot),
+                on_server(&with, restore_snapshot),
+            ));
+            let (detach, fail_over): (Action, Action) = {
+                let (a, b) = (fixture.clone(), fixture);
+                (
+                    Arc::new(move || Ok(a.set().detach_replica()?)),
+                    Arc::new(move || Ok(b.set().fail_over()?)),
+                )
+            };
+            stand.fail_over = Some((detach, fail_over));
+            Ok(stand)
+        }
+        "redlock" => {
+            let fixture = RedlockFixture::start(5)?.ok_or_else(missing)?;
+            let fx = fixture.clone();
+            let with: WithServer = Arc::new(move |f| fx.nodes().nodes.iter_mut().try_for_each(f));
+            let mut stand = ServerStand {
+                url: fixture.url().unwrap(),
+                addrs: fixture.nodes().addrs(),
+                with: with.clone(),
+                workload,
+                holder_pause: DEFAULT_PAUSE,
+                lease: true,
+            }
+            .build(Box::new(fixture.clone()))?;
+            stand.snapshot = Some((
+                on_server(&with, save_snapshot),
+                on_server(&with, restore_snapshot),
+            ));
             // Two of five nodes: a minority, so the quorum stands.
             let minority: WithServer = {
                 let fx = fixture.clone();
@@ -351,6 +390,8 @@ fn cluster_stand(
         start_again: None,
         pause: None,
         leader_kill: Some((kill, back)),
+        snapshot: None,
+        fail_over: None,
         workload,
         holder_pause,
         lease: true,
@@ -392,10 +433,15 @@ enum FaultKind {
     /// The holder alone cut off from the store (its own proxy blackholed) while the others go on.
     Partition,
     LeaderKill,
+    /// A crash, then a start from a snapshot saved two seconds earlier: the store comes back
+    /// with older data (every Redlock node does).
+    SnapshotRestore,
+    /// The primary dies and its replica, cut off two seconds earlier, takes its place.
+    LaggingFailover,
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 11] = [
+    const ALL: [FaultKind; 13] = [
         FaultKind::Baseline,
         FaultKind::HolderKill,
         FaultKind::HolderPause,
@@ -407,6 +453,8 @@ impl FaultKind {
         FaultKind::ProxyBlackhole,
         FaultKind::Partition,
         FaultKind::LeaderKill,
+        FaultKind::SnapshotRestore,
+        FaultKind::LaggingFailover,
     ];
 
     /// A fault of the store or the network rather than of a holder.
@@ -418,11 +466,18 @@ impl FaultKind {
     }
 
     /// Whether the fault can lose the store's data on `backend`: Redis runs without
-    /// persistence, so a killed or restarted server (every Redlock node) comes back empty.
-    /// Nowhere else: SQL servers, etcd and ZooKeeper keep what they acknowledged.
+    /// persistence, so a killed or restarted server (every Redlock node) comes back empty, or
+    /// with an older snapshot, or as a replica that missed the last writes. Nowhere else: SQL
+    /// servers, etcd and ZooKeeper keep what they acknowledged.
     fn loses_data(self, backend: &str) -> bool {
         matches!(backend, "redis" | "redlock")
-            && matches!(self, FaultKind::ServerKill | FaultKind::ServerRestart)
+            && matches!(
+                self,
+                FaultKind::ServerKill
+                    | FaultKind::ServerRestart
+                    | FaultKind::SnapshotRestore
+                    | FaultKind::LaggingFailover
+            )
     }
 
     /// Whether the fault cuts the holder it strikes off from the store for longer than a lease.
@@ -449,6 +504,8 @@ impl FaultKind {
             FaultKind::ProxyBlackhole => "blackhole",
             FaultKind::Partition => "holder_partitioned",
             FaultKind::LeaderKill => "leader_kill",
+            FaultKind::SnapshotRestore => "restart_from_older_snapshot",
+            FaultKind::LaggingFailover => "failover_to_lagging_replica",
         }
     }
 }
@@ -465,9 +522,10 @@ fn applies(backend: &str, fault: FaultKind) -> bool {
         "etcd-cluster" | "zookeeper-ensemble" => {
             matches!(fault, Baseline | HolderKill | HolderPause | LeaderKill)
         }
-        // Redlock's "leader kill" is two of its five nodes.
-        "redlock" => true,
-        _ => fault != LeaderKill,
+        // Redlock's "leader kill" is two of its five nodes; its nodes have no replicas.
+        "redlock" => fault != LaggingFailover,
+        "redis" => fault != LeaderKill,
+        _ => !matches!(fault, LeaderKill | SnapshotRestore | LaggingFailover),
     }
 }
 
@@ -511,7 +569,14 @@ impl Prim {
         self == Prim::Mutex
             || matches!(
                 fault,
-                Baseline | HolderKill | HolderPause | ServerRestart | ProxyBlackhole | Partition
+                Baseline
+                    | HolderKill
+                    | HolderPause
+                    | ServerRestart
+                    | ProxyBlackhole
+                    | Partition
+                    | SnapshotRestore
+                    | LaggingFailover
             )
     }
 }
@@ -526,7 +591,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
             (backend, fault),
             ("memory", Baseline)
                 | ("sqlite", HolderPause)
-                | ("redis", ServerRestart | Partition)
+                | ("redis", ServerRestart | Partition | LaggingFailover)
                 | ("redlock", ServerRestart)
                 | ("postgres", HolderPause | Partition)
                 | ("postgres-session", ServerPause)
@@ -537,7 +602,10 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("zookeeper", ServerPause)
                 | ("zookeeper-ensemble", LeaderKill)
         ),
-        Prim::RwLock => matches!((backend, fault), ("redis", ProxyBlackhole)),
+        Prim::RwLock => matches!(
+            (backend, fault),
+            ("redis", ProxyBlackhole | SnapshotRestore)
+        ),
         Prim::Semaphore => matches!((backend, fault), ("etcd", Partition)),
         Prim::MultiLock => matches!((backend, fault), ("sqlite", HolderPause)),
     }
@@ -683,6 +751,14 @@ fn prepare(stand: &Arc<Stand>, backend: &str, fault: FaultKind, prim: Prim) -> (
         workload.holds_before = 2;
         workload.holds_after = 2;
     }
+    if matches!(
+        fault,
+        FaultKind::SnapshotRestore | FaultKind::LaggingFailover
+    ) {
+        // Leases that outlive the two seconds between the checkpoint and the loss, so the
+        // state that comes back (a permit's last fence too) is still alive in the store.
+        workload.ttl = Duration::from_secs(5);
+    }
     let ttl = workload.ttl;
     let injected = match fault {
         FaultKind::Baseline => Fault::None,
@@ -782,6 +858,36 @@ fn prepare(stand: &Arc<Stand>, backend: &str, fault: FaultKind, prim: Prim) -> (
         FaultKind::LeaderKill => {
             let (kill, _) = stand.leader_kill.clone().unwrap();
             Fault::External("leader killed", Box::new(move || kill()))
+        }
+        // The saved state has the lock free with its last fence (the run takes and releases it
+        // with the workers cut off); two seconds of holds (each 1.2 s) with higher fences
+        // follow; then the store comes back with that older state.
+        FaultKind::SnapshotRestore | FaultKind::LaggingFailover => {
+            let (checkpoint, lose) = if fault == FaultKind::SnapshotRestore {
+                stand.snapshot.clone().unwrap()
+            } else {
+                stand.fail_over.clone().unwrap()
+            };
+            let stand = stand.clone();
+            Fault::PartialLoss {
+                name: if fault == FaultKind::SnapshotRestore {
+                    "restart from a snapshot saved 2 s earlier"
+                } else {
+                    "failover to a replica cut off 2 s earlier"
+                },
+                cut: Box::new(move |cut| {
+                    let proxy = stand.proxy().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    proxy.set(if cut {
+                        NetFault::Blackhole
+                    } else {
+                        NetFault::None
+                    });
+                    Ok(())
+                }),
+                checkpoint: Box::new(move || checkpoint()),
+                after: Duration::from_secs(2),
+                lose: Box::new(move || lose()),
+            }
         }
     };
     (workload, injected)

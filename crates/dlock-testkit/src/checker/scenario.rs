@@ -105,6 +105,25 @@ pub enum Fault {
         Duration,
         Box<dyn Fn(usize, bool) -> anyhow::Result<()> + Send>,
     ),
+    /// A fault that brings back an older state of the store. The run takes the lock itself
+    /// and, with every worker cut off (`cut(true)`), releases it and lets `checkpoint` save
+    /// the store's state (a snapshot, a replica cut off), so the saved state holds the lock
+    /// free with its last fence, as a release leaves it; then the workers go on for `after`,
+    /// and `lose` brings the saved state back (a restart from the snapshot, a failover to the
+    /// replica). A store that continued its fences from that older state would hand out
+    /// fences already given.
+    PartialLoss {
+        /// For reports.
+        name: &'static str,
+        /// Cuts every worker off from the store (`true`) or lets them through (`false`).
+        cut: Box<dyn Fn(bool) -> anyhow::Result<()> + Send>,
+        /// Saves the state to come back.
+        checkpoint: Box<dyn FnOnce() -> anyhow::Result<()> + Send>,
+        /// How long the workers go on between the checkpoint and the loss.
+        after: Duration,
+        /// Brings the saved state back.
+        lose: Box<dyn FnOnce() -> anyhow::Result<()> + Send>,
+    },
 }
 
 impl Fault {
@@ -116,6 +135,7 @@ impl Fault {
             Fault::HolderPause(_) => "holder SIGSTOP past TTL",
             Fault::External(name, _) => name,
             Fault::Partition(..) => "holder partitioned for 2.5 TTL",
+            Fault::PartialLoss { name, .. } => name,
         }
     }
 }
@@ -338,7 +358,7 @@ pub fn run(
     };
     let mut workers = spawn_workers(&config, workload)?;
     let fault_name = fault.name();
-    let outcome = drive(&service, &mut workers, workload, fault);
+    let outcome = drive(&service, &mut workers, (direct_url, name), workload, fault);
     // Whatever happened, let the workers finish before reading the record.
     service.stop_workers();
     let worker_failures = reap(workers, workload.deadline);
@@ -566,6 +586,7 @@ type FaultWindow = (Instant, Instant, Option<super::service::Pause>, Option<u32>
 fn drive(
     service: &CheckerService,
     workers: &mut Workers,
+    (direct_url, name): (&str, &str),
     workload: &Workload,
     fault: Fault,
 ) -> anyhow::Result<FaultWindow> {
@@ -660,6 +681,38 @@ fn drive(
             })?;
             let start = Instant::now();
             inject().with_context(|| format!("inject {name}"))?;
+            (start, Instant::now(), None, None)
+        }
+        Fault::PartialLoss {
+            name: fault_name,
+            cut,
+            checkpoint,
+            after,
+            lose,
+        } => {
+            wait_until(deadline, "a hold to strike", || {
+                service.resource().current_holder().is_some()
+            })?;
+            let start = Instant::now();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime
+                .block_on(async {
+                    let locks = dlock::connect(direct_url).await?;
+                    let held = Held::take(&locks, name, workload.primitive, deadline).await?;
+                    cut(true)?;
+                    let saved = async {
+                        held.release().await?;
+                        checkpoint()
+                    }
+                    .await;
+                    cut(false)?;
+                    saved
+                })
+                .with_context(|| format!("checkpoint before {fault_name}"))?;
+            std::thread::sleep(after);
+            lose().with_context(|| format!("inject {fault_name}"))?;
             (start, Instant::now(), None, None)
         }
     };
@@ -759,6 +812,47 @@ fn leftover(
             }
         }
     })
+}
+
+/// A hold the run takes itself (exclusive where the primitive has a choice).
+enum Held {
+    Mutex(dlock::MutexGuard),
+    Write(dlock::WriteGuard),
+    Multi(dlock::MultiGuard),
+    Permit(dlock::Permit),
+}
+
+impl Held {
+    async fn take(
+        locks: &dlock::Locks,
+        name: &str,
+        primitive: Primitive,
+        wait: Duration,
+    ) -> dlock::Result<Held> {
+        Ok(match primitive {
+            Primitive::Mutex => Held::Mutex(locks.mutex(name).wait(wait).acquire().await?),
+            Primitive::RwLock => Held::Write(locks.rwlock(name).wait(wait).write().await?),
+            Primitive::MultiLock => Held::Multi(
+                locks
+                    .multi_lock(Primitive::multi_names(name))
+                    .wait(wait)
+                    .acquire()
+                    .await?,
+            ),
+            Primitive::Semaphore(n) => {
+                Held::Permit(locks.semaphore(name, n).wait(wait).acquire().await?)
+            }
+        })
+    }
+
+    async fn release(self) -> dlock::Result<()> {
+        match self {
+            Held::Mutex(guard) => guard.release().await,
+            Held::Write(guard) => guard.release().await,
+            Held::Multi(guard) => guard.release().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
 }
 
 /// Whether every part of a primitive is free: a writer, every permit, the multi-lock.

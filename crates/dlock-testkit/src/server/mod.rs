@@ -34,7 +34,8 @@ pub use mariadb::Mariadb;
 pub use port::free_port;
 pub use postgres::Postgres;
 pub use redis::{
-    Redis, RedisNodes, RedisTls, redis_command, redis_command_with_timeout, redis_get,
+    Redis, RedisNodes, RedisReplicaSet, RedisTls, redis_command, redis_command_with_timeout,
+    redis_get, restore_snapshot, save_snapshot,
 };
 pub use zookeeper::{Zookeeper, ZookeeperEnsemble, four_letter, zookeeper_installed};
 

@@ -161,6 +161,193 @@ impl RedisNodes {
     }
 }
 
+/// The file `SAVE` writes in a server's data dir, and the one a starting server loads.
+const SNAPSHOT_FILE: &str = "dump.rdb";
+
+/// Writes the server's data to its RDB snapshot now (`SAVE`, Redis's default persistence),
+/// for [`restore_snapshot`] to bring back later.
+///
+/// ```no_run
+/// use dlock_testkit::server::{Redis, ServerProcess, redis_command, restore_snapshot, save_snapshot};
+///
+/// let mut server = ServerProcess::start(Redis::default())?;
+/// redis_command(server.addr(), &["SET", "k", "old"])?;
+/// save_snapshot(&server)?;
+/// redis_command(server.addr(), &["SET", "k", "new"])?;
+/// restore_snapshot(&mut server)?; // `k` is "old" again
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// The server did not answer `+OK`.
+pub fn save_snapshot(server: &ServerProcess) -> io::Result<()> {
+    expect_ok(server.addr(), &["SAVE"])
+}
+
+/// Crashes the server (SIGKILL) and starts it again from its last [`save_snapshot`]: it
+/// comes back with the older data, as after a restart from a stale RDB file. The file is
+/// then removed, so a later restart starts empty again (the harness default).
+///
+/// # Errors
+///
+/// The server could not be restarted, or the file not removed.
+pub fn restore_snapshot(server: &mut ServerProcess) -> Result<(), ServerError> {
+    server.restart()?;
+    remove_snapshot(server)
+}
+
+fn remove_snapshot(server: &ServerProcess) -> Result<(), ServerError> {
+    match std::fs::remove_file(server.dir().join(SNAPSHOT_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(ServerError::Io {
+            kind: "redis",
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// How long a replica may take to connect and catch up before the harness gives up.
+const REPLICATION_DEADLINE: Duration = Duration::from_secs(20);
+
+/// A primary and a replica that follows it (real Redis replication), behind one stable
+/// address: a proxy, as a virtual IP or a Sentinel-aware endpoint looks to clients.
+///
+/// [`detach_replica`](Self::detach_replica) cuts the replica off once it has caught up, so it
+/// lags from then on; [`fail_over`](Self::fail_over) kills the primary and moves the address
+/// to the replica, so clients reach a store that missed the last writes. The killed server
+/// comes back as the new primary's replica, so the set can fail over again.
+///
+/// ```no_run
+/// use dlock_testkit::server::{RedisReplicaSet, redis_command};
+///
+/// let mut set = RedisReplicaSet::start()?;
+/// redis_command(set.addr(), &["SET", "k", "1"])?;
+/// set.detach_replica()?;
+/// redis_command(set.addr(), &["SET", "k", "2"])?; // the replica misses this
+/// set.fail_over()?;                                 // `k` is "1" at the same address
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct RedisReplicaSet {
+    front: crate::fault_proxy::FaultProxy,
+    primary: ServerProcess,
+    replica: ServerProcess,
+}
+
+impl RedisReplicaSet {
+    /// Starts a primary and a replica following it, and waits until the replica has synced.
+    ///
+    /// # Errors
+    ///
+    /// A server could not start, or the replica did not sync in time.
+    pub fn start() -> Result<RedisReplicaSet, ServerError> {
+        let primary = ServerProcess::start(Redis::default())?;
+        let replica = ServerProcess::start(Redis::default())?;
+        let front = crate::fault_proxy::FaultProxy::start(&[primary.addr()]).map_err(|source| {
+            ServerError::Io {
+                kind: "redis",
+                source,
+            }
+        })?;
+        let set = RedisReplicaSet {
+            front,
+            primary,
+            replica,
+        };
+        set.follow_primary()?;
+        Ok(set)
+    }
+
+    /// The stable address clients use: the primary's, whichever server that is now.
+    pub fn addr(&self) -> SocketAddr {
+        self.front.addrs()[0]
+    }
+
+    /// The server that is primary now (for faults such as a pause or a restart).
+    pub fn primary(&mut self) -> &mut ServerProcess {
+        &mut self.primary
+    }
+
+    /// Waits until the replica has every write the primary acknowledged so far, then makes it
+    /// a primary of its own that nobody writes to: from now on it lags.
+    ///
+    /// # Errors
+    ///
+    /// The replica did not catch up in time, or a command failed.
+    pub fn detach_replica(&self) -> Result<(), ServerError> {
+        self.follow_primary()?;
+        self.command(self.replica.addr(), &["REPLICAOF", "NO", "ONE"])
+    }
+
+    /// Kills the primary and moves the stable address to the replica (promoted first if it
+    /// still follows): clients' open connections are reset and new ones reach the replica,
+    /// with the data it had. The killed server starts again empty as the new primary's
+    /// replica.
+    ///
+    /// # Errors
+    ///
+    /// A server could not be killed, promoted or restarted.
+    pub fn fail_over(&mut self) -> Result<(), ServerError> {
+        self.primary.kill()?;
+        self.command(self.replica.addr(), &["REPLICAOF", "NO", "ONE"])?;
+        self.front.redirect(0, self.replica.addr());
+        self.front.reset_connections();
+        std::mem::swap(&mut self.primary, &mut self.replica);
+        // A synced replica keeps its copy in an RDB file: start the old primary empty.
+        remove_snapshot(&self.replica)?;
+        self.replica.restart()?;
+        self.follow_primary()
+    }
+
+    /// Makes the replica follow the primary and waits until it has caught up.
+    fn follow_primary(&self) -> Result<(), ServerError> {
+        let port = self.primary.port().to_string();
+        self.command(self.replica.addr(), &["REPLICAOF", "127.0.0.1", &port])?;
+        let deadline = std::time::Instant::now() + REPLICATION_DEADLINE;
+        loop {
+            let synced = replication_info(self.replica.addr())
+                .is_ok_and(|info| info.contains("master_link_status:up"));
+            // `WAIT 1` answers how many replicas acknowledged every write so far.
+            let acked = synced
+                && redis_command(self.primary.addr(), &["WAIT", "1", "100"])
+                    .is_ok_and(|reply| reply.strip_prefix(':').is_some_and(|n| n != "0"));
+            if acked {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(ServerError::StartFailed {
+                    kind: "redis",
+                    reason: "the replica did not catch up with the primary".into(),
+                    log_tail: self.replica.log_tail(20),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn command(&self, addr: SocketAddr, args: &[&str]) -> Result<(), ServerError> {
+        expect_ok(addr, args).map_err(|source| ServerError::Io {
+            kind: "redis",
+            source,
+        })
+    }
+}
+
+/// `INFO replication`'s text.
+fn replication_info(addr: SocketAddr) -> io::Result<String> {
+    let (mut reader, line) = exchange(addr, &["INFO", "replication"], COMMAND_TIMEOUT)?;
+    bulk_body(&mut reader, &line)?.ok_or_else(|| io::Error::other("INFO: nil"))
+}
+
+/// Runs a command that must answer `+OK` (`REPLICAOF` may add why: "+OK Already connected…").
+fn expect_ok(addr: SocketAddr, args: &[&str]) -> io::Result<()> {
+    match redis_command(addr, args)? {
+        reply if reply.starts_with("+OK") => Ok(()),
+        reply => Err(io::Error::other(format!("{}: {reply}", args.join(" ")))),
+    }
+}
+
 /// Sends one command (as a RESP array) and returns the first reply line,
 /// without the trailing CRLF: `+OK`, `:3`, `-ERR ...`, `$5`, `*2`...
 ///
@@ -198,13 +385,18 @@ pub fn redis_command_with_timeout(
 /// An error reply (`-...`) becomes an [`io::ErrorKind::Other`] error.
 pub fn redis_get(addr: SocketAddr, key: &str) -> io::Result<Option<String>> {
     let (mut reader, line) = exchange(addr, &["GET", key], COMMAND_TIMEOUT)?;
+    bulk_body(&mut reader, &line)
+}
+
+/// The value of a bulk-string reply whose first line is `line`, `None` for nil.
+fn bulk_body(reader: &mut BufReader<TcpStream>, line: &str) -> io::Result<Option<String>> {
     let Some(len) = line.strip_prefix('$') else {
         return Err(if line.starts_with('-') {
-            io::Error::other(line)
+            io::Error::other(line.to_owned())
         } else {
             io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("unexpected reply to GET: {line:?}"),
+                format!("unexpected reply: {line:?}"),
             )
         });
     };

@@ -148,19 +148,32 @@ impl RwLockBuilder {
                 place,
             }));
         }
-        let Some((gate, places)) = self.enter(&base, deadline).await? else {
-            return Ok(None);
-        };
-        let fence = gate.fence();
-        let place = match slots::try_any(&self.locks, &self.options, &places).await {
-            Ok(Some(place)) => Ok(Some(place)),
-            Ok(None) => slots::wait_any(&self.locks, &self.options, &places, deadline).await,
-            Err(error) => Err(error),
-        };
-        if let Err(error) = gate.release().await {
-            tracing::debug!(%error, "releasing a read-write gate failed");
+        loop {
+            let Some((gate, places)) = self.enter(&base, deadline).await? else {
+                return Ok(None);
+            };
+            let fence = gate.fence();
+            let place = match slots::try_any(&self.locks, &self.options, &places).await {
+                Ok(Some(place)) => Ok(Some(place)),
+                Ok(None) => slots::wait_any(&self.locks, &self.options, &places, deadline).await,
+                Err(error) => Err(error),
+            };
+            match gate.release().await {
+                // The gate was lost while this reader entered (its lease ran out, or the
+                // store lost it): a writer may have taken it since with a higher fence, so
+                // the gate's fence no longer orders this reader after it. Start again.
+                Err(Error::NotOwned { .. }) => {
+                    tracing::debug!(lock = %base, "the read-write gate was lost while entering");
+                    if let Ok(Some(place)) = place {
+                        let _ = place.release().await;
+                    }
+                    continue;
+                }
+                Err(error) => tracing::debug!(%error, "releasing a read-write gate failed"),
+                Ok(()) => {}
+            }
+            return Ok(place?.map(|place| ReadGuard { place, fence }));
         }
-        Ok(place?.map(|place| ReadGuard { place, fence }))
     }
 
     async fn run_write(self, default_wait: WaitSpec) -> Result<Option<WriteGuard>> {

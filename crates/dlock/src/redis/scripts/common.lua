@@ -5,8 +5,8 @@
 --   P lock:N   string: the lock (see PATTERN); its TTL is the lease. A released lock keeps
 --              its value (token '') until that TTL ends, so the next holder continues its
 --              fence. One string keeps acquire and release at two commands each (GET + SET).
---   P queue:N  zset: waiting tokens, score = arrival (server ms)
---   P qexp:N   zset: waiting tokens, score = expiry of the waiter's place (server ms)
+--   P queue:N  zset: waiting tokens, score = arrival (server ms); expires with its last place
+--   P qexp:N   zset: waiting tokens, score = expiry of the waiter's place (server ms); ditto
 --   P wake:N   pub/sub channel: released; the payload names the waiter to wake
 --
 -- Speed matters here: every operation is one of these scripts, and on a warm server a Lua
@@ -88,9 +88,14 @@ local function queue(queue_key, qexp_key)
     return nil, nil
   end
 
+  -- Joining (or renewing a place) also pushes both keys' expiry past every live waiter's
+  -- place, so a queue whose waiters all crashed disappears on its own: nothing per name is
+  -- left behind once nobody waits.
   function q.join(token, now)
     redis.call('ZADD', queue_key, 'NX', now, token)
     redis.call('ZADD', qexp_key, now + WAITER_TTL, token)
+    redis.call('PEXPIRE', queue_key, WAITER_TTL)
+    redis.call('PEXPIRE', qexp_key, WAITER_TTL)
   end
 
   -- Returns whether the token was in the queue.
