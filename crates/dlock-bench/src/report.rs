@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::charts::{self, Series};
-use crate::results::{
-    Floor, Handoff, HolderGaps, ManyLocks, Report, Uncontended, WatchdogScale,
-};
+use crate::results::{Floor, Handoff, HolderGaps, ManyLocks, Report, Uncontended, WatchdogScale};
 use crate::stats::{QUANTILES, Spread};
 
 /// The measurements of one library on one store, merged from every report about it.
@@ -526,12 +524,7 @@ fn python_gap_ratio(per_round: &PerRound, mode: &str, sleep: &str) -> Option<Spr
 }
 
 fn ratio_cell(s: &Spread) -> String {
-    format!(
-        "**{}x** ({}x – {}x)",
-        num(s.median),
-        num(s.min),
-        num(s.max)
-    )
+    format!("**{}x** ({}x – {}x)", num(s.median), num(s.min), num(s.max))
 }
 
 fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
@@ -946,7 +939,11 @@ fn python_section(md: &mut String, entries: &Entries, per_round: &PerRound) {
     );
     for mode in &modes {
         let mut libraries = vec![python_label(mode)];
-        libraries.extend(REDIS_PY_SLEEPS.iter().map(|sleep| redis_py_label(mode, sleep)));
+        libraries.extend(
+            REDIS_PY_SLEEPS
+                .iter()
+                .map(|sleep| redis_py_label(mode, sleep)),
+        );
         for library in libraries {
             let Some((h, _)) = find(entries, "redis", &library).and_then(|e| e.handoff.as_ref())
             else {
@@ -1006,7 +1003,10 @@ mod tests {
 
     #[test]
     fn rounds_come_from_file_names() {
-        assert_eq!(round_of(Path::new("r/dlock-py-sync-handoff.r3.json")), Some(3));
+        assert_eq!(
+            round_of(Path::new("r/dlock-py-sync-handoff.r3.json")),
+            Some(3)
+        );
         assert_eq!(round_of(Path::new("r/redis.r12.json")), Some(12));
         assert_eq!(round_of(Path::new("r/redis.json")), None);
     }
@@ -1041,7 +1041,10 @@ mod tests {
         assert_eq!((pairs.min, pairs.median, pairs.max), (2.0, 2.0, 2.0));
         // Gap p99 of redis-py (sleep=0.1) over dlock's: (1e6/3000)/(1e6/6000), (1e6/1000)/(1e6/3000).
         let gap = python_gap_ratio(&per_round, "sync", "0.1").unwrap();
-        assert!((gap.min - 2.0).abs() < 1e-9 && (gap.max - 3.0).abs() < 1e-9, "{gap:?}");
+        assert!(
+            (gap.min - 2.0).abs() < 1e-9 && (gap.max - 3.0).abs() < 1e-9,
+            "{gap:?}"
+        );
         assert!(python_pairs_ratio(&per_round, "asyncio").is_none());
     }
 
@@ -1052,11 +1055,17 @@ mod tests {
             (report("zk", "dlock", 1_000, 1.5), Some(1)),
             (report("redis", "dlock", 2_000_000, 0.5), Some(1)),
             (report("zk", "dlock", 1_300, 2.5), Some(3)),
-            (report("redis", "redis-py sync, sleep=0.1", 2_000_100, 0.7), Some(5)),
+            (
+                report("redis", "redis-py sync, sleep=0.1", 2_000_100, 0.7),
+                Some(5),
+            ),
         ];
         let runs = runs(&reports);
         assert_eq!(runs.len(), 2);
-        assert_eq!((runs[0].first, runs[0].last, runs[0].rounds), (1_000, 1_300, 3));
+        assert_eq!(
+            (runs[0].first, runs[0].last, runs[0].rounds),
+            (1_000, 1_300, 3)
+        );
         assert_eq!((runs[0].load_min, runs[0].load_max), (1.5, 2.5));
         assert_eq!(runs[0].backends.iter().collect::<Vec<_>>(), ["zk"]);
         assert_eq!((runs[1].rounds, runs[1].load_max), (5, 0.7));

@@ -204,10 +204,10 @@ mod tests {
     fn holder_gaps_count_only_changes_of_holder() {
         let holds = [
             hold(0, 0, 10),
-            hold(0, 11, 20),   // the same worker again, 1 µs later: not a hand-off
-            hold(1, 120, 130), // 100 µs after worker 0's release
-            hold(2, 135, 140), // 5 µs
-            hold(2, 141, 150), // the same worker again
+            hold(0, 11, 20),     // the same worker again, 1 µs later: not a hand-off
+            hold(1, 120, 130),   // 100 µs after worker 0's release
+            hold(2, 135, 140),   // 5 µs
+            hold(2, 141, 150),   // the same worker again
             hold(0, 1150, 1160), // 1000 µs
         ];
         assert_eq!(holder_gaps(&holds), vec![5.0, 100.0, 1000.0]);
