@@ -130,6 +130,18 @@ pub trait Lease: Debug + Send + Sync {
     ///
     /// A dropped call may or may not have released; the TTL frees the lock in any case.
     async fn release(&self) -> Result<()>;
+
+    /// Releases from a runtime other than the one the client was made on: a guard dropped
+    /// while its runtime shuts down is released on a short-lived runtime of its own, where a
+    /// connection driven by the old runtime may never answer. Stores whose connections are
+    /// tied to their runtime open a fresh one here; the default is [`release`](Self::release).
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release).
+    async fn release_elsewhere(&self) -> Result<()> {
+        self.release().await
+    }
 }
 
 /// What a backend is and can do.

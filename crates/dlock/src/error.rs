@@ -25,11 +25,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// }
 /// # }
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock was not acquired before the wait ran out (`waited` is zero for `no_wait`).
-    #[error("lock {name:?} was not acquired within {waited:?}")]
     Timeout {
         /// The lock's name.
         name: String,
@@ -38,13 +37,11 @@ pub enum Error {
     },
     /// Release or extend of a lock this holder no longer owns (expired, taken over,
     /// force-released, or already released).
-    #[error("lock {name:?} is not owned by this holder (expired, broken or already released)")]
     NotOwned {
         /// The lock's name.
         name: String,
     },
     /// The lock name is empty, too long, or contains a NUL byte.
-    #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {
         /// The rejected name (cut to 80 characters).
         name: String,
@@ -52,7 +49,6 @@ pub enum Error {
         reason: &'static str,
     },
     /// An argument is out of range (zero or absurd TTL, a wait that overflows the clock, …).
-    #[error("invalid {what}: {reason}")]
     InvalidArgument {
         /// Which argument.
         what: &'static str,
@@ -61,7 +57,6 @@ pub enum Error {
     },
     /// A connection URL that cannot be used (unknown scheme, bad syntax, bad option).
     /// Passwords are redacted from `url`.
-    #[error("invalid URL {url:?}: {reason}")]
     InvalidUrl {
         /// The URL with any password replaced by `***`.
         url: String,
@@ -69,7 +64,6 @@ pub enum Error {
         reason: String,
     },
     /// The backend cannot do this (for example fair locks on a store with no queue).
-    #[error("{operation} is not supported by the {backend} backend")]
     Unsupported {
         /// The operation that was asked for.
         operation: &'static str,
@@ -78,15 +72,23 @@ pub enum Error {
     },
     /// [`VersionedValue::update`](crate::VersionedValue::update) lost to other writers on
     /// every attempt.
-    #[error("value {name:?} changed under every one of {attempts} update attempts")]
     Conflict {
         /// The value's name.
         name: String,
         /// Attempts made.
         attempts: u32,
     },
+    /// A semaphore was asked for with another number of permits than its current holders
+    /// use; every client of a semaphore must give the same size.
+    SizeMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The number of permits this call asked for.
+        asked: u32,
+        /// The number of permits the current holders use.
+        held_with: u32,
+    },
     /// The store rejected the credentials.
-    #[error("{backend}: authentication failed: {source}")]
     Unauthenticated {
         /// The backend's scheme name.
         backend: &'static str,
@@ -94,7 +96,6 @@ pub enum Error {
         source: BoxError,
     },
     /// The store (or the file system) refused access.
-    #[error("{backend}: permission denied: {source}")]
     PermissionDenied {
         /// The backend's scheme name.
         backend: &'static str,
@@ -102,7 +103,6 @@ pub enum Error {
         source: BoxError,
     },
     /// A key, table or file exists but holds something that is not dlock's.
-    #[error("{backend}: {key} is not a dlock lock store ({detail})")]
     WrongType {
         /// The backend's scheme name.
         backend: &'static str,
@@ -113,7 +113,6 @@ pub enum Error {
     },
     /// The store cannot be reached right now (connection refused, I/O error, busy, session
     /// lost). Retrying may succeed.
-    #[error("{backend}: store unavailable: {source}")]
     Unavailable {
         /// The backend's scheme name.
         backend: &'static str,
@@ -121,7 +120,6 @@ pub enum Error {
         source: BoxError,
     },
     /// Any other store error.
-    #[error("{backend}: {source}")]
     Backend {
         /// The backend's scheme name.
         backend: &'static str,
@@ -129,6 +127,88 @@ pub enum Error {
         source: BoxError,
     },
 }
+
+/// Each cause once: `Display` writes the store's error and its own causes (a cause whose text
+/// an earlier one already holds is left out), and [`source`](std::error::Error::source) is
+/// `None`, so a chain-walking reporter (`anyhow`'s `{:#}`) does not print them again.
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Timeout { name, waited } => {
+                write!(f, "lock {name:?} was not acquired within {waited:?}")
+            }
+            Error::NotOwned { name } => write!(
+                f,
+                "lock {name:?} is not owned by this holder (expired, broken or already released)"
+            ),
+            Error::InvalidName { name, reason } => {
+                write!(f, "invalid lock name {name:?}: {reason}")
+            }
+            Error::InvalidArgument { what, reason } => write!(f, "invalid {what}: {reason}"),
+            Error::InvalidUrl { url, reason } => write!(f, "invalid URL {url:?}: {reason}"),
+            Error::Unsupported { operation, backend } => {
+                write!(f, "{operation} is not supported by the {backend} backend")
+            }
+            Error::Conflict { name, attempts } => write!(
+                f,
+                "value {name:?} changed under every one of {attempts} update attempts"
+            ),
+            Error::SizeMismatch {
+                name,
+                asked,
+                held_with,
+            } => write!(
+                f,
+                "semaphore {name:?} was asked with {asked} permits but its holders use \
+                 {held_with}: every client must use the same size"
+            ),
+            Error::Unauthenticated { backend, source } => {
+                write!(f, "{backend}: authentication failed: ")?;
+                write_causes(f, source.as_ref())
+            }
+            Error::PermissionDenied { backend, source } => {
+                write!(f, "{backend}: permission denied: ")?;
+                write_causes(f, source.as_ref())
+            }
+            Error::WrongType {
+                backend,
+                key,
+                detail,
+            } => write!(f, "{backend}: {key} is not a dlock lock store ({detail})"),
+            Error::Unavailable { backend, source } => {
+                write!(f, "{backend}: store unavailable: ")?;
+                write_causes(f, source.as_ref())
+            }
+            Error::Backend { backend, source } => {
+                write!(f, "{backend}: ")?;
+                write_causes(f, source.as_ref())
+            }
+        }
+    }
+}
+
+/// `cause` and its own sources, joined by `: `, each text once (client libraries often repeat
+/// their source's text in their own message).
+fn write_causes(
+    f: &mut std::fmt::Formatter<'_>,
+    cause: &(dyn std::error::Error + 'static),
+) -> std::fmt::Result {
+    let mut shown = String::new();
+    let mut next = Some(cause);
+    while let Some(error) = next {
+        let text = error.to_string();
+        if !text.is_empty() && !shown.contains(&text) {
+            if !shown.is_empty() {
+                shown.push_str(": ");
+            }
+            shown.push_str(&text);
+        }
+        next = error.source();
+    }
+    f.write_str(&shown)
+}
+
+impl std::error::Error for Error {}
 
 impl Error {
     /// Whether retrying the same call may succeed: true for [`Error::Unavailable`] and
@@ -172,6 +252,25 @@ impl Error {
         Error::InvalidArgument {
             what,
             reason: reason.into(),
+        }
+    }
+
+    /// What went wrong without the backend's name and the variant's words: the store's error
+    /// (and its causes) where there is one, else the whole message. For errors that gather
+    /// several stores' errors (a Redlock round).
+    pub(crate) fn cause_text(&self) -> String {
+        struct Causes<'a>(&'a (dyn std::error::Error + 'static));
+        impl std::fmt::Display for Causes<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write_causes(f, self.0)
+            }
+        }
+        match self {
+            Error::Unauthenticated { source, .. }
+            | Error::PermissionDenied { source, .. }
+            | Error::Unavailable { source, .. }
+            | Error::Backend { source, .. } => Causes(source.as_ref()).to_string(),
+            other => other.to_string(),
         }
     }
 

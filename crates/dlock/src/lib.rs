@@ -1,6 +1,36 @@
 //! Distributed locks for Rust, with a fencing token on every hold and a signal when a hold is
 //! lost.
 //!
+//! ```toml
+//! [dependencies]
+//! dlock = { version = "0.1", features = ["redis"] }  # sqlite and blocking are on by default
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! The async API runs on tokio: any runtime with its time driver enabled will do (what
+//! `#[tokio::main]` builds; `rt` alone is enough for `flavor = "current_thread"`). The
+//! [`blocking`] facade brings its own runtime and needs no tokio in your code.
+//!
+//! # Connection URLs
+//!
+//! [`connect`] picks the store by the URL's scheme; passwords in URLs are never printed.
+//!
+//! | URL | store (cargo feature) | options (`?name=value&…`) |
+//! |---|---|---|
+//! | `memory://` or `memory://NAME` | tasks of this process; `NAME` shares one store between clients | none |
+//! | `sqlite:///abs/locks.db`, `sqlite://rel/locks.db` | one file shared by the processes of a machine (`sqlite`, default) | `busy_timeout`, `poll_min`, `poll_max`, `create_dirs` |
+//! | `redis://[user[:pass]@]host[:port][/db]`, `rediss://…` (TLS) | one Redis server (`redis`) | `prefix`, `ca`, `timeout`, `connect_timeout`, `poll_min`, `poll_max`, `protocol` |
+//! | `redlock://[user[:pass]@]h1:p1,h2:p2,h3:p3[/db]`, `redlocks://…` (TLS) | Redlock over independent Redis servers (`redis`) | those of `redis://`, `node_timeout` |
+//! | `postgres://[user[:pass]@]host[:port]/db` (or `postgresql://`) | PostgreSQL lease table (`postgres`) | `mode=lease` (default), `table`, `connect_timeout`, `max_connections`, `check_interval`, `sslmode`, `sslrootcert`, … |
+//! | `postgres://…/db?mode=session` | PostgreSQL advisory (session) locks (`postgres`) | as above |
+//! | `mysql://[user[:pass]@]host[:port]/db` (or `mariadb://`) | MySQL / MariaDB lease table (`mysql`) | `mode=lease` (default), `table`, `connect_timeout`, `max_connections`, `check_interval`, `poll_min`, `poll_max`, `ssl-mode`, `ssl-ca`, … |
+//! | `mysql://…/db?mode=session` | `GET_LOCK` session locks (`mysql`) | as above |
+//! | `etcd://[user:pass@]h1:p1[,h2:p2…]` | etcd v3 (`etcd`) | `prefix`, `tls`, `ca`, `timeout`, `connect_timeout` |
+//! | `zk://[user:pass@]h1[:p1][,h2[:p2]…][/chroot]` (or `zookeeper://`) | ZooKeeper (`zookeeper`) | `session_timeout`, `connect_timeout`, `acl=open\|creator` |
+//!
+//! Durations are written like `250ms`, `2s`. Each backend's module documents its URL and
+//! options in full; [`default_url`] names the embedded store the `dlock` command uses.
+//!
 //! # Highlights
 //!
 //! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`,
@@ -254,5 +284,5 @@ pub fn default_url() -> String {
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<Locks> {
-    registry::connect(url).await
+    Locks::connect(url).await
 }

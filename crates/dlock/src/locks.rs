@@ -70,7 +70,7 @@ impl Locks {
     /// # Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Locks> {
-        crate::registry::connect(url).await
+        crate::registry::connect(url).await.map(Locks::from_backend)
     }
 
     /// Wraps a backend built by hand (for example with a builder's options).

@@ -63,8 +63,10 @@ impl MutexBuilder {
     }
 
     /// A fixed lease: the lock expires `ttl` after it is taken unless
-    /// [`MutexGuard::extend`] is called; the watchdog does not renew it. Between
-    /// [`MIN_TTL`](crate::MIN_TTL) and [`MAX_TTL`](crate::MAX_TTL).
+    /// [`MutexGuard::extend`] is called; the watchdog does not renew it, but asks the store
+    /// every third of `ttl` whether the lock is still held (without extending it), so
+    /// [`MutexGuard::lost`] fires within a third of `ttl` of a break or of a store that lost
+    /// its data. Between [`MIN_TTL`](crate::MIN_TTL) and [`MAX_TTL`](crate::MAX_TTL).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self

@@ -1,7 +1,10 @@
-//! URL scheme → backend: the one place `connect` learns which stores this build has.
+//! URL scheme → backend: the one place `connect` learns which stores this build has. A leaf:
+//! it makes backends, and `Locks::connect` wraps them.
 
+use std::sync::Arc;
+
+use crate::backend::DynBackend;
 use crate::error::{Error, Result, redact_url, scrub_secrets};
-use crate::locks::Locks;
 
 /// The schemes this build can connect to.
 pub fn enabled_schemes() -> Vec<&'static str> {
@@ -24,7 +27,7 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes
 }
 
-pub(crate) async fn connect(url: &str) -> Result<Locks> {
+pub(crate) async fn connect(url: &str) -> Result<DynBackend> {
     // Every backend redacts the URL it shows; a reason quoting a piece of a malformed URL
     // could still hold a password, so each reason is scrubbed here too.
     connect_scheme(url).await.map_err(|error| match error {
@@ -36,7 +39,7 @@ pub(crate) async fn connect(url: &str) -> Result<Locks> {
     })
 }
 
-async fn connect_scheme(url: &str) -> Result<Locks> {
+async fn connect_scheme(url: &str) -> Result<DynBackend> {
     let invalid = |reason: String| Error::InvalidUrl {
         url: redact_url(url),
         reason,
@@ -53,9 +56,9 @@ async fn connect_scheme(url: &str) -> Result<Locks> {
         "memory" if rest.contains('?') => Err(invalid(
             "memory:// takes no options (memory://NAME names a store of this process)".into(),
         )),
-        "memory" => Ok(Locks::new(crate::memory::MemoryBackend::from_url(url))),
+        "memory" => Ok(Arc::new(crate::memory::MemoryBackend::from_url(url))),
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Locks::new(
+        "sqlite" => Ok(Arc::new(
             crate::sqlite::SqliteBackend::connect_url(url).await?,
         )),
         #[cfg(not(feature = "sqlite"))]
@@ -64,11 +67,11 @@ async fn connect_scheme(url: &str) -> Result<Locks> {
             enabled_schemes().join(", ")
         ))),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Locks::new(
+        "redis" | "rediss" => Ok(Arc::new(
             crate::redis::RedisBackend::connect_url(url).await?,
         )),
         #[cfg(feature = "redis")]
-        "redlock" | "redlocks" => Ok(Locks::new(
+        "redlock" | "redlocks" => Ok(Arc::new(
             crate::redlock::RedlockBackend::connect_url(url).await?,
         )),
         #[cfg(not(feature = "redis"))]
@@ -77,7 +80,7 @@ async fn connect_scheme(url: &str) -> Result<Locks> {
             enabled_schemes().join(", ")
         ))),
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Locks::new(
+        "postgres" | "postgresql" => Ok(Arc::new(
             crate::postgres::PostgresBackend::connect_url(url).await?,
         )),
         #[cfg(not(feature = "postgres"))]
@@ -86,7 +89,7 @@ async fn connect_scheme(url: &str) -> Result<Locks> {
             enabled_schemes().join(", ")
         ))),
         #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => Ok(Locks::new(
+        "mysql" | "mariadb" => Ok(Arc::new(
             crate::mysql::MysqlBackend::connect_url(url).await?,
         )),
         #[cfg(not(feature = "mysql"))]
@@ -95,16 +98,14 @@ async fn connect_scheme(url: &str) -> Result<Locks> {
             enabled_schemes().join(", ")
         ))),
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(Locks::new(
-            crate::etcd::EtcdBackend::connect_url(url).await?,
-        )),
+        "etcd" => Ok(Arc::new(crate::etcd::EtcdBackend::connect_url(url).await?)),
         #[cfg(not(feature = "etcd"))]
         "etcd" => Err(invalid(format!(
             "the etcd backend is not part of this build (cargo feature `etcd`); enabled: {}",
             enabled_schemes().join(", ")
         ))),
         #[cfg(feature = "zookeeper")]
-        "zk" | "zookeeper" => Ok(Locks::new(
+        "zk" | "zookeeper" => Ok(Arc::new(
             crate::zookeeper::ZookeeperBackend::connect_url(url).await?,
         )),
         #[cfg(not(feature = "zookeeper"))]

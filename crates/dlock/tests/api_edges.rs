@@ -57,3 +57,164 @@ async fn the_blocking_facade_inside_a_runtime_says_what_to_do_instead() {
         "{message}"
     );
 }
+
+/// Every blocking guard: `is_owned()` asks the store, and dropping the guard has released the
+/// hold by the time `drop` returns, so another client's `try_*` succeeds at once.
+#[cfg(feature = "blocking")]
+fn blocking_guards_release_on_drop(url: &str) {
+    use dlock::blocking::Locks;
+    let (mine, theirs) = (Locks::connect(url).unwrap(), Locks::connect(url).unwrap());
+    let ttl = Duration::from_secs(60);
+
+    let guard = mine.mutex("b/mutex").ttl(ttl).acquire().unwrap();
+    assert!(guard.is_owned().unwrap());
+    drop(guard);
+    assert!(theirs.mutex("b/mutex").try_acquire().unwrap().is_some());
+
+    let reading = mine
+        .rwlock("b/rw")
+        .max_readers(4)
+        .ttl(ttl)
+        .wait(Duration::from_secs(5))
+        .read()
+        .unwrap();
+    assert!(reading.is_owned().unwrap());
+    let builder = theirs.rwlock("b/rw").max_readers(4).no_wait();
+    assert!(builder.clone().try_write().unwrap().is_none());
+    drop(reading);
+    let writing = builder
+        .clone()
+        .try_write()
+        .unwrap()
+        .expect("write after the read's drop");
+    assert!(writing.is_owned().unwrap());
+    assert!(
+        mine.rwlock("b/rw")
+            .max_readers(4)
+            .try_read()
+            .unwrap()
+            .is_none()
+    );
+    drop(writing);
+    assert!(
+        mine.rwlock("b/rw")
+            .max_readers(4)
+            .try_read()
+            .unwrap()
+            .is_some()
+    );
+
+    let permit = mine.semaphore("b/sem", 1).ttl(ttl).acquire().unwrap();
+    assert!(permit.is_owned().unwrap());
+    assert!(
+        theirs
+            .semaphore("b/sem", 1)
+            .try_acquire()
+            .unwrap()
+            .is_none()
+    );
+    drop(permit);
+    let permit = theirs.semaphore("b/sem", 1).try_acquire().unwrap();
+    assert!(permit.expect("a permit after the drop").is_owned().unwrap());
+
+    let both = mine
+        .multi_lock(["b/x", "b/y"])
+        .ttl(ttl)
+        .max_hold(Duration::from_secs(600))
+        .acquire()
+        .unwrap();
+    assert!(both.is_owned().unwrap());
+    assert!(both.fence("b/y").is_some());
+    assert!(theirs.mutex("b/y").try_acquire().unwrap().is_none());
+    drop(both);
+    assert!(
+        theirs
+            .multi_lock(["b/y", "b/x"])
+            .try_acquire()
+            .unwrap()
+            .is_some()
+    );
+
+    // A broken hold is told by the store.
+    let broken = mine.mutex("b/broken").ttl(ttl).acquire().unwrap();
+    if mine.info().capabilities.monitor {
+        assert!(theirs.force_release("b/broken").unwrap());
+        assert!(!broken.is_owned().unwrap());
+        assert!(broken.is_lost());
+    }
+}
+
+#[cfg(all(feature = "blocking", feature = "sqlite"))]
+#[test]
+fn blocking_guards_release_on_drop_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    blocking_guards_release_on_drop(&url);
+}
+
+#[cfg(all(feature = "blocking", feature = "redis"))]
+#[test]
+fn blocking_guards_release_on_drop_on_redis() {
+    use dlock_testkit::fixture::{Fixture, RedisFixture};
+    let Some(redis) = RedisFixture::start().unwrap() else {
+        return;
+    };
+    blocking_guards_release_on_drop(&redis.url().unwrap());
+}
+
+/// A port nothing listens on (bound, then closed).
+#[cfg(feature = "redis")]
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// What `anyhow`'s `{:#}` prints: every error of the `source()` chain, joined by `: `.
+#[cfg(feature = "redis")]
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut next = error.source();
+    while let Some(cause) = next {
+        parts.push(cause.to_string());
+        next = cause.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_store_error_reported_with_its_chain_names_each_cause_once() {
+    let url = format!("redis://127.0.0.1:{}?connect_timeout=2s", closed_port());
+    let error = dlock::connect(&url).await.unwrap_err();
+    assert_eq!(error.backend(), Some("redis"));
+    for shown in [chain(&error), format!("{:#}", anyhow::Error::from(error))] {
+        assert_eq!(
+            shown.matches("Connection refused").count(),
+            1,
+            "each cause once: {shown}"
+        );
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redlock_error_names_redlock_and_every_node_with_its_error() {
+    let ports = [closed_port(), closed_port(), closed_port()];
+    let url = format!(
+        "redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+        ports[0], ports[1], ports[2]
+    );
+    let error = dlock::connect(&url).await.unwrap_err();
+    assert_eq!(error.backend(), Some("redlock"), "{error}");
+    let shown = chain(&error);
+    assert!(shown.starts_with("redlock: "), "{shown}");
+    for (i, port) in ports.iter().enumerate() {
+        let node = format!("node {} (redis://127.0.0.1:{port}", i + 1);
+        assert!(shown.contains(&node), "{node} missing: {shown}");
+    }
+    assert_eq!(
+        shown.matches("refused").count(),
+        3,
+        "one error per node: {shown}"
+    );
+}

@@ -395,3 +395,51 @@ async fn a_session_release_on_a_hung_server_returns_within_its_limit() {
     let url = format!("{}?mode=session", Mariadb::url(&server));
     sql_support::release_on_a_hung_server_is_bounded(&mut server, &url).await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_per_name_is_left_once_leases_and_waiters_end() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    let probe = admin.clone();
+    sql_support::nothing_per_name_is_left(
+        &Mariadb::url(&server),
+        sql_support::BOUNDED_NAMES,
+        move |name| {
+            let admin = probe.clone();
+            Box::pin(async move {
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM dlock_locks_waiters WHERE name = ?)")
+                    .bind(name.into_bytes())
+                    .fetch_one(&admin)
+                    .await
+                    .unwrap()
+            })
+        },
+        || {
+            let admin = admin.clone();
+            Box::pin(async move {
+                sqlx::query_as(
+                    "SELECT (SELECT COUNT(*) FROM dlock_locks), (SELECT COUNT(*) FROM dlock_locks_waiters)",
+                )
+                .fetch_one(&admin)
+                .await
+                .unwrap()
+            })
+        },
+    )
+    .await;
+}
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_is_heard_at_once_by_session_holders() {
+    let Some(mut server) = server() else { return };
+    let url = Mariadb::url(&server);
+    sql_support::a_restart_is_heard_at_once_by_session_holders(&mut server, &url).await;
+}

@@ -81,6 +81,10 @@ impl dlock::Lease for CountingLease {
     async fn release(&self) -> dlock::Result<()> {
         self.inner.release().await
     }
+
+    async fn release_elsewhere(&self) -> dlock::Result<()> {
+        self.inner.release_elsewhere().await
+    }
 }
 
 pub(crate) async fn watchdog(url: &str, args: &BenchArgs) -> anyhow::Result<WatchdogScale> {

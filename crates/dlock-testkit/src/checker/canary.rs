@@ -145,4 +145,8 @@ impl Lease for BrokenLease {
     async fn release(&self) -> dlock::Result<()> {
         self.inner.release().await
     }
+
+    async fn release_elsewhere(&self) -> dlock::Result<()> {
+        self.inner.release_elsewhere().await
+    }
 }

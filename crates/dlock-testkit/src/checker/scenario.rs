@@ -700,7 +700,9 @@ fn drive(
             runtime
                 .block_on(async {
                     let locks = dlock::connect(direct_url).await?;
-                    let held = Held::take(&locks, name, workload.primitive, deadline).await?;
+                    let held =
+                        worker::Held::take_exclusive(&locks, name, workload.primitive, deadline)
+                            .await?;
                     cut(true)?;
                     let saved = async {
                         held.release().await?;
@@ -814,54 +816,15 @@ fn leftover(
     })
 }
 
-/// A hold the run takes itself (exclusive where the primitive has a choice).
-enum Held {
-    Mutex(dlock::MutexGuard),
-    Write(dlock::WriteGuard),
-    Multi(dlock::MultiGuard),
-    Permit(dlock::Permit),
-}
-
-impl Held {
-    async fn take(
-        locks: &dlock::Locks,
-        name: &str,
-        primitive: Primitive,
-        wait: Duration,
-    ) -> dlock::Result<Held> {
-        Ok(match primitive {
-            Primitive::Mutex => Held::Mutex(locks.mutex(name).wait(wait).acquire().await?),
-            Primitive::RwLock => Held::Write(locks.rwlock(name).wait(wait).write().await?),
-            Primitive::MultiLock => Held::Multi(
-                locks
-                    .multi_lock(Primitive::multi_names(name))
-                    .wait(wait)
-                    .acquire()
-                    .await?,
-            ),
-            Primitive::Semaphore(n) => {
-                Held::Permit(locks.semaphore(name, n).wait(wait).acquire().await?)
-            }
-        })
-    }
-
-    async fn release(self) -> dlock::Result<()> {
-        match self {
-            Held::Mutex(guard) => guard.release().await,
-            Held::Write(guard) => guard.release().await,
-            Held::Multi(guard) => guard.release().await,
-            Held::Permit(permit) => permit.release().await,
-        }
-    }
-}
-
 /// Whether every part of a primitive is free: a writer, every permit, the multi-lock.
 async fn probe(
     locks: &dlock::Locks,
     name: &str,
     primitive: Primitive,
 ) -> anyhow::Result<Option<String>> {
-    let ttl = Duration::from_secs(1);
+    // Released at once; a longer TTL only keeps a slow probe (a debug build on a loaded
+    // machine opening a session connection for each part) from outliving its own lease.
+    let ttl = Duration::from_secs(10);
     let taken = match primitive {
         Primitive::Mutex => return inspect(locks, name).await,
         Primitive::RwLock => match locks.rwlock(name).ttl(ttl).try_write().await {

@@ -79,7 +79,7 @@ impl Primitive {
 }
 
 /// A hold of any primitive.
-enum Held {
+pub(super) enum Held {
     Mutex(dlock::MutexGuard),
     Read(dlock::ReadGuard),
     Write(dlock::WriteGuard),
@@ -88,6 +88,31 @@ enum Held {
 }
 
 impl Held {
+    /// A hold taken by the run itself, not by a worker: exclusive where the primitive has a
+    /// choice (a writer), under the client's watchdog lease.
+    pub(super) async fn take_exclusive(
+        locks: &dlock::Locks,
+        name: &str,
+        primitive: Primitive,
+        wait: Duration,
+    ) -> dlock::Result<Held> {
+        Ok(match primitive {
+            Primitive::Mutex => Held::Mutex(locks.mutex(name).wait(wait).acquire().await?),
+            Primitive::RwLock => Held::Write(locks.rwlock(name).wait(wait).write().await?),
+            Primitive::Semaphore(n) => {
+                Held::Permit(locks.semaphore(name, n).wait(wait).acquire().await?)
+            }
+            Primitive::MultiLock => {
+                let names = Primitive::multi_names(name);
+                let guard = locks.multi_lock(names.clone()).wait(wait).acquire().await?;
+                let fence = guard
+                    .fence(&names[0])
+                    .unwrap_or(dlock::FencingToken::new(0));
+                Held::Multi(guard, fence)
+            }
+        })
+    }
+
     fn fence(&self) -> dlock::FencingToken {
         match self {
             Held::Mutex(g) => g.fence(),
@@ -116,7 +141,7 @@ impl Held {
         }
     }
 
-    async fn release(self) -> dlock::Result<()> {
+    pub(super) async fn release(self) -> dlock::Result<()> {
         match self {
             Held::Mutex(g) => g.release().await,
             Held::Read(g) => g.release().await,

@@ -12,7 +12,8 @@ cases!["lost",
         lost_fires_when_the_lease_expires,
         lost_does_not_fire_while_the_lease_is_valid;
     Needs::Monitor =>
-        lost_fires_when_the_lock_is_broken
+        lost_fires_when_the_lock_is_broken,
+        a_fixed_ttl_lock_is_told_of_a_break_while_its_lease_has_time_left
 ];
 
 async fn lost_fires_when_the_lease_expires(cx: Ctx) -> anyhow::Result<()> {
@@ -65,6 +66,26 @@ async fn lost_fires_when_the_lock_is_broken(cx: Ctx) -> anyhow::Result<()> {
         guard.extend(Duration::from_secs(1)).await,
         Error::NotOwned { .. }
     );
+    expect_err!(guard.release().await, Error::NotOwned { .. });
+    Ok(())
+}
+
+/// A lock with a fixed TTL is not renewed, but its keeper still asks the store whether it is
+/// held (every third of the TTL): a break is told while the lease still has time left, not
+/// only when it runs out.
+async fn a_fixed_ttl_lock_is_told_of_a_break_while_its_lease_has_time_left(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    const TTL: Duration = Duration::from_secs(6);
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("fixed-broken");
+    let guard = a.mutex(&name).ttl(TTL).acquire().await?;
+    let lease_ends = tokio::time::Instant::now() + TTL;
+    ensure!(b.force_release(&name).await?);
+    // A sixth of the TTL before its end: the lease's own expiry cannot be what fires it.
+    tokio::time::timeout_at(lease_ends - TTL / 6, guard.lost())
+        .await
+        .context("a fixed-TTL lock learnt of its break only when its lease ran out")?;
     expect_err!(guard.release().await, Error::NotOwned { .. });
     Ok(())
 }

@@ -114,6 +114,10 @@ pub enum Needs {
     /// etcd key under the attempt's lease, a ZooKeeper sequential node): a lost reply there
     /// leaves an object that only its own connection or lease can end.
     RetryFindsItsGrant,
+    /// Semaphores that refuse another size than their holders use: Redis's native ones, and
+    /// composed ones on stores that can list their slots. Not yet etcd's and ZooKeeper's
+    /// native semaphores, nor composed ones on stores without listing (Redlock, SQL sessions).
+    SemaphoreSize,
 }
 
 impl Needs {
@@ -129,6 +133,15 @@ impl Needs {
                     Some("no fair locks")
                 } else {
                     Needs::CrossProcess.unmet(caps, fx)
+                }
+            }
+            Needs::SemaphoreSize => {
+                if caps.permits && fx.backend() != "redis" {
+                    Some("its native semaphores do not record their size yet")
+                } else if !caps.permits && !caps.monitor {
+                    Some("composed semaphores cannot list their slots to compare sizes")
+                } else {
+                    None
                 }
             }
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),

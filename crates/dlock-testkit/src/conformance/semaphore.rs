@@ -19,7 +19,9 @@ cases!["semaphore",
         bad_semaphore_input_is_rejected_before_the_store,
         expired_permit_is_lost_when_a_waiter_takes_it_over,
         extending_an_expired_permit_is_not_owned,
-        a_permit_lost_signal_does_not_fire_while_its_lease_is_valid
+        a_permit_lost_signal_does_not_fire_while_its_lease_is_valid;
+    Needs::SemaphoreSize =>
+        another_size_than_the_holders_use_is_refused
 ];
 
 const TTL: Duration = Duration::from_secs(30);
@@ -245,5 +247,47 @@ async fn a_permit_lost_signal_does_not_fire_while_its_lease_is_valid(
     );
     permit.extend(Duration::from_secs(5)).await?;
     permit.release().await?;
+    Ok(())
+}
+
+/// Every client must give a semaphore the same size: asking with another while permits are
+/// held is a typed error naming both sizes, whichever is larger, and leaves no permit behind.
+async fn another_size_than_the_holders_use_is_refused(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("sized");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(a.semaphore(&name, 3).ttl(TTL).acquire().await?);
+    }
+    for asked in [5, 2] {
+        match b.semaphore(&name, asked).ttl(TTL).try_acquire().await {
+            Err(Error::SizeMismatch {
+                asked: got_asked,
+                held_with: 3,
+                ..
+            }) if got_asked == asked => {}
+            other => anyhow::bail!("{asked} permits of a semaphore of 3: {other:?}"),
+        }
+    }
+    let message = b
+        .semaphore(&name, 5)
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    ensure!(
+        message.contains('5') && message.contains('3'),
+        "the message names both sizes: {message}"
+    );
+    // The refused calls hold nothing: the semaphore is still full at its own size.
+    ensure!(b.semaphore(&name, 3).try_acquire().await?.is_none());
+    for permit in held {
+        permit.release().await?;
+    }
+    // With no holder left, any size may start it again.
+    let resized = b.semaphore(&name, 5).ttl(TTL).acquire().await?;
+    resized.release().await?;
     Ok(())
 }

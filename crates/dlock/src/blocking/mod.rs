@@ -24,12 +24,19 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::{BackendInfo, LockInfo};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
+
+mod held;
+mod primitives;
+
+use held::{Held, blocking_hold_methods};
+pub use primitives::{
+    MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
+};
 
 /// The runtime behind a blocking client; shut down in the background when the last handle goes,
 /// so dropping it never panics, even inside async code.
@@ -112,10 +119,11 @@ impl Locks {
         &self.inner
     }
 
-    /// Runs any future of the async API on this client's runtime and blocks until it is done:
-    /// the way to the primitives without a blocking twin (read-write locks, semaphores,
-    /// multi-locks). Their guards work from blocking code as they are, since the runtime keeps
-    /// running their renewals; dropping one releases it in the background.
+    /// Runs any future of the async API on this client's runtime and blocks until it is done.
+    /// Guards obtained this way are async guards: dropping one releases it in the background;
+    /// prefer the blocking builders ([`mutex`](Self::mutex), [`rwlock`](Self::rwlock),
+    /// [`semaphore`](Self::semaphore), [`multi_lock`](Self::multi_lock)), whose guards release
+    /// before `drop` returns.
     ///
     /// # Errors
     ///
@@ -314,7 +322,7 @@ impl VersionedValue {
 }
 
 /// Blocking version of [`crate::MutexBuilder`]; same options.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use = "a lock builder does nothing until `acquire` or `try_acquire` is called"]
 pub struct MutexBuilder {
     inner: crate::MutexBuilder,
@@ -386,8 +394,7 @@ impl MutexBuilder {
     pub fn acquire(self) -> Result<MutexGuard> {
         let guard = self.rt.block_on(self.inner.acquire())??;
         Ok(MutexGuard {
-            inner: Some(guard),
-            rt: self.rt,
+            held: Held::new(guard, self.rt),
         })
     }
 
@@ -399,68 +406,39 @@ impl MutexBuilder {
     pub fn try_acquire(self) -> Result<Option<MutexGuard>> {
         let guard = self.rt.block_on(self.inner.try_acquire())??;
         Ok(guard.map(|guard| MutexGuard {
-            inner: Some(guard),
-            rt: self.rt,
+            held: Held::new(guard, self.rt),
         }))
     }
 }
 
 /// Blocking version of [`crate::MutexGuard`]. Dropping it releases the lock before returning.
+///
+/// # Examples
+///
+/// ```
+/// let locks = dlock::blocking::Locks::connect("memory://blocking-guard-doc")?;
+/// let guard = locks.mutex("reports").acquire()?;
+/// assert!(guard.is_owned()?);
+/// drop(guard); // released in the store when `drop` returns
+/// assert!(locks.mutex("reports").try_acquire()?.is_some());
+/// # Ok::<(), dlock::Error>(())
+/// ```
 #[derive(Debug)]
 #[clippy::has_significant_drop]
 #[must_use = "if unused the lock will immediately be released"]
 pub struct MutexGuard {
-    inner: Option<crate::MutexGuard>,
-    rt: Arc<Runtime>,
+    held: Held<crate::MutexGuard>,
 }
 
 impl MutexGuard {
-    fn guard(&self) -> &crate::MutexGuard {
-        // Only `release` and `Drop` take the guard out, and both consume `self`.
-        match &self.inner {
-            Some(guard) => guard,
-            None => unreachable!("guard used after release"),
-        }
-    }
-
     /// See [`crate::MutexGuard::name`].
     pub fn name(&self) -> &LockName {
-        self.guard().name()
+        self.held.get().name()
     }
 
     /// See [`crate::MutexGuard::fence`].
     pub fn fence(&self) -> FencingToken {
-        self.guard().fence()
-    }
-
-    /// See [`crate::MutexGuard::is_lost`].
-    pub fn is_lost(&self) -> bool {
-        self.guard().is_lost()
-    }
-
-    /// See [`crate::MutexGuard::lost_token`]; poll `is_cancelled()` from your own loop.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.guard().lost_token()
-    }
-
-    /// Blocks until the lock is lost or `timeout` passes; returns whether it was lost.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] when called inside an async runtime.
-    pub fn wait_lost(&self, timeout: Duration) -> Result<bool> {
-        let guard = self.guard();
-        self.rt
-            .block_on(async { tokio::time::timeout(timeout, guard.lost()).await.is_ok() })
-    }
-
-    /// See [`crate::MutexGuard::extend`].
-    ///
-    /// # Errors
-    ///
-    /// As [`crate::MutexGuard::extend`].
-    pub fn extend(&self, ttl: Duration) -> Result<()> {
-        self.rt.block_on(self.guard().extend(ttl))?
+        self.held.get().fence()
     }
 
     /// See [`crate::MutexGuard::reenter`]: a new guard for the same reentrant hold.
@@ -469,43 +447,11 @@ impl MutexGuard {
     ///
     /// As [`crate::MutexGuard::reenter`].
     pub fn reenter(&self) -> Result<MutexGuard> {
-        let inner = self.rt.block_on(self.guard().reenter())??;
+        let inner = self.held.rt.block_on(self.held.get().reenter())??;
         Ok(MutexGuard {
-            inner: Some(inner),
-            rt: self.rt.clone(),
+            held: Held::new(inner, self.held.rt.clone()),
         })
     }
 
-    /// See [`crate::MutexGuard::release`].
-    ///
-    /// # Errors
-    ///
-    /// As [`crate::MutexGuard::release`].
-    pub fn release(mut self) -> Result<()> {
-        match self.inner.take() {
-            Some(guard) => self.rt.block_on(guard.release())?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for MutexGuard {
-    fn drop(&mut self) {
-        let Some(guard) = self.inner.take() else {
-            return;
-        };
-        if tokio::runtime::Handle::try_current().is_ok() {
-            // Inside async code we must not block: the async guard releases in the background.
-            drop(guard);
-            return;
-        }
-        match self.rt.handle() {
-            Some(handle) => {
-                if let Err(error) = handle.block_on(guard.release()) {
-                    tracing::debug!(%error, "release on drop failed");
-                }
-            }
-            None => drop(guard),
-        }
-    }
+    blocking_hold_methods!("lock");
 }

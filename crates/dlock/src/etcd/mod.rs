@@ -736,20 +736,21 @@ impl EtcdBackend {
         let mut failures = 0u32;
         loop {
             let step = async {
-                let (wanted, at) = inner.wanted(shape, prefix, my_rev).await?;
-                let (watched, whole_base) = match wanted {
+                let (wanted, _) = inner.wanted(shape, prefix, my_rev).await?;
+                let (watched, whole_base) = match &wanted {
                     Wanted::Nothing => return Ok(None),
-                    Wanted::Key(key) => (key, false),
+                    Wanted::Key(key) => (key.clone(), false),
                     Wanted::AnyDeletion => (prefix.to_vec(), true),
                 };
-                // From the revision we read at: a deletion between the read and the watch is
-                // still delivered.
+                // A watch from the current revision, not from the one we read at: etcd serves
+                // a watch that starts in the past from its unsynced group, caught up only every
+                // 100 ms, so a hand-off could wait that long. A deletion between the read and
+                // the watch is caught by reading again once the watch is live.
                 let watched = &watched;
-                let stream = inner
+                let mut stream = inner
                     .resend(|mut c| async move {
-                        let mut options = WatchOptions::new()
-                            .with_start_revision(at + 1)
-                            .with_filters([WatchFilterType::NoPut]);
+                        let mut options =
+                            WatchOptions::new().with_filters([WatchFilterType::NoPut]);
                         if whole_base {
                             options = options.with_prefix();
                         }
@@ -757,15 +758,26 @@ impl EtcdBackend {
                     })
                     .await
                     .map_err(map)?;
-                Ok(Some(stream))
+                match stream.message().await.map_err(map)? {
+                    Some(reply) if reply.created() && !reply.canceled() => {}
+                    // Not created: look at the queue again.
+                    _ => return Ok(Some(None)),
+                }
+                let (now_wanted, _) = inner.wanted(shape, prefix, my_rev).await?;
+                if now_wanted == Wanted::Nothing {
+                    return Ok(None);
+                }
+                Ok(Some((now_wanted == wanted).then_some(stream)))
             };
-            let found: Result<Option<etcd_client::WatchStream>> = tokio::select! {
+            let found: Result<Option<Option<etcd_client::WatchStream>>> = tokio::select! {
                 found = step => found,
                 () = until(deadline) => return Ok(Turn::TimedOut),
             };
             let mut stream = match found {
                 Ok(None) => return Ok(Turn::First),
-                Ok(Some(stream)) => stream,
+                // What we wait for changed while the watch was being set up: start over.
+                Ok(Some(None)) => continue,
+                Ok(Some(Some(stream))) => stream,
                 Err(error) if error.is_retryable() => {
                     failures = failures.saturating_add(1);
                     tracing::debug!(%error, failures, "etcd wait step failed; retrying");

@@ -24,6 +24,7 @@ pub(super) enum Shape {
 }
 
 /// What a queued key waits for.
+#[derive(PartialEq, Eq)]
 pub(super) enum Wanted {
     /// Nothing: the hold is ours.
     Nothing,

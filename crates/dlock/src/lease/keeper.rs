@@ -1,6 +1,11 @@
 //! The lease keeper: one task per client that renews every watchdog lease it still owns and
 //! fires the lost signal of every lease whose renewal failed or whose local deadline passed.
 //!
+//! A lease it does not renew (a fixed TTL, or past its maximum hold) is still checked every
+//! third of its TTL with a zero-length extend, which only asks the store whether the hold is
+//! still this one: a break or a store that lost its data is told within a third of the TTL,
+//! not at the lease's end, and the lease is never made longer.
+//!
 //! One timer schedule (a `BTreeSet` ordered by due time) serves all held leases, so ten thousand
 //! held locks cost one task and one sleep, not ten thousand. The task starts with the first
 //! registration and ends when nothing is registered.
@@ -21,7 +26,8 @@ use crate::error::Error;
 pub(crate) struct KeepPolicy {
     /// The lease length in the store.
     pub(crate) ttl: Duration,
-    /// Renew at a third of the TTL while held (the watchdog); otherwise only watch the deadline.
+    /// Renew at a third of the TTL while held (the watchdog); otherwise only check ownership
+    /// at a third of the TTL, without extending, until the deadline.
     pub(crate) renew: bool,
     /// Stop renewing this long after the lease started (maximum hold time); it then runs out.
     pub(crate) max_hold: Option<Duration>,
@@ -53,8 +59,9 @@ struct Entry {
     renew_until: Option<Instant>,
     /// When the lease expires by our monotonic clock, counted from before the request that set it.
     deadline: Instant,
-    /// The next renewal (watchdog) or the deadline itself.
+    /// The next renewal (watchdog) or ownership check, or the deadline itself.
     due: Instant,
+    /// A renewal or an ownership check is in flight.
     renewing: bool,
 }
 
@@ -129,12 +136,10 @@ fn renew_allowed(entry: &Entry, at: Instant) -> bool {
     entry.policy.renew && entry.renew_until.is_none_or(|until| at < until)
 }
 
+/// The next renewal or, for a lease not renewed, the next ownership check: both every third
+/// of the TTL, and never after the deadline.
 fn next_due(entry: &Entry, from: Instant) -> Instant {
-    if renew_allowed(entry, from) {
-        (from + entry.policy.ttl / 3).min(entry.deadline)
-    } else {
-        entry.deadline
-    }
+    (from + entry.policy.ttl / 3).min(entry.deadline)
 }
 
 impl Keeper {
@@ -275,10 +280,15 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                     state.entries.remove(&id);
                     continue;
                 }
-                if renew_allowed(entry, now) && !entry.renewing {
+                if !entry.renewing {
                     entry.renewing = true;
                     let lease = entry.lease.clone();
-                    let ttl = entry.policy.ttl;
+                    // A zero TTL only checks ownership: a fixed lease is never made longer.
+                    let ttl = if renew_allowed(entry, now) {
+                        entry.policy.ttl
+                    } else {
+                        Duration::ZERO
+                    };
                     renewals.spawn(async move {
                         let started = Instant::now();
                         (id, started, ttl, lease.extend(ttl).await)
@@ -327,7 +337,9 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
     let old_due = entry.due;
     match result {
         Ok(()) => {
-            metrics::counter!("dlock_renewals_total").increment(1);
+            if ttl > Duration::ZERO {
+                metrics::counter!("dlock_renewals_total").increment(1);
+            }
             entry.deadline = entry.deadline.max(started + trusted(ttl));
             entry.due = next_due(entry, started);
         }
@@ -339,7 +351,7 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
                 lease_left_ms =
                     u64::try_from(entry.deadline.saturating_duration_since(Instant::now()).as_millis())
                         .unwrap_or(u64::MAX),
-                "lock lost: the store refused the renewal (expired, broken or taken over)"
+                "lock lost: the store no longer has this hold (expired, broken or taken over)"
             );
             metrics::counter!("dlock_lost_total", "reason" => "not_owned").increment(1);
             entry.lease.lost().cancel();
@@ -373,6 +385,7 @@ mod tests {
     struct ScriptedLease {
         lost: CancellationToken,
         renewals: AtomicU32,
+        checks: AtomicU32,
         disowned: AtomicBool,
         unreachable: AtomicBool,
     }
@@ -388,7 +401,7 @@ mod tests {
         fn lease_start(&self) -> Instant {
             Instant::now()
         }
-        async fn extend(&self, _ttl: Duration) -> crate::Result<()> {
+        async fn extend(&self, ttl: Duration) -> crate::Result<()> {
             if self.unreachable.load(Ordering::SeqCst) {
                 return Err(Error::Unavailable {
                     backend: "scripted",
@@ -398,7 +411,11 @@ mod tests {
             if self.disowned.load(Ordering::SeqCst) {
                 return Err(Error::not_owned("x"));
             }
-            self.renewals.fetch_add(1, Ordering::SeqCst);
+            if ttl.is_zero() {
+                self.checks.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.renewals.fetch_add(1, Ordering::SeqCst);
+            }
             Ok(())
         }
         async fn release(&self) -> crate::Result<()> {
@@ -481,6 +498,37 @@ mod tests {
             Duration::from_millis(400) + trusted(Duration::from_millis(500))
         );
         assert_eq!(lease.renewals.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fixed_ttl_is_checked_every_third_and_a_break_fires_lost_at_the_next_check() {
+        let keeper = Keeper::default();
+        let lease = Arc::new(ScriptedLease::default());
+        let start = Instant::now();
+        let policy = KeepPolicy {
+            ttl: Duration::from_millis(600),
+            renew: false,
+            max_hold: None,
+        };
+        let _reg = keeper.register(lease.clone(), label(), policy, start);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            lease.checks.load(Ordering::SeqCst),
+            1,
+            "one check at 200 ms"
+        );
+        lease.disowned.store(true, Ordering::SeqCst);
+        lease.lost.cancelled().await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(400),
+            "lost at the second check"
+        );
+        assert_eq!(
+            lease.renewals.load(Ordering::SeqCst),
+            0,
+            "a fixed lease was extended"
+        );
     }
 
     #[tokio::test(start_paused = true)]

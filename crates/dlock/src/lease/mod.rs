@@ -177,8 +177,21 @@ impl DropRelease {
     }
 
     pub(crate) async fn run(mut self) {
-        if let Err(error) = self.lease.release().await {
-            tracing::debug!(name = %self.name, %error, "release on drop failed");
+        let mut result = self.lease.release().await;
+        if matches!(&result, Err(error) if error.is_retryable()) {
+            // The store said "try again", or the runtime is shutting down under the request
+            // (its connections fail): once more on a fresh connection.
+            result = self.lease.release_elsewhere().await;
+        }
+        match result {
+            // Still unanswered: not done, so Drop releases synchronously on a runtime of its
+            // own (bounded), rather than leaving the lock to its lease.
+            Err(error) if error.is_retryable() => {
+                tracing::debug!(name = %self.name, %error, "release on drop failed; retrying");
+                return;
+            }
+            Err(error) => tracing::debug!(name = %self.name, %error, "release on drop failed"),
+            Ok(()) => {}
         }
         self.lease.lost().cancel();
         self.done = true;
@@ -205,7 +218,7 @@ pub(crate) const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(3);
 pub(crate) fn release_blocking(lease: &Arc<dyn Lease>, name: &LockName) {
     let release = async {
         loop {
-            match lease.release().await {
+            match lease.release_elsewhere().await {
                 Ok(()) => return Ok(()),
                 Err(error) if error.is_retryable() => {
                     tracing::debug!(%name, %error, "release at shutdown failed, retrying");

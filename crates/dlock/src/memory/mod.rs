@@ -1,6 +1,8 @@
 #![doc = include_str!("docs.md")]
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -133,19 +135,109 @@ impl MemoryBackend {
 
 #[derive(Debug, Default)]
 struct Store {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Mutex<Slots>,
     /// Versioned values: name → (version, bytes).
     values: Mutex<HashMap<String, (u64, Vec<u8>)>>,
 }
 
-/// One name's state. Slots are never removed, so the fence counter never goes backwards.
+/// A queued waiter whose attempts stopped for this long is gone (its future was forgotten, or
+/// its task stalled): it no longer holds anyone back, and its place is removed. A waiting
+/// acquire tries again at least once a second, which refreshes its place.
+const WAITER_STALE: Duration = Duration::from_secs(3);
+
+/// Every name's state, and what keeps it bounded: a slot exists only while its lock is held
+/// or waited for, and fences come from one counter for the store, so a name's next fence is
+/// higher than its last even after its slot was dropped.
+#[derive(Debug, Default)]
+struct Slots {
+    map: HashMap<String, Slot>,
+    /// The last fence given out, by any name.
+    last_fence: u64,
+    /// When to look at a slot again (its lease's end, its oldest waiter going stale), earliest
+    /// first. An entry that no longer matches its slot's `check_at` was superseded.
+    checks: BinaryHeap<Reverse<(Instant, String)>>,
+}
+
+impl Deref for Slots {
+    type Target = HashMap<String, Slot>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl DerefMut for Slots {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl Slots {
+    /// Ends the leases and waiter places that are over, and drops the slots left empty: run
+    /// by every operation, so each check is paid for once.
+    fn sweep(&mut self, now: Instant) {
+        while let Some(Reverse((at, _))) = self.checks.peek()
+            && *at <= now
+        {
+            let Some(Reverse((at, name))) = self.checks.pop() else {
+                break;
+            };
+            let Some(slot) = self.map.get_mut(&name) else {
+                continue;
+            };
+            if slot.check_at != Some(at) {
+                continue;
+            }
+            slot.check_at = None;
+            slot.expire(now);
+            slot.drop_stale_waiters(now);
+            self.settle(&name);
+        }
+    }
+
+    /// Drops `name`'s slot if nothing is left in it, or else schedules its next check.
+    fn settle(&mut self, name: &str) {
+        let Some(slot) = self.map.get_mut(name) else {
+            return;
+        };
+        if slot.holder.is_none() && slot.queue.is_empty() {
+            // Waiters subscribed to it wake (their channel closed) and look again.
+            self.map.remove(name);
+            return;
+        }
+        let next = slot
+            .holder
+            .iter()
+            .map(|h| h.expires_at)
+            .chain(slot.queue.iter().map(|w| w.seen + WAITER_STALE))
+            .min();
+        if let Some(at) = next
+            && slot.check_at.is_none_or(|c| at < c)
+        {
+            slot.check_at = Some(at);
+            self.checks.push(Reverse((at, name.to_owned())));
+        }
+    }
+}
+
+/// One name's state while its lock is held or waited for.
 #[derive(Debug)]
 struct Slot {
-    fence: u64,
     holder: Option<Holder>,
     /// Waiters by arrival: fair locks serve them in order, unfair ones once the head starves.
-    queue: VecDeque<(String, Instant)>,
+    queue: VecDeque<Waiter>,
     changed: watch::Sender<()>,
+    /// The pending check of this slot in [`Slots::checks`], if any.
+    check_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    token: String,
+    /// Arrival: the queue's order.
+    since: Instant,
+    /// The waiter's last attempt.
+    seen: Instant,
 }
 
 #[derive(Debug)]
@@ -169,10 +261,10 @@ impl Holder {
 impl Slot {
     fn new() -> Slot {
         Slot {
-            fence: 0,
             holder: None,
             queue: VecDeque::new(),
             changed: watch::Sender::new(()),
+            check_at: None,
         }
     }
 
@@ -187,20 +279,35 @@ impl Slot {
 
     /// Whether a queued waiter other than `token` comes first.
     fn waiter_first(&self, token: &str, fair: bool, now: Instant) -> bool {
-        self.queue.front().is_some_and(|(head, since)| {
-            head != token && (fair || now - *since >= STARVATION_THRESHOLD)
-        })
+        self.queue
+            .front()
+            .is_some_and(|w| w.token != token && (fair || now - w.since >= STARVATION_THRESHOLD))
     }
 
+    /// Queues `token`, or refreshes its place.
     fn enqueue(&mut self, token: &str, now: Instant) {
-        if !self.queue.iter().any(|(t, _)| t == token) {
-            self.queue.push_back((token.to_owned(), now));
+        match self.queue.iter_mut().find(|w| w.token == token) {
+            Some(waiter) => waiter.seen = now,
+            None => self.queue.push_back(Waiter {
+                token: token.to_owned(),
+                since: now,
+                seen: now,
+            }),
+        }
+    }
+
+    /// Removes waiters gone stale; whoever queued behind them may be next now.
+    fn drop_stale_waiters(&mut self, now: Instant) {
+        let before = self.queue.len();
+        self.queue.retain(|w| now - w.seen < WAITER_STALE);
+        if self.queue.len() != before {
+            self.changed.send_replace(());
         }
     }
 
     fn leave_queue(&mut self, token: &str) {
         let before = self.queue.len();
-        self.queue.retain(|(t, _)| t != token);
+        self.queue.retain(|w| w.token != token);
         if self.queue.len() != before {
             // Whoever queued behind may be next now.
             self.changed.send_replace(());
@@ -216,25 +323,38 @@ impl Slot {
 }
 
 impl Store {
-    fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The slots, with every lease and waiter place that is over cleared.
+    fn slots(&self) -> MutexGuard<'_, Slots> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.sweep(Instant::now());
+        slots
     }
 
+    /// Wakes on the next change of `name`'s lock. A name without a slot is free: the receiver
+    /// of a closed channel wakes at once, and the attempt it leads to takes the lock.
     fn subscribe(&self, name: &str) -> watch::Receiver<()> {
-        self.slots()
-            .entry(name.to_owned())
-            .or_insert_with(Slot::new)
-            .changed
-            .subscribe()
+        match self.slots().get(name) {
+            Some(slot) => slot.changed.subscribe(),
+            None => watch::Sender::new(()).subscribe(),
+        }
     }
 
     fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Result<Attempt> {
         let mut slots = self.slots();
+        let attempt = Self::try_slot(self, &mut slots, req);
+        slots.settle(req.name.as_str());
+        attempt
+    }
+
+    fn try_slot(self: &Arc<Self>, slots: &mut Slots, req: &AcquireRequest) -> Result<Attempt> {
+        let now = Instant::now();
+        let next_fence = slots.last_fence + 1;
         let slot = slots
+            .map
             .entry(req.name.as_str().to_owned())
             .or_insert_with(Slot::new);
-        let now = Instant::now();
         slot.expire(now);
+        slot.drop_stale_waiters(now);
         // Locks validates TTLs; a raw `Backend` caller may not have.
         let Some(expires_at) = now.checked_add(req.ttl) else {
             return Err(Error::invalid_argument("ttl", "overflows the clock"));
@@ -248,12 +368,11 @@ impl Store {
         }
         let lost_parent = match &mut slot.holder {
             None => {
-                slot.queue.retain(|(t, _)| *t != req.token);
-                slot.fence += 1;
+                slot.queue.retain(|w| w.token != req.token);
                 let lost = CancellationToken::new();
                 slot.holder = Some(Holder {
                     token: req.token.clone(),
-                    fence: slot.fence,
+                    fence: next_fence,
                     holds: 1,
                     expires_at,
                     acquired_at: SystemTime::now(),
@@ -276,11 +395,13 @@ impl Store {
                 return Ok(Attempt::Busy { free_in });
             }
         };
+        let fence = slot.holder.as_ref().map_or(next_fence, |h| h.fence);
+        slots.last_fence = slots.last_fence.max(fence);
         Ok(Attempt::Acquired(Arc::new(MemoryLease {
             store: self.clone(),
             name: req.name.as_str().to_owned(),
             token: req.token.clone(),
-            fence: slot.fence,
+            fence,
             lost: lost_parent.child_token(),
             start: now,
         })))
@@ -369,8 +490,10 @@ impl Drop for LeaveQueue<'_> {
         if !self.armed {
             return;
         }
-        if let Some(slot) = self.store.slots().get_mut(self.req.name.as_str()) {
+        let mut slots = self.store.slots();
+        if let Some(slot) = slots.get_mut(self.req.name.as_str()) {
             slot.leave_queue(&self.req.token);
+            slots.settle(self.req.name.as_str());
         }
     }
 }
@@ -424,14 +547,16 @@ impl MonitorStore for MemoryBackend {
             return Ok(false);
         };
         slot.expire(Instant::now());
-        match slot.holder.take() {
+        let broken = match slot.holder.take() {
             Some(holder) => {
                 holder.lost.cancel();
                 slot.changed.send_replace(());
-                Ok(true)
+                true
             }
-            None => Ok(false),
-        }
+            None => false,
+        };
+        slots.settle(name.as_str());
+        Ok(broken)
     }
 }
 
@@ -498,7 +623,102 @@ impl Lease for MemoryLease {
         if holder.holds == 0 {
             slot.holder = None;
             slot.changed.send_replace(());
+            slots.settle(&self.name);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    /// How many distinct names the bounded-state test uses (the figure).
+    const NAMES: usize = 100_000;
+
+    /// Per-name state is bounded: 100,000 names, each taken and released, or taken by a
+    /// holder that vanished without releasing, or waited for by a fair waiter that vanished
+    /// while queued (its future forgotten, so no clean-up ran), leave no slot once the leases
+    /// and the waiters' places have ended. Tokio's clock is paused, so the leases end without
+    /// the test sleeping in real time.
+    #[tokio::test(start_paused = true)]
+    async fn nothing_per_name_is_left_once_leases_and_waiters_end() {
+        let backend = MemoryBackend::new();
+        let (holders, waiters) = (
+            crate::Locks::new(backend.clone()),
+            crate::Locks::new(backend.clone()),
+        );
+        let ttl = Duration::from_secs(2);
+        let done = futures::stream::iter(0..NAMES)
+            .map(|i| {
+                let (holders, waiters, store) =
+                    (holders.clone(), waiters.clone(), backend.store.clone());
+                async move {
+                    let name = format!("bounded/{i}");
+                    let guard = holders.mutex(&name).ttl(ttl).try_acquire().await.unwrap();
+                    let guard = guard.unwrap_or_else(|| panic!("{name} was busy"));
+                    match i % 3 {
+                        0 => guard.release().await.unwrap(),
+                        // The holder vanishes: its lease runs out.
+                        1 => std::mem::forget(guard),
+                        // A fair waiter queues behind the holder, then vanishes.
+                        _ => {
+                            let mut waiting = Box::pin(
+                                waiters
+                                    .mutex(&name)
+                                    .fair()
+                                    .wait(Duration::from_secs(60))
+                                    .acquire(),
+                            );
+                            loop {
+                                let polled =
+                                    tokio::time::timeout(Duration::from_millis(1), &mut waiting)
+                                        .await;
+                                assert!(polled.is_err(), "{name}: the waiter got in");
+                                let queued = store
+                                    .slots()
+                                    .get(&name)
+                                    .is_some_and(|slot| !slot.queue.is_empty());
+                                if queued {
+                                    break;
+                                }
+                            }
+                            std::mem::forget(waiting);
+                            guard.release().await.unwrap();
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(64)
+            .collect::<Vec<()>>()
+            .await;
+        assert_eq!(done.len(), NAMES);
+        assert!(
+            !backend.store.slots().is_empty(),
+            "the workload left no state at all to clean up"
+        );
+        // Every lease and waiter place has ended; the next operation on the store, on any
+        // name, cleans up.
+        tokio::time::sleep(ttl + Duration::from_secs(5)).await;
+        let guard = holders
+            .mutex("another")
+            .try_acquire()
+            .await
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+        let left = backend.store.slots().len();
+        assert!(left <= 1, "{left} slots left for {NAMES} names");
+        // Fences still rise per name across the forgotten slots.
+        let again = holders
+            .mutex("bounded/1")
+            .try_acquire()
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(again.fence().get() > u64::try_from(NAMES).unwrap());
+        again.release().await.unwrap();
     }
 }

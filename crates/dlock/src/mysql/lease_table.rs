@@ -1,7 +1,10 @@
-//! Lease-table mode: a row per lock with an owner token, a fence and an expiry computed by
-//! the database's clock. Taking a free or expired row is one `UPDATE … WHERE` statement (a new
-//! name is one `INSERT`); nothing relies on session state, so it works through poolers.
-//! Waiters in this client are woken by its releases; others poll with jittered backoff.
+//! Lease-table mode: a row per held lock with an owner token, a fence and an expiry computed
+//! by the database's clock. Taking a free or expired row is one `UPDATE … WHERE` statement (a
+//! new name first gets a free row); nothing relies on session state, so it works through
+//! poolers. Waiters in this client are woken by its releases; others poll with jittered
+//! backoff. Fences come from one sequence for the whole table, so a row whose lease is over
+//! carries nothing worth keeping: each client's sweeper deletes such rows, and stale waiter
+//! rows.
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -10,15 +13,15 @@ use async_trait::async_trait;
 use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, MySqlPool, Row};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::sql_common::{
-    LeaveQueue, ModeStore, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, detached_attempt,
-    fence, ms, queued_hint,
+    LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
+    detached_attempt, fence, ms, queued_hint,
 };
 use crate::wait::{Attempt, Backoff, acquire_loop};
 
@@ -41,6 +44,8 @@ struct Statements {
     force_release: Arc<str>,
     inspect: Arc<str>,
     list: Arc<str>,
+    sweep_locks: Arc<str>,
+    sweep_waiters: Arc<str>,
 }
 
 impl Statements {
@@ -65,10 +70,18 @@ impl Statements {
         // ones): every condition reads only `token` and `expires_at`, which are assigned last,
         // so both orders give the same result. LAST_INSERT_ID(x) returns the fence in the OK
         // packet, so no second statement is needed.
+        //
+        // A fresh hold's fence is the table's sequence's next value, drawn while this
+        // statement holds the row's lock: after every earlier grant of the name committed
+        // (a deleted row's grants too: its delete committed before the row came back), so it
+        // is higher than all of them. Never below the row's own fence + 1 either, which keeps
+        // rows of a table migrated from per-name counters rising.
         let held_by_me = format!("(token <=> ? AND expires_at > {NOW})");
+        let seq = super::schema::fence_sequence(t);
         let take = format!(
             "UPDATE {t} SET
-                fence = LAST_INSERT_ID(IF({held_by_me}, fence, fence + 1)),
+                hold_fence = LAST_INSERT_ID(IF({held_by_me}, hold_fence,
+                                               GREATEST(hold_fence + 1, NEXTVAL({seq})))),
                 holds = IF({held_by_me}, holds + ?, 1),
                 acquired_at = IF({held_by_me}, acquired_at, {NOW}),
                 owner_label = IF({held_by_me}, owner_label, ?),
@@ -79,9 +92,12 @@ impl Statements {
              WHERE name = ? AND (((token IS NULL OR expires_at <= {NOW}) AND NOT {blocked})
                                  OR (token <=> ? AND expires_at > {NOW}))"
         );
+        // A new name gets a free row, which `take` then grants: a fence is only ever drawn
+        // under the row's lock (see `take`). The row is free (no token) but its `expires_at`
+        // is a second ahead, so the sweeper leaves it alone until `take` has had its turn.
         let insert = format!(
-            "INSERT INTO {t} (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
-             VALUES (?, 1, ?, 1, {NOW} + ?, {NOW}, ?, ?, ?)"
+            "INSERT INTO {t} (name, hold_fence, token, holds, expires_at, acquired_at)
+             VALUES (?, 0, NULL, 0, {NOW} + 1000000, 0) ON DUPLICATE KEY UPDATE name = name"
         );
         // The holder's time left (NULL when free), and the queue's head and how long it has
         // waited, both in µs; then how many live waiters are ahead of this one (all of them
@@ -109,18 +125,18 @@ impl Statements {
                 token = IF(holds > 1, token, NULL),
                 expires_at = IF(holds > 1, expires_at, {NOW}),
                 holds = LAST_INSERT_ID(holds - 1)
-             WHERE name = ? AND token = ? AND fence = ? AND expires_at > {NOW}"
+             WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
         );
         let extend = format!(
             "UPDATE {t} SET expires_at = GREATEST(expires_at, {NOW} + ?)
-             WHERE name = ? AND token = ? AND fence = ? AND expires_at > {NOW}"
+             WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
         );
         let force_release = format!(
             "UPDATE {t} SET token = NULL, holds = 0, expires_at = {NOW}
              WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
         );
         let columns = format!(
-            "name, fence, holds, acquired_at, GREATEST(0, expires_at - {NOW}) DIV 1000, owner_label, host, pid"
+            "name, hold_fence, holds, acquired_at, GREATEST(0, expires_at - {NOW}) DIV 1000, owner_label, host, pid"
         );
         let inspect = format!(
             "SELECT {columns} FROM {t} WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
@@ -131,7 +147,16 @@ impl Statements {
                AND token IS NOT NULL AND expires_at > {NOW}
              ORDER BY name LIMIT ?"
         );
+        // Rows whose lease is over (released, broken or expired alike), oldest first by the
+        // expiry index. Nothing is lost: fences come from the sequence, and the holder of an
+        // ended lease is refused with or without its row.
+        let sweep_locks =
+            format!("DELETE FROM {t} WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT ?");
+        let sweep_waiters =
+            format!("DELETE FROM {w} WHERE seen <= {NOW} - {stale} ORDER BY seen LIMIT ?");
         Statements {
+            sweep_locks: sweep_locks.into(),
+            sweep_waiters: sweep_waiters.into(),
             take: take.into(),
             insert: insert.into(),
             busy: busy.into(),
@@ -159,6 +184,10 @@ struct Shared {
     sql: Statements,
     wakers: Wakers,
     poll: Backoff,
+    sweeper: Sweeper,
+    /// Stops the sweeper when the client is dropped.
+    _stop: DropGuard,
+    stop: CancellationToken,
 }
 
 fn us(d: Duration) -> i64 {
@@ -167,14 +196,44 @@ fn us(d: Duration) -> i64 {
 
 impl LeaseStore {
     pub(super) fn new(pool: MySqlPool, table: &str, poll: Backoff) -> LeaseStore {
+        let stop = CancellationToken::new();
         LeaseStore {
             shared: Arc::new(Shared {
                 pool,
                 sql: Statements::new(table),
                 wakers: Wakers::default(),
                 poll,
+                sweeper: Sweeper::default(),
+                _stop: stop.clone().drop_guard(),
+                stop,
             }),
         }
+    }
+}
+
+impl Shared {
+    /// Starts this client's sweeper (see [`Sweeper`]); it holds the shared state weakly, so
+    /// it never keeps a dropped client alive.
+    fn ensure_sweeper(self: &Arc<Self>) {
+        let shared = Arc::downgrade(self);
+        self.sweeper.ensure(&self.stop, move || {
+            let shared = shared.clone();
+            async move {
+                let Some(shared) = shared.upgrade() else {
+                    return Ok(0);
+                };
+                let mut deleted = 0;
+                for sql in [&shared.sql.sweep_locks, &shared.sql.sweep_waiters] {
+                    let done = sqlx::query(AssertSqlSafe(sql.clone()))
+                        .bind(SWEEP_BATCH)
+                        .execute(&shared.pool)
+                        .await
+                        .map_err(from_sqlx)?;
+                    deleted = deleted.max(done.rows_affected());
+                }
+                Ok(deleted)
+            }
+        });
     }
 }
 
@@ -182,6 +241,7 @@ impl LeaseStore {
 impl ModeStore for LeaseStore {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
+        shared.ensure_sweeper();
         let spot = Arc::new(QueueSpot::default());
         let leave = LeaveQueue::new(
             spot.clone(),
@@ -298,23 +358,9 @@ async fn try_acquire(
     let _gate = spot.gate.lock().await;
     let start = Instant::now();
     let name = req.name.as_str();
-    let ttl = us(req.ttl);
     let waits = req.wait != crate::Wait::No;
     let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
-    let mut take = sqlx::query(AssertSqlSafe(shared.sql.take.clone()));
-    // One binding per `?`, in order: the six `held_by_me` tests interleave with the values.
-    take = take.bind(&req.token); // fence
-    // holds: a re-entry counts one more; a retry whose granting reply was lost, none.
-    take = take.bind(&req.token).bind(i64::from(req.reentrant));
-    take = take.bind(&req.token); // acquired_at
-    take = take.bind(&req.token).bind(req.owner.label.as_deref());
-    take = take.bind(&req.token).bind(&req.owner.host);
-    take = take.bind(&req.token).bind(i64::from(req.owner.pid));
-    take = take.bind(&req.token).bind(ttl).bind(ttl);
-    take = take.bind(&req.token).bind(name);
-    take = take.bind(&req.token).bind(req.fair).bind(name); // blocked
-    take = take.bind(&req.token); // our own live grant (re-entry or retry)
-    let taken = take.execute(&mut *conn).await.map_err(from_sqlx)?;
+    let taken = take(&shared, &req, &mut conn).await?;
     let granted = |conn: sqlx::pool::PoolConnection<sqlx::MySql>, fence: i64| {
         let shared = shared.clone();
         let spot = spot.clone();
@@ -357,23 +403,17 @@ async fn try_acquire(
         .await
         .map_err(from_sqlx)?;
     let Some((held_us, head, head_waited_us, ahead)) = busy else {
-        let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
-            .bind(name)
-            .bind(&req.token)
-            .bind(ttl)
-            .bind(req.owner.label.as_deref())
-            .bind(&req.owner.host)
-            .bind(i64::from(req.owner.pid))
-            .execute(&mut *conn)
-            .await;
-        return match inserted {
-            Ok(_) => Ok(granted(conn, 1).await),
-            // Another client created the row first: look again at once.
-            Err(e) if number(&e) == Some(1062) => Ok(Attempt::Busy {
-                free_in: Some(Duration::ZERO),
-            }),
-            Err(e) => Err(from_sqlx(e)),
-        };
+        // A new name (or one whose row was swept): create its free row, then take it.
+        insert_free_row(&shared, name, &mut conn).await?;
+        let taken = take(&shared, &req, &mut conn).await?;
+        if taken.rows_affected() > 0 {
+            let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
+            return Ok(granted(conn, fence).await);
+        }
+        // Taken by another client in between: look again at once.
+        return Ok(Attempt::Busy {
+            free_in: Some(Duration::ZERO),
+        });
     };
     let held = held_us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
     let head_is_other = head.as_ref().is_some_and(|h| *h != req.token);
@@ -404,6 +444,72 @@ async fn try_acquire(
     Ok(Attempt::Busy {
         free_in: Some(queued_hint(held, Some(poll))),
     })
+}
+
+/// The grant statement (see `Statements::new`): takes a free or expired row, or re-enters
+/// this token's own live hold, unless a queued waiter comes first.
+///
+/// InnoDB may pick it as a deadlock victim (1213) against the sweeper's range delete or
+/// another new name's row insert; the statement was rolled back whole, so it runs again.
+async fn take(
+    shared: &Shared,
+    req: &AcquireRequest,
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<sqlx::mysql::MySqlQueryResult> {
+    let mut victim = 0;
+    loop {
+        match take_once(shared, req, &mut *conn).await {
+            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
+            done => return done.map_err(from_sqlx),
+        }
+    }
+}
+
+/// How often a statement chosen as a deadlock victim runs again before the error is the
+/// attempt's.
+const DEADLOCK_RETRIES: u32 = 5;
+
+/// Creates the free row of a new name (see `Statements::new`), again if it was a deadlock
+/// victim.
+async fn insert_free_row(
+    shared: &Shared,
+    name: &str,
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<()> {
+    let mut victim = 0;
+    loop {
+        let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
+            .bind(name)
+            .execute(&mut *conn)
+            .await;
+        match inserted {
+            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
+            done => return done.map(|_| ()).map_err(from_sqlx),
+        }
+    }
+}
+
+async fn take_once(
+    shared: &Shared,
+    req: &AcquireRequest,
+    conn: &mut sqlx::MySqlConnection,
+) -> sqlx::Result<sqlx::mysql::MySqlQueryResult> {
+    let name = req.name.as_str();
+    let ttl = us(req.ttl);
+    let mut take = sqlx::query(AssertSqlSafe(shared.sql.take.clone()));
+    // One binding per `?`, in order: the six `held_by_me` tests interleave with the values.
+    take = take.bind(&req.token); // fence
+    // holds: a re-entry counts one more; a retry whose granting reply was lost, none.
+    take = take.bind(&req.token).bind(i64::from(req.reentrant));
+    take = take.bind(&req.token); // acquired_at
+    take = take.bind(&req.token).bind(req.owner.label.as_deref());
+    take = take.bind(&req.token).bind(&req.owner.host);
+    take = take.bind(&req.token).bind(i64::from(req.owner.pid));
+    take = take.bind(&req.token).bind(ttl).bind(ttl);
+    take = take.bind(&req.token).bind(name);
+    take = take.bind(&req.token).bind(req.fair).bind(name); // blocked
+    take = take.bind(&req.token); // our own live grant (re-entry or retry)
+    take.execute(conn).await
 }
 
 fn to_info(row: &MySqlRow) -> Result<LockInfo> {

@@ -174,13 +174,7 @@ impl MysqlBuilder {
         let values = MysqlValues::new(pool.clone(), &crate::sql_common::values_table(&table));
         let store = match config.mode {
             Mode::Lease => {
-                schema::ensure(
-                    &pool,
-                    &table,
-                    &schema::lease_ddl(&table),
-                    schema::LEASE_SHAPE,
-                )
-                .await?;
+                schema::ensure_lease(&pool, &table).await?;
                 let waiters = schema::waiters_table(&table);
                 schema::ensure(
                     &pool,
@@ -189,6 +183,7 @@ impl MysqlBuilder {
                     schema::WAITERS_SHAPE,
                 )
                 .await?;
+                schema::ensure_index(&pool, &waiters, "seen").await?;
                 SqlStore::Lease(LeaseStore::new(
                     pool,
                     &table,

@@ -8,13 +8,16 @@ pub(super) use crate::sql_common::{Shape, waiters_table};
 
 use super::error::{BACKEND, from_sqlx};
 
-/// The lease table: a row per lock name, never deleted, so the fence only grows. Names are
+/// The lease table: a row per lock name while its lease lasts (the sweeper deletes it some
+/// seconds after). `hold_fence` is the fence of the row's hold, drawn from the table's
+/// sequence ([`fence_sequence`]); tables of dlock 0.x before that kept a per-name counter in
+/// `fence` and never deleted rows, and are migrated on connect ([`ensure_lease`]). Names are
 /// `VARBINARY`: byte-wise, so case-sensitive and without PAD SPACE (a `_bin` collation would
 /// still treat trailing spaces as equal). Times are microseconds since the Unix epoch by the
 /// database's clock, computed in UTC so session time zones do not matter.
 pub(super) const LEASE_SHAPE: Shape = &[
     ("name", "varbinary"),
-    ("fence", "bigint"),
+    ("hold_fence", "bigint"),
     ("token", "varchar"),
     ("holds", "int"),
     ("expires_at", "bigint"),
@@ -28,14 +31,15 @@ pub(super) fn lease_ddl(table: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {table} (
     name        VARBINARY(512) NOT NULL PRIMARY KEY,
-    fence       BIGINT NOT NULL,
+    hold_fence  BIGINT NOT NULL,
     token       VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
     holds       INT NOT NULL DEFAULT 0,
     expires_at  BIGINT NOT NULL DEFAULT 0,
     acquired_at BIGINT NOT NULL DEFAULT 0,
     owner_label VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     host        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-    pid         BIGINT NULL
+    pid         BIGINT NULL,
+    KEY {table}_expires_at (expires_at)
 ) ENGINE=InnoDB"
     )
 }
@@ -56,9 +60,122 @@ pub(super) fn waiters_ddl(table: &str) -> String {
     token VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     since BIGINT NOT NULL,
     seen  BIGINT NOT NULL,
-    PRIMARY KEY (name, token)
+    PRIMARY KEY (name, token),
+    KEY {table}_seen (seen)
 ) ENGINE=InnoDB"
     )
+}
+
+/// The sequence every fence of lease table `table` comes from: one for the table, so a
+/// name's row can be deleted once its lease is over and its next fence is still higher.
+/// A sequence never hands out a value twice, also across restarts (it may skip some).
+/// Sequences need MariaDB 10.3 or later.
+pub(super) fn fence_sequence(table: &str) -> String {
+    format!("{table}_fence")
+}
+
+/// Creates the lease table and its fence sequence if missing, migrates a table of the
+/// per-name-counter layout, and checks the shape.
+///
+/// The migration renames `fence` to `hold_fence` (one atomic DDL statement), so an older
+/// dlock still running against the table fails on its next statement instead of counting
+/// fences from 1 for a name whose row was swept, and an older dlock connecting afterwards is
+/// refused by its shape check; its holders learn of the loss at their local deadline. The
+/// sequence is moved above every fence in the table before the rename and again after it
+/// (a sequence never goes back); meanwhile a fresh hold of an existing row still takes at
+/// least its row's fence + 1, and nothing is swept until the sweeper's first round, seconds
+/// later.
+pub(super) async fn ensure_lease(pool: &MySqlPool, table: &str) -> Result<()> {
+    let seq = fence_sequence(table);
+    let found = columns(pool, table).await?;
+    let has = |found: &[(String, String)], column: &str| {
+        found.iter().any(|(n, _)| n.eq_ignore_ascii_case(column))
+    };
+    if has(&found, "fence") && !has(&found, "hold_fence") {
+        ensure_sequence(pool, &seq).await?;
+        let catch_up = |column: &str| {
+            format!("SELECT SETVAL({seq}, (SELECT COALESCE(MAX({column}), 0) FROM {table}))")
+        };
+        run(pool, &catch_up("fence")).await?;
+        match run(
+            pool,
+            &format!("ALTER TABLE {table} CHANGE COLUMN fence hold_fence BIGINT NOT NULL"),
+        )
+        .await
+        {
+            Ok(()) => {}
+            // Another client renamed it first ("unknown column").
+            Err(_) if has(&columns(pool, table).await?, "hold_fence") => {}
+            Err(e) => return Err(e),
+        }
+        run(pool, &catch_up("hold_fence")).await?;
+    }
+    ensure(pool, table, &lease_ddl(table), LEASE_SHAPE).await?;
+    ensure_sequence(pool, &seq).await?;
+    ensure_index(pool, table, "expires_at").await
+}
+
+/// Adds the index on `column` the sweeper's statement uses, to a table made before it had
+/// one.
+pub(super) async fn ensure_index(pool: &MySqlPool, table: &str, column: &str) -> Result<()> {
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.STATISTICS
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?
+           AND SEQ_IN_INDEX = 1)",
+    )
+    .bind(table)
+    .bind(column)
+    .fetch_one(pool)
+    .await
+    .map_err(from_sqlx)?;
+    if exists {
+        return Ok(());
+    }
+    run(
+        pool,
+        &format!("CREATE INDEX IF NOT EXISTS {table}_{column} ON {table} ({column})"),
+    )
+    .await
+}
+
+/// Creates the fence sequence if missing; on a server without sequences (MySQL, MariaDB
+/// before 10.3) says that the lease table needs them.
+async fn ensure_sequence(pool: &MySqlPool, seq: &str) -> Result<()> {
+    // Checked first, so a user that may only use the table is not asked to create anything.
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.TABLES
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND TABLE_TYPE = 'SEQUENCE')",
+    )
+    .bind(seq)
+    .fetch_one(pool)
+    .await
+    .map_err(from_sqlx)?;
+    if exists {
+        return Ok(());
+    }
+    let created = sqlx::query(AssertSqlSafe(format!(
+        "CREATE SEQUENCE IF NOT EXISTS {seq} START WITH 1 INCREMENT BY 1"
+    )))
+    .execute(pool)
+    .await;
+    match created {
+        Ok(_) => Ok(()),
+        // ER_PARSE_ERROR: no CREATE SEQUENCE in this server's grammar.
+        Err(e) if super::error::number(&e) == Some(1064) => Err(crate::Error::Unsupported {
+            operation: "the lease table without sequences (it needs MariaDB 10.3 or later; \
+                        use ?mode=session on MySQL)",
+            backend: BACKEND,
+        }),
+        Err(e) => Err(from_sqlx(e)),
+    }
+}
+
+async fn run(pool: &MySqlPool, sql: &str) -> Result<()> {
+    sqlx::query(AssertSqlSafe(sql.to_owned()))
+        .execute(pool)
+        .await
+        .map_err(from_sqlx)?;
+    Ok(())
 }
 
 /// Session mode's fence counters.

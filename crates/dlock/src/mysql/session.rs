@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, Connection, MySql, MySqlPool};
+use sqlx::{AssertSqlSafe, Connection, MySql, MySqlConnection, MySqlPool};
 use tokio::time::Instant;
 
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
-use crate::sql_common::{ModeStore, SessionConn, SessionLease, detached_attempt};
+use crate::sql_common::{
+    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, detached_attempt,
+};
 use crate::wait::{Attempt, acquire_loop};
 
 use super::error::from_sqlx;
@@ -37,6 +39,9 @@ struct Shared {
     pool: MySqlPool,
     fence_sql: Arc<str>,
     check_interval: Duration,
+    /// Wakes the holders when the watcher's connection drops.
+    alarm: SessionAlarm,
+    watch: Arc<Watch>,
 }
 
 impl SessionStore {
@@ -49,9 +54,11 @@ impl SessionStore {
         );
         SessionStore {
             shared: Arc::new(Shared {
+                watch: Arc::new(Watch { pool: pool.clone() }),
                 pool,
                 fence_sql: fence_sql.into(),
                 check_interval,
+                alarm: SessionAlarm::default(),
             }),
         }
     }
@@ -61,6 +68,7 @@ impl SessionStore {
 impl ModeStore for SessionStore {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
+        shared.alarm.ensure_watcher(&shared.watch);
         acquire_loop(
             req.wait,
             None,
@@ -131,6 +139,7 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
         start,
         req.ttl,
         shared.check_interval,
+        shared.alarm.subscribe(),
     ))))
 }
 
@@ -166,5 +175,32 @@ impl SessionConn for Held {
     fn discard(mut self) {
         self.conn.close_on_drop();
         drop(self.conn);
+    }
+}
+
+/// The session watcher's connection: one of its own, outside the pool (so it takes no lock's
+/// place there), asleep in `SLEEP()`.
+#[derive(Debug)]
+struct Watch {
+    pool: MySqlPool,
+}
+
+#[async_trait]
+impl SessionWatch for Watch {
+    type Conn = MySqlConnection;
+
+    async fn connect(&self) -> Result<MySqlConnection> {
+        MySqlConnection::connect_with(&self.pool.connect_options())
+            .await
+            .map_err(from_sqlx)
+    }
+
+    async fn sleep(&self, conn: &mut MySqlConnection, length: Duration) -> Result<()> {
+        sqlx::query("SELECT SLEEP(?)")
+            .bind(length.as_secs_f64())
+            .execute(conn)
+            .await
+            .map(drop)
+            .map_err(from_sqlx)
     }
 }

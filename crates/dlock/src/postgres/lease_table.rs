@@ -1,7 +1,9 @@
-//! Lease-table mode: a row per lock with an owner token, a fence and an expiry computed by
-//! the database's clock; every change is one atomic statement, so it works through
+//! Lease-table mode: a row per held lock with an owner token, a fence and an expiry computed
+//! by the database's clock; every change is one atomic statement, so it works through
 //! transaction-mode poolers. Waiters are woken by NOTIFY on release, heard by one LISTEN
-//! connection per client.
+//! connection per client. Fences come from one sequence for the whole table, so a row whose
+//! lease is over carries nothing worth keeping: each client's sweeper deletes such rows, and
+//! stale waiter rows.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, UNIX_EPOCH};
@@ -18,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::sql_common::{
-    LeaveQueue, ModeStore, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, detached_attempt,
-    fence, ms, queued_hint,
+    LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
+    detached_attempt, fence, ms, queued_hint,
 };
 use crate::wait::{Attempt, acquire_loop};
 
@@ -35,15 +37,26 @@ struct Statements {
     force_release: Arc<str>,
     inspect: Arc<str>,
     list: Arc<str>,
+    sweep_locks: Arc<str>,
+    sweep_waiters: Arc<str>,
 }
 
 impl Statements {
     fn new(t: &str) -> Statements {
         // `l.*` is the row before the change. The same token on a live row keeps the fence:
         // a re-entry ($7) counts a hold, a retry whose granting reply was lost takes its grant
-        // as it is; anything else that passes the WHERE is a fresh
-        // hold of a free or expired row: the fence goes up.
+        // as it is; anything else that passes the WHERE is a fresh hold of a free or expired
+        // row (or of a new one): its fence is the table's sequence's next value.
+        //
+        // That value is drawn under a transaction-level advisory lock on the name, so the
+        // acquire statements of one name run one after another: a later grant's fence is
+        // drawn after an earlier grant committed, so it is higher, even when the sweeper
+        // deleted the row in between (a fence drawn by a statement that then stalled before
+        // inserting could otherwise be lower than one a quicker statement gave out meanwhile).
+        // The two-key form keeps clear of session mode's one-key advisory locks.
         let w = super::schema::waiters_table(t);
+        let seq = super::schema::fence_sequence(t);
+        let name_lock = format!("pg_advisory_xact_lock(hashtext('{t}'), hashtext($1))");
         // The waiter queue: `head` is the oldest live waiter (entries not refreshed for
         // WAITER_STALE are ignored, and swept by the next grant). A free lock goes to anyone
         // only while nobody else heads the queue, or (unfair) while the head has waited
@@ -55,11 +68,12 @@ impl Statements {
                 WHERE name = $1 AND seen > now() - interval '{WAITER_STALE_MS} milliseconds'
                 ORDER BY since, token LIMIT 1
             ), granted AS (
-                INSERT INTO {t} AS l (name, fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
-                VALUES ($1, 1, $2, 1, now() + $3 * interval '1 millisecond', now(), $4, $5, $6)
+                INSERT INTO {t} AS l (name, hold_fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
+                VALUES ($1, (SELECT nextval('{seq}') FROM (SELECT {name_lock}) AS locked),
+                        $2, 1, now() + $3 * interval '1 millisecond', now(), $4, $5, $6)
                 ON CONFLICT (name) DO UPDATE SET
-                    fence = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
-                                 THEN l.fence ELSE l.fence + 1 END,
+                    hold_fence = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
+                                 THEN l.hold_fence ELSE EXCLUDED.hold_fence END,
                     holds = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
                                  THEN l.holds + (CASE WHEN $7 THEN 1 ELSE 0 END) ELSE 1 END,
                     expires_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
@@ -72,7 +86,7 @@ impl Statements {
                        AND NOT EXISTS (SELECT 1 FROM head WHERE head.token <> $2
                            AND ($8 OR head.since <= now() - interval '{STARVATION_US} microseconds')))
                    OR (l.token = EXCLUDED.token AND l.expires_at > now())
-                RETURNING fence
+                RETURNING hold_fence
             ), queued AS (
                 INSERT INTO {w} (name, token, since, seen)
                 SELECT $1, $2, now(), now() WHERE $9 AND NOT EXISTS (SELECT 1 FROM granted)
@@ -83,7 +97,7 @@ impl Statements {
                 WHERE name = $1 AND EXISTS (SELECT 1 FROM granted)
                   AND (token = $2 OR seen <= now() - interval '{WAITER_STALE_MS} milliseconds')
             )
-            SELECT (SELECT fence FROM granted),
+            SELECT (SELECT hold_fence FROM granted),
                    (SELECT GREATEST(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
                       FROM {t} WHERE name = $1 AND token IS NOT NULL AND expires_at > now()),
                    EXISTS (SELECT 1 FROM queued)"
@@ -103,7 +117,7 @@ impl Statements {
                 UPDATE {t} SET holds = holds - 1,
                     token = CASE WHEN holds > 1 THEN token END,
                     expires_at = CASE WHEN holds > 1 THEN expires_at ELSE now() END
-                WHERE name = $1 AND token = $2 AND fence = $3 AND expires_at > now()
+                WHERE name = $1 AND token = $2 AND hold_fence = $3 AND expires_at > now()
                 RETURNING holds
             )
             SELECT holds, CASE WHEN holds = 0 THEN (SELECT 1 FROM pg_notify($4, $1)) END
@@ -111,7 +125,7 @@ impl Statements {
         );
         let extend = format!(
             "UPDATE {t} SET expires_at = GREATEST(expires_at, now() + $4 * interval '1 millisecond')
-             WHERE name = $1 AND token = $2 AND fence = $3 AND expires_at > now()"
+             WHERE name = $1 AND token = $2 AND hold_fence = $3 AND expires_at > now()"
         );
         let force_release = format!(
             "WITH broken AS (
@@ -121,7 +135,7 @@ impl Statements {
             )
             SELECT (SELECT 1 FROM pg_notify($2, $1)) FROM broken"
         );
-        let columns = "name, fence, holds,
+        let columns = "name, hold_fence, holds,
             (extract(epoch FROM acquired_at) * 1000000)::bigint,
             GREATEST(0, floor(extract(epoch FROM expires_at - now()) * 1000))::bigint,
             owner_label, host, pid";
@@ -135,7 +149,28 @@ impl Statements {
                AND token IS NOT NULL AND expires_at > now()
              ORDER BY name LIMIT $3"
         );
+        // Rows whose lease is over (released, broken or expired: `expires_at` is in the past
+        // for all three), oldest first by the expiry index; rows another statement has locked
+        // are skipped, not waited for. Nothing is lost: the fence comes from the sequence, and
+        // the holder of an ended lease is refused with or without its row.
+        let sweep_locks = format!(
+            "WITH ended AS (
+                SELECT name FROM {t} WHERE expires_at <= now()
+                ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+            )
+            DELETE FROM {t} l USING ended WHERE l.name = ended.name AND l.expires_at <= now()"
+        );
+        let sweep_waiters = format!(
+            "WITH gone AS (
+                SELECT name, token FROM {w}
+                WHERE seen <= now() - interval '{WAITER_STALE_MS} milliseconds'
+                ORDER BY seen LIMIT $1 FOR UPDATE SKIP LOCKED
+            )
+            DELETE FROM {w} q USING gone WHERE q.name = gone.name AND q.token = gone.token"
+        );
         Statements {
+            sweep_locks: sweep_locks.into(),
+            sweep_waiters: sweep_waiters.into(),
             acquire: acquire.into(),
             leave: leave.into(),
             release: release.into(),
@@ -161,7 +196,8 @@ struct Shared {
     channel: String,
     wakers: Arc<Wakers>,
     listener: Mutex<Option<JoinHandle<()>>>,
-    /// Stops the listener when the client is dropped.
+    sweeper: Sweeper,
+    /// Stops the listener and the sweeper when the client is dropped.
     _stop: DropGuard,
     stop: CancellationToken,
 }
@@ -176,6 +212,7 @@ impl LeaseStore {
                 channel: table.to_owned(),
                 wakers: Arc::default(),
                 listener: Mutex::new(None),
+                sweeper: Sweeper::default(),
                 _stop: stop.clone().drop_guard(),
                 stop,
             }),
@@ -187,6 +224,7 @@ impl LeaseStore {
 impl ModeStore for LeaseStore {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
+        shared.ensure_sweeper();
         let spot = Arc::new(QueueSpot::default());
         let leave = LeaveQueue::new(
             spot.clone(),
@@ -263,6 +301,30 @@ impl MonitorStore for LeaseStore {
 }
 
 impl Shared {
+    /// Starts this client's sweeper (see [`Sweeper`]); it holds the shared state weakly, so
+    /// it never keeps a dropped client alive.
+    fn ensure_sweeper(self: &Arc<Self>) {
+        let shared = Arc::downgrade(self);
+        self.sweeper.ensure(&self.stop, move || {
+            let shared = shared.clone();
+            async move {
+                let Some(shared) = shared.upgrade() else {
+                    return Ok(0);
+                };
+                let mut deleted = 0;
+                for sql in [&shared.sql.sweep_locks, &shared.sql.sweep_waiters] {
+                    let done = sqlx::query(AssertSqlSafe(sql.clone()))
+                        .bind(SWEEP_BATCH)
+                        .execute(&shared.pool)
+                        .await
+                        .map_err(from_sqlx)?;
+                    deleted = deleted.max(done.rows_affected());
+                }
+                Ok(deleted)
+            }
+        });
+    }
+
     /// Starts the LISTEN task with the first waiter, and again if it ended (its runtime
     /// shut down under it).
     fn ensure_listener(self: &Arc<Self>) {

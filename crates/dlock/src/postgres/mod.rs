@@ -166,13 +166,7 @@ impl PostgresBuilder {
         let values = PgValues::new(pool.clone(), &crate::sql_common::values_table(&table));
         let store = match config.mode {
             Mode::Lease => {
-                schema::ensure(
-                    &pool,
-                    &table,
-                    &schema::lease_ddl(&table),
-                    schema::LEASE_SHAPE,
-                )
-                .await?;
+                schema::ensure_lease(&pool, &table).await?;
                 let waiters = schema::waiters_table(&table);
                 schema::ensure(
                     &pool,
@@ -181,6 +175,7 @@ impl PostgresBuilder {
                     schema::WAITERS_SHAPE,
                 )
                 .await?;
+                schema::ensure_index(&pool, &waiters, "seen").await?;
                 SqlStore::Lease(LeaseStore::new(pool, &table))
             }
             Mode::Session => {

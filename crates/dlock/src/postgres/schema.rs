@@ -8,10 +8,13 @@ pub(super) use crate::sql_common::{Shape, waiters_table};
 
 use super::error::{BACKEND, from_sqlx};
 
-/// The lease table: a row per lock name, never deleted, so the fence only grows.
+/// The lease table: a row per lock name while its lease lasts (the sweeper deletes it some
+/// seconds after). `hold_fence` is the fence of the row's hold, drawn from the table's
+/// sequence ([`fence_sequence`]); tables of dlock 0.x before that kept a per-name counter in
+/// `fence` and never deleted rows, and are migrated on connect ([`ensure_lease`]).
 pub(super) const LEASE_SHAPE: Shape = &[
     ("name", "text"),
-    ("fence", "bigint"),
+    ("hold_fence", "bigint"),
     ("token", "text"),
     ("holds", "integer"),
     ("expires_at", "timestamp with time zone"),
@@ -25,7 +28,7 @@ pub(super) fn lease_ddl(table: &str) -> String {
     format!(
         r#"CREATE TABLE IF NOT EXISTS {table} (
     name        text COLLATE "C" PRIMARY KEY,  -- byte-wise: case-sensitive, ordered for prefixes
-    fence       bigint NOT NULL,               -- only ever incremented
+    hold_fence  bigint NOT NULL,               -- from the sequence <table>_fence
     token       text,                          -- holder's token; NULL when free
     holds       integer NOT NULL DEFAULT 0,    -- reentrant hold count
     expires_at  timestamptz NOT NULL,          -- the database's clock
@@ -56,6 +59,136 @@ pub(super) fn waiters_ddl(table: &str) -> String {
     PRIMARY KEY (name, token)
 )"#
     )
+}
+
+/// The sequence every fence of lease table `table` comes from: one for the table, so a
+/// name's row can be deleted once its lease is over and its next fence is still higher.
+/// Sequences never hand out a value twice, also across crashes (they may skip some).
+pub(super) fn fence_sequence(table: &str) -> String {
+    format!("{table}_fence")
+}
+
+/// Creates the lease table, its fence sequence and its expiry index if missing, migrates a
+/// table of the per-name-counter layout, and checks the shape.
+///
+/// The migration runs in one transaction under an exclusive lock on the table: the sequence
+/// starts above every fence in the table, and the column `fence` is renamed `hold_fence`, so
+/// an older dlock still running against the table fails on its next statement (no column
+/// `fence`) instead of counting fences from 1 for a name whose row was swept, and an older
+/// dlock connecting afterwards is refused by its shape check. Its holders learn of the loss
+/// at their local deadline, no later than their leases end.
+pub(super) async fn ensure_lease(pool: &PgPool, table: &str) -> Result<()> {
+    let found = columns(pool, table).await?;
+    let has = |found: &[(String, String)], column: &str| found.iter().any(|(n, _)| n == column);
+    if has(&found, "fence") && !has(&found, "hold_fence") {
+        migrate_counter_layout(pool, table)
+            .await
+            .map_err(from_sqlx)?;
+    }
+    ensure(pool, table, &lease_ddl(table), LEASE_SHAPE).await?;
+    ensure_sequence(pool, table).await.map_err(from_sqlx)?;
+    ensure_index(pool, table, "expires_at").await
+}
+
+/// See [`ensure_lease`].
+async fn migrate_counter_layout(pool: &PgPool, table: &str) -> sqlx::Result<()> {
+    let seq = fence_sequence(table);
+    let mut tx = pool.begin().await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    // Another client may have migrated while this one waited for the lock.
+    let still_old: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+         WHERE table_schema = current_schema() AND table_name = $1 AND column_name = 'fence')",
+    )
+    .bind(table)
+    .fetch_one(&mut *tx)
+    .await?;
+    if !still_old {
+        return tx.commit().await;
+    }
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE SEQUENCE IF NOT EXISTS {seq}"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT setval('{seq}', GREATEST((SELECT COALESCE(MAX(fence), 0) FROM {table}),
+                                         (SELECT last_value FROM {seq})) + 1, false)"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "ALTER TABLE {table} RENAME COLUMN fence TO hold_fence"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// Creates the fence sequence of a lease table that has none (a new table, or one whose
+/// sequence was dropped), starting above every fence in the table. Under a lock that keeps
+/// writers out, so no fence is drawn from a sequence about to be moved.
+async fn ensure_sequence(pool: &PgPool, table: &str) -> sqlx::Result<()> {
+    let seq = fence_sequence(table);
+    let exists = "SELECT to_regclass($1) IS NOT NULL";
+    if sqlx::query_scalar(exists)
+        .bind(&seq)
+        .fetch_one(pool)
+        .await?
+    {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    if sqlx::query_scalar(exists)
+        .bind(&seq)
+        .fetch_one(&mut *tx)
+        .await?
+    {
+        return tx.commit().await;
+    }
+    sqlx::query(AssertSqlSafe(format!("CREATE SEQUENCE {seq}")))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT setval('{seq}', (SELECT COALESCE(MAX(hold_fence), 0) FROM {table}) + 1, false)"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// Adds the index on `column` the sweeper's statement uses, to a table made before it had
+/// one. Checked first, so a user that may only use the table is not asked to create anything;
+/// two clients creating it at once race on the catalog.
+pub(super) async fn ensure_index(pool: &PgPool, table: &str, column: &str) -> Result<()> {
+    let index = format!("{table}_{column}");
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(&index)
+        .fetch_one(pool)
+        .await
+        .map_err(from_sqlx)?;
+    if exists {
+        return Ok(());
+    }
+    let ddl = format!("CREATE INDEX IF NOT EXISTS {index} ON {table} ({column})");
+    match sqlx::query(AssertSqlSafe(ddl)).execute(pool).await {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::Database(db))
+            if matches!(db.code().as_deref(), Some("23505" | "42P07" | "42710")) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(from_sqlx(e)),
+    }
 }
 
 /// Session mode's fence counters: one row per name, incremented by each holder.

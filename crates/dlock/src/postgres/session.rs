@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, Connection, PgPool, Postgres};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
 
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
-use crate::sql_common::{ModeStore, SessionConn, SessionLease, detached_attempt};
+use crate::sql_common::{
+    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, detached_attempt,
+};
 use crate::wait::{Attempt, acquire_loop};
 
 use super::error::{from_sqlx, is_lock_timeout};
@@ -38,6 +40,9 @@ struct Shared {
     pool: PgPool,
     fence_sql: Arc<str>,
     check_interval: Duration,
+    /// Wakes the holders when the watcher's connection drops.
+    alarm: SessionAlarm,
+    watch: Arc<Watch>,
 }
 
 impl SessionStore {
@@ -50,9 +55,11 @@ impl SessionStore {
         );
         SessionStore {
             shared: Arc::new(Shared {
+                watch: Arc::new(Watch { pool: pool.clone() }),
                 pool,
                 fence_sql: fence_sql.into(),
                 check_interval,
+                alarm: SessionAlarm::default(),
             }),
         }
     }
@@ -62,6 +69,7 @@ impl SessionStore {
 impl ModeStore for SessionStore {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
+        shared.alarm.ensure_watcher(&shared.watch);
         acquire_loop(
             req.wait,
             None,
@@ -152,6 +160,7 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
         start,
         req.ttl,
         shared.check_interval,
+        shared.alarm.subscribe(),
     ))))
 }
 
@@ -185,5 +194,38 @@ impl SessionConn for Held {
     fn discard(mut self) {
         self.conn.close_on_drop();
         drop(self.conn);
+    }
+}
+
+/// The session watcher's connection: one of its own, outside the pool (so it takes no lock's
+/// place there), asleep in `pg_sleep`.
+#[derive(Debug)]
+struct Watch {
+    pool: PgPool,
+}
+
+#[async_trait]
+impl SessionWatch for Watch {
+    type Conn = PgConnection;
+
+    async fn connect(&self) -> Result<PgConnection> {
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options())
+            .await
+            .map_err(from_sqlx)?;
+        // A statement_timeout set for the user or database would cut every sleep short.
+        sqlx::query("SET statement_timeout = 0")
+            .execute(&mut conn)
+            .await
+            .map_err(from_sqlx)?;
+        Ok(conn)
+    }
+
+    async fn sleep(&self, conn: &mut PgConnection, length: Duration) -> Result<()> {
+        sqlx::query("SELECT pg_sleep($1)")
+            .bind(length.as_secs_f64())
+            .execute(conn)
+            .await
+            .map(drop)
+            .map_err(from_sqlx)
     }
 }

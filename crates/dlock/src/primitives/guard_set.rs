@@ -12,7 +12,7 @@ use crate::lease::Lost;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 
-/// The lost-signal, extend and release methods of a composed primitive's guard, delegated to
+/// The lost-signal, extend, ownership and release methods of a composed primitive's guard, delegated to
 /// its `$field` (a `MutexGuard` or a `GuardSet`, which have the same methods).
 macro_rules! hold_methods {
     ($field:ident) => {
@@ -47,6 +47,21 @@ macro_rules! hold_methods {
         /// Cancel safe: each lease is either extended or not.
         pub async fn extend(&self, ttl: std::time::Duration) -> crate::error::Result<()> {
             self.$field.extend(ttl).await
+        }
+
+        /// Asks the store whether the hold is still this guard's (for a hold made of several
+        /// store locks, all of them); it changes nothing. `false` also fires the lost signal.
+        /// For a local answer with no round trip, use `is_lost`.
+        ///
+        /// # Errors
+        ///
+        /// Store errors (the answer is then unknown).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        pub async fn is_owned(&self) -> crate::error::Result<bool> {
+            self.$field.is_owned().await
         }
 
         /// Releases the hold.

@@ -281,17 +281,4 @@ impl MultiGuard {
     }
 
     hold_methods!(set);
-
-    /// Asks the store whether every lock is still held by this guard.
-    ///
-    /// # Errors
-    ///
-    /// Store errors.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn is_owned(&self) -> Result<bool> {
-        self.set.is_owned().await
-    }
 }

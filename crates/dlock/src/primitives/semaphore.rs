@@ -17,13 +17,16 @@ use crate::ttl::WaitSpec;
 ///
 /// Every permit has the store's full lock semantics: a lease, renewed by the watchdog or fixed
 /// by [`ttl`](Self::ttl); a fence; a lost signal; and a crashed holder's permit comes back when
-/// its lease ends. Every client must use the same `permits` for the same name.
+/// its lease ends. Every client must use the same `permits` for the same name: asking with
+/// another size than the current holders use is [`Error::SizeMismatch`] (on every store but
+/// those that can neither keep the size nor list their locks: Redlock and the SQL session
+/// modes).
 ///
 /// - Where the store has native semaphores (Redis: one sorted set, one script per operation,
 ///   releases published to waiters), a permit is one entry there, and fences grow across all
 ///   permits of the semaphore.
 /// - Elsewhere, the semaphore `name` is made of `permits` exclusive locks (slots) named
-///   `<name>#p<i>`, plus a gate `<name>#pgate` for waiters; a permit is one slot (its fence
+///   `<name>#p<i>of<permits>`, plus a gate `<name>#pgate` for waiters; a permit is one slot (its fence
 ///   grows per slot), so the count can never be exceeded. When all permits are taken, waiters
 ///   queue on the gate (FIFO where the store has fair locks) and only the first waits for a
 ///   slot. Newcomers may take a permit that frees up ahead of queued waiters.
@@ -76,10 +79,10 @@ impl SemaphoreBuilder {
             return self.acquire_native(&base, deadline).await;
         }
         let slots = (0..self.permits)
-            .map(|i| part_name(&base, &format!("p{i}")))
+            .map(|i| part_name(&base, &format!("p{i}of{}", self.permits)))
             .collect::<Result<Vec<_>>>()?;
         if let Some(guard) = slots::try_any(&self.locks, &self.options, &slots).await? {
-            return Ok(Some(Permit { guard }));
+            return self.checked(&base, guard).await.map(Some);
         }
         if deadline.passed() {
             return Ok(None);
@@ -96,7 +99,45 @@ impl SemaphoreBuilder {
         if let Err(error) = gate.release().await {
             tracing::debug!(%error, "releasing a semaphore gate failed");
         }
-        Ok(permit?.map(|guard| Permit { guard }))
+        match permit? {
+            Some(guard) => self.checked(&base, guard).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Keeps a composed permit only if no holder of the semaphore uses another size. The
+    /// slots' names carry their semaphore's size (`<name>#p<i>of<n>`), and the check lists
+    /// them after the slot is taken, so of two clients with different sizes the later one
+    /// always sees the earlier (both may refuse, never both keep). Stores that cannot list
+    /// their locks skip the check.
+    async fn checked(&self, base: &LockName, guard: MutexGuard) -> Result<Permit> {
+        if !self.locks.info().capabilities.monitor {
+            return Ok(Permit { guard });
+        }
+        let prefix = format!("{base}#p");
+        let mut held = self.locks.list(&prefix);
+        let mut other = None;
+        while let Some(info) = futures::TryStreamExt::try_next(&mut held).await? {
+            let size = info.name[prefix.len()..]
+                .split_once("of")
+                .filter(|(slot, _)| slot.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|(_, size)| size.parse::<u32>().ok());
+            if let Some(size) = size.filter(|&size| size != self.permits) {
+                other = Some(size);
+                break;
+            }
+        }
+        let Some(held_with) = other else {
+            return Ok(Permit { guard });
+        };
+        if let Err(error) = guard.release().await {
+            tracing::debug!(%error, "returning a permit of the wrong size failed");
+        }
+        Err(Error::SizeMismatch {
+            name: self.name.clone(),
+            asked: self.permits,
+            held_with,
+        })
     }
 
     /// One permit of the store's own semaphore (Redis): one request, woken by releases.
@@ -121,7 +162,8 @@ impl SemaphoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the wait runs out; [`Error::InvalidName`] /
+    /// [`Error::Timeout`] when the wait runs out; [`Error::SizeMismatch`] when the current
+    /// holders use another number of permits; [`Error::InvalidName`] /
     /// [`Error::InvalidArgument`] (0 or more than 1024 permits, a bad TTL) before any store
     /// call; store errors.
     ///
@@ -176,7 +218,7 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// What this permit holds in the store: the slot lock `<name>#p<i>`, or the semaphore's
+    /// What this permit holds in the store: the slot lock `<name>#p<i>of<permits>`, or the semaphore's
     /// own name where the store has native semaphores.
     pub fn slot(&self) -> &LockName {
         self.guard.name()

@@ -494,7 +494,19 @@ impl Lease for RedisLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let mut conn = self.inner.conn.clone();
+        self.release_on(self.inner.conn.clone()).await
+    }
+
+    /// On a connection of the runtime this runs on: the client's belongs to the runtime that
+    /// made it, which may be shutting down.
+    async fn release_elsewhere(&self) -> Result<()> {
+        let node = Node::connect(&self.inner.config, true).await?;
+        self.release_on(node.conn).await
+    }
+}
+
+impl RedisLease {
+    async fn release_on(&self, mut conn: ConnectionManager) -> Result<()> {
         let left: i64 = scripts::RELEASE
             .key(&self.keys.lock)
             .key(&self.keys.queue)

@@ -131,6 +131,14 @@ pub(super) async fn acquire(
                 [0, free_in] => Ok(Attempt::Busy {
                     free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
                 }),
+                [2, size] => match shape {
+                    Shape::Permit { permits } => Err(Error::SizeMismatch {
+                        name: name.to_owned(),
+                        asked: permits,
+                        held_with: u32::try_from(*size).unwrap_or(u32::MAX),
+                    }),
+                    _ => Err(bad_reply("shared acquire")),
+                },
                 _ => Err(bad_reply("shared acquire")),
             }
         },
@@ -241,7 +249,18 @@ impl Lease for SharedHold {
     }
 
     async fn release(&self) -> Result<()> {
-        let mut conn = self.inner.conn.clone();
+        self.release_on(self.inner.conn.clone()).await
+    }
+
+    /// On a fresh connection of the runtime this runs on (see `RedisLease`).
+    async fn release_elsewhere(&self) -> Result<()> {
+        let node = super::node::Node::connect(&self.inner.config, true).await?;
+        self.release_on(node.conn).await
+    }
+}
+
+impl SharedHold {
+    async fn release_on(&self, mut conn: ::redis::aio::ConnectionManager) -> Result<()> {
         let released: i64 = self
             .shape
             .release_script()

@@ -44,6 +44,15 @@ impl Default for RedlockConfig {
 pub const MAX_NODES: usize = 64;
 
 impl RedlockConfig {
+    /// How errors name node `index`: its place and its server, without the password.
+    pub(crate) fn node_label(&self, index: usize) -> String {
+        let server = self
+            .nodes
+            .get(index)
+            .map_or_else(String::new, |node| crate::error::redact_url(&node.server));
+        format!("node {} ({server})", index + 1)
+    }
+
     /// Reads `redlock://[user[:password]@]host:port,host:port,…[/db][?option=value&…]`, or
     /// `redlocks://…` for TLS. The credentials, database and options apply to every node.
     /// Options: those of `redis://` (see [`RedisConfig::from_url`]) and `node_timeout`.

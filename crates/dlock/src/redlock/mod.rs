@@ -122,8 +122,9 @@ impl RedlockBuilder {
         let config = self.config;
         config.validate()?;
         let mut nodes = Vec::with_capacity(config.nodes.len());
-        for node in &config.nodes {
-            nodes.push(Node::connect(node, false).await?);
+        for (index, node) in config.nodes.iter().enumerate() {
+            let connected = Node::connect(node, false).await;
+            nodes.push(connected.map_err(|error| on_node(&config.node_label(index), error))?);
         }
         let answers = join_all(nodes.iter().zip(&config.nodes).map(|(node, options)| {
             tokio::time::timeout(
@@ -133,21 +134,36 @@ impl RedlockBuilder {
         }))
         .await;
         let mut up = 0;
-        let mut last_error = None;
-        for answer in answers {
+        let mut errors = Vec::new();
+        for (index, answer) in answers.into_iter().enumerate() {
+            let node = config.node_label(index);
             match answer {
                 Ok(Ok(())) => up += 1,
                 Ok(Err(
                     error @ (Error::Unauthenticated { .. } | Error::PermissionDenied { .. }),
                 )) => {
-                    return Err(error);
+                    return Err(on_node(&node, error));
                 }
-                Ok(Err(error)) => last_error = Some(error),
-                Err(_) => last_error = Some(unavailable("a node did not answer PING in time")),
+                Ok(Err(error)) => errors.push(on_node(&node, error)),
+                Err(_) => {
+                    let limit =
+                        config.nodes[index].connect_timeout + config.nodes[index].response_timeout;
+                    errors.push(on_node(
+                        &node,
+                        unavailable(&format!("no answer to PING within {limit:?}")),
+                    ));
+                }
             }
         }
         if up < config.quorum() {
-            return Err(last_error.unwrap_or_else(|| unavailable("no quorum")));
+            return Err(no_quorum(
+                format!(
+                    "only {up} of {} nodes answered, {} needed",
+                    config.nodes.len(),
+                    config.quorum()
+                ),
+                &errors,
+            ));
         }
         Ok(RedlockBackend {
             inner: Arc::new(Inner { nodes, config }),
@@ -160,6 +176,52 @@ fn unavailable(reason: &str) -> Error {
         backend: BACKEND,
         source: reason.to_owned().into(),
     }
+}
+
+/// `error` from the node `node` (`node 2 (redis://h2:6379)`), as Redlock's own: the backend
+/// named `redlock`, the node named in the message, the variant kept.
+fn on_node(node: &str, error: Error) -> Error {
+    let tagged = |source: crate::error::BoxError| -> crate::error::BoxError {
+        format!(
+            "{node}: {}",
+            Error::Backend {
+                backend: BACKEND,
+                source
+            }
+            .cause_text()
+        )
+        .into()
+    };
+    match error {
+        Error::Unavailable { source, .. } => Error::Unavailable {
+            backend: BACKEND,
+            source: tagged(source),
+        },
+        Error::Unauthenticated { source, .. } => Error::Unauthenticated {
+            backend: BACKEND,
+            source: tagged(source),
+        },
+        Error::PermissionDenied { source, .. } => Error::PermissionDenied {
+            backend: BACKEND,
+            source: tagged(source),
+        },
+        Error::Backend { source, .. } => Error::Backend {
+            backend: BACKEND,
+            source: tagged(source),
+        },
+        Error::WrongType { key, detail, .. } => Error::WrongType {
+            backend: BACKEND,
+            key: format!("{key} on {node}"),
+            detail,
+        },
+        other => other,
+    }
+}
+
+/// The error of a round that too many nodes failed: every node's error, each naming its node.
+fn no_quorum(what: String, errors: &[Error]) -> Error {
+    let each: Vec<String> = errors.iter().map(Error::cause_text).collect();
+    unavailable(&format!("{what}; {}", each.join("; ")))
 }
 
 /// One lock over N independent Redis nodes: the Redlock algorithm, with every node contacted
@@ -291,6 +353,7 @@ impl Inner {
                 let mut conn = self.nodes[index].conn.clone();
                 let invocation = invocation();
                 let key = key.to_owned();
+                let node = self.config.node_label(index);
                 async move {
                     let answer = match tokio::time::timeout(
                         timeout,
@@ -299,8 +362,13 @@ impl Inner {
                     .await
                     {
                         Ok(Ok(reply)) => Answer::Reply(reply),
-                        Ok(Err(error)) => Answer::Failed(map(error, &key)),
-                        Err(_) => Answer::Failed(unavailable("the node did not answer in time")),
+                        Ok(Err(error)) => Answer::Failed(on_node(&node, map(error, &key))),
+                        Err(_) => Answer::Failed(on_node(
+                            &node,
+                            unavailable(&format!(
+                                "no answer within the node timeout of {timeout:?}"
+                            )),
+                        )),
                     };
                     (index, answer)
                 }
@@ -460,12 +528,14 @@ impl Inner {
         self.release_on(&undo, keys, &req.token, timeout).await;
         if errors.len() > others {
             let reached = self.nodes.len() - errors.len();
-            let detail = errors.pop().map(|e| e.to_string()).unwrap_or_default();
-            return Err(unavailable(&format!(
-                "only {reached} of {} nodes answered, {} needed (last error: {detail})",
-                self.nodes.len(),
-                self.quorum()
-            )));
+            return Err(no_quorum(
+                format!(
+                    "only {reached} of {} nodes answered, {} needed",
+                    self.nodes.len(),
+                    self.quorum()
+                ),
+                &errors,
+            ));
         }
         if !granted.is_empty() {
             // A split vote: several clients each got a minority. Back off a random moment so
@@ -687,15 +757,20 @@ impl Lease for RedlockLease {
         if refused + free.len() > inner.nodes.len() - inner.quorum() {
             return Err(Error::not_owned(self.name()));
         }
-        Err(errors
-            .pop()
-            .unwrap_or_else(|| unavailable("no quorum confirmed the lock")))
+        Err(no_quorum(
+            format!(
+                "only {confirmed} of {} nodes confirmed the lock, {} needed",
+                inner.nodes.len(),
+                inner.quorum()
+            ),
+            &errors,
+        ))
     }
 
     async fn release(&self) -> Result<()> {
         let inner = &self.inner;
         let timeout = inner.node_timeout(Duration::from_secs(1));
-        let (released, refused, mut errors) = inner
+        let (released, refused, errors) = inner
             .release_on(&inner.all(), &self.keys, &self.token, timeout)
             .await;
         if released > 0 && refused <= inner.nodes.len() - inner.quorum() {
@@ -704,6 +779,12 @@ impl Lease for RedlockLease {
         if refused > inner.nodes.len() - inner.quorum() || errors.is_empty() {
             return Err(Error::not_owned(self.name()));
         }
-        Err(errors.pop().unwrap_or_else(|| unavailable("release")))
+        Err(no_quorum(
+            format!(
+                "only {released} of {} nodes released the lock",
+                inner.nodes.len()
+            ),
+            &errors,
+        ))
     }
 }

@@ -1,5 +1,5 @@
 //! What the PostgreSQL and MySQL/MariaDB backends share: the mode and URL options, waiters'
-//! in-process wake-ups and queue, the undo of a grant whose caller went away, and the task
+//! in-process wake-ups and queue, the sweep of ended leases, the undo of a grant whose caller went away, and the task
 //! that keeps a session lock's connection.
 
 mod attempt;
@@ -9,6 +9,7 @@ mod queue;
 mod schema;
 mod session;
 mod store;
+mod sweep;
 
 pub use options::Mode;
 
@@ -19,5 +20,6 @@ pub(crate) use queue::{
     LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
 };
 pub(crate) use schema::{Shape, check_shape, values_table, waiters_table};
-pub(crate) use session::{SessionConn, SessionLease};
+pub(crate) use session::{SessionAlarm, SessionConn, SessionLease, SessionWatch};
 pub(crate) use store::{ModeStore, SqlStore};
+pub(crate) use sweep::{SWEEP_BATCH, Sweeper};

@@ -1,11 +1,14 @@
-//! Session locks: the task that keeps a session lock's connection and serves its lease.
+//! Session locks: the task that keeps a session lock's connection and serves its lease, and
+//! the watcher that wakes those tasks when the client's connections drop.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::Lease;
 use crate::error::{Error, Result};
@@ -26,6 +29,144 @@ pub(crate) trait SessionConn: Send + 'static {
     fn recycle(self);
     /// Closes the connection without reuse; the server frees whatever it held.
     fn discard(self);
+}
+
+/// One extra connection per client, kept in a long server-side sleep so that its failure
+/// shows at once that the server or the path to it dropped the client's connections.
+#[async_trait]
+pub(crate) trait SessionWatch: Send + Sync + 'static {
+    /// The backend's connection (a connection of its own, outside the pool).
+    type Conn: Send + 'static;
+    /// Opens the watcher's connection.
+    async fn connect(&self) -> Result<Self::Conn>;
+    /// Sleeps on the server for `length`; fails as soon as the connection does.
+    async fn sleep(&self, conn: &mut Self::Conn, length: Duration) -> Result<()>;
+}
+
+/// How long one watcher sleep lasts on the server before the next begins.
+const WATCH_SLEEP: Duration = Duration::from_secs(30);
+/// The first pause before the watcher connects again after a failure; it doubles, up to
+/// [`WATCH_RETRY_MAX`], until a sleep completes.
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(50);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(2);
+/// After a wake-up whose check found the connection alive, one more check this soon: the
+/// watcher's connection may fail a moment before the holder's (a server ends its sessions
+/// one by one).
+const ALARM_RECHECK: Duration = Duration::from_millis(20);
+
+/// Wakes every session lock of one client to check its connection now.
+///
+/// The server frees a session lock the moment the session's connection drops, and may grant
+/// it to a waiter at once; the holder's task alone would learn of it at its next check (up to
+/// a third of the TTL later). sqlx cannot watch an idle connection, so a watcher task keeps
+/// one more connection in a long server-side sleep: when a restart or a reset of the
+/// connections on the way ends it, the holders' connections most likely ended with it, and
+/// every holder checks its own at once (a wake-up, not a verdict: a lock whose connection
+/// answers is kept). A single session killed on the server is still noticed at the next check.
+#[derive(Debug)]
+pub(crate) struct SessionAlarm {
+    bell: Arc<watch::Sender<u64>>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+    stop: CancellationToken,
+    /// Stops the watcher when the client is dropped.
+    _stop: DropGuard,
+}
+
+impl Default for SessionAlarm {
+    fn default() -> Self {
+        let stop = CancellationToken::new();
+        SessionAlarm {
+            bell: Arc::new(watch::Sender::new(0)),
+            watcher: Mutex::new(None),
+            _stop: stop.clone().drop_guard(),
+            stop,
+        }
+    }
+}
+
+impl SessionAlarm {
+    /// Starts the watcher with the client's first acquire, and again if it ended (its runtime
+    /// shut down under it).
+    pub(crate) fn ensure_watcher<W: SessionWatch>(&self, watch: &Arc<W>) {
+        let mut slot = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        *slot = Some(runtime.spawn(watch_connections(
+            watch.clone(),
+            self.bell.clone(),
+            self.stop.clone(),
+        )));
+    }
+
+    /// What a new lock's task listens to.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.bell.subscribe()
+    }
+}
+
+/// The watcher: sleeps on its own connection, and rings when that connection fails, and
+/// again when it has one after a gap (connections may have failed while it had none).
+async fn watch_connections<W: SessionWatch>(
+    watch: Arc<W>,
+    bell: Arc<watch::Sender<u64>>,
+    stop: CancellationToken,
+) {
+    let ring = || bell.send_modify(|rung| *rung = rung.wrapping_add(1));
+    let mut pause = WATCH_RETRY_MIN;
+    // Whether the watcher was without a connection (a connect failed, or its connection did);
+    // every connection ends in a failure, so it is set again before the next connect.
+    let mut gap = false;
+    loop {
+        let connected = tokio::select! {
+            () = stop.cancelled() => return,
+            connected = tokio::time::timeout(ROUND_TRIP_LIMIT, watch.connect()) => connected,
+        };
+        let Ok(Ok(mut conn)) = connected else {
+            gap = true;
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(WATCH_RETRY_MAX);
+            continue;
+        };
+        // Connections may have failed while the watcher had none.
+        if gap {
+            ring();
+        }
+        loop {
+            let slept = tokio::select! {
+                () = stop.cancelled() => return,
+                slept = tokio::time::timeout(
+                    WATCH_SLEEP + ROUND_TRIP_LIMIT,
+                    watch.sleep(&mut conn, WATCH_SLEEP),
+                ) => slept,
+            };
+            match slept {
+                Ok(Ok(())) => pause = WATCH_RETRY_MIN,
+                failed => {
+                    let error = match failed {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => "no answer".to_owned(),
+                    };
+                    tracing::debug!(%error, "session watcher's connection failed; checking every session lock");
+                    ring();
+                    gap = true;
+                    break;
+                }
+            }
+        }
+        drop(conn);
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(WATCH_RETRY_MAX);
+    }
 }
 
 enum Command {
@@ -55,6 +196,7 @@ impl SessionLease {
         start: Instant,
         ttl: Duration,
         check_interval: Duration,
+        alarm: watch::Receiver<u64>,
     ) -> SessionLease {
         let (commands, inbox) = mpsc::channel(4);
         let lost = CancellationToken::new();
@@ -64,8 +206,11 @@ impl SessionLease {
             inbox,
             lost.clone(),
             start + ttl,
-            check_interval,
             ttl,
+            Checks {
+                interval: check_interval,
+                alarm,
+            },
         ));
         SessionLease {
             name,
@@ -140,17 +285,29 @@ async fn bounded<T, C: SessionConn>(
         .unwrap_or_else(|_| Err(timed_out::<C>(what, limit)))
 }
 
+/// When a lock's task checks its connection: at most every `interval`, and at once when the
+/// client's watcher rings `alarm`.
+struct Checks {
+    interval: Duration,
+    alarm: watch::Receiver<u64>,
+}
+
 async fn keep_session<C: SessionConn>(
     mut conn: C,
     name: String,
     mut inbox: mpsc::Receiver<Command>,
     lost: CancellationToken,
     mut deadline: Instant,
-    check_interval: Duration,
     mut ttl: Duration,
+    checks: Checks,
 ) {
+    let Checks {
+        interval: check_interval,
+        mut alarm,
+    } = checks;
     let cadence = |ttl: Duration| (ttl / 3).clamp(Duration::from_millis(5), check_interval);
     let mut next_check = Instant::now() + cadence(ttl);
+    let mut rechecks = 0u8;
     loop {
         tokio::select! {
             command = inbox.recv() => match command {
@@ -210,6 +367,12 @@ async fn keep_session<C: SessionConn>(
                 tracing::debug!(%name, "session lock's lease ran out; letting go");
                 break;
             }
+            // Another connection of this client failed: check this one now (and once more
+            // shortly after). A dropped sender (client gone) disables this branch.
+            Ok(()) = alarm.changed() => {
+                next_check = Instant::now();
+                rechecks = 1;
+            }
             () = tokio::time::sleep_until(next_check) => {
                 let limit = ROUND_TRIP_LIMIT.min(deadline.saturating_duration_since(Instant::now()));
                 if let Err(error) = bounded::<_, C>("the session check", limit, conn.ping()).await {
@@ -218,7 +381,12 @@ async fn keep_session<C: SessionConn>(
                     conn.discard();
                     return;
                 }
-                next_check = Instant::now() + cadence(ttl);
+                next_check = Instant::now() + if rechecks > 0 {
+                    rechecks -= 1;
+                    ALARM_RECHECK
+                } else {
+                    cadence(ttl)
+                };
             }
         }
     }

@@ -2,7 +2,7 @@
 //! when that cannot block, on the worker thread otherwise; and its waiters' wake-ups.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::{Connection, ErrorCode};
@@ -14,6 +14,11 @@ use super::holders::{self, HolderFile};
 use super::open::WAL_NEEDS_CHECKPOINT;
 use super::wake::{self, WakeFile, Wakers};
 use super::worker::Worker;
+use super::{clock, sql};
+
+/// How often a client sweeps while it is used: rows of ended leases and stale waiters stay
+/// about this long past their end.
+pub(super) const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug)]
 pub(super) struct Shared {
@@ -22,6 +27,8 @@ pub(super) struct Shared {
     /// Runs what cannot block, on the caller's thread; see [`open_inline`].
     pub(super) inline: Mutex<Connection>,
     pub(super) checkpoint_queued: Arc<AtomicBool>,
+    /// When this client next sweeps ended leases and stale waiters (ms on the lease clock).
+    pub(super) next_sweep_ms: AtomicI64,
     pub(super) config: SqliteConfig,
     /// Waiters of this process per name: woken at once by releases in this process, and by the
     /// wake file's watcher for releases in others.
@@ -92,6 +99,7 @@ impl Shared {
         F: Fn(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
         U: FnOnce(&mut Connection, T) + Send + 'static,
     {
+        self.sweep_now_and_then();
         if let Some(result) = self.try_inline(&op) {
             return result.map_err(Error::sqlite(self.path()));
         }
@@ -106,6 +114,37 @@ impl Shared {
             )
             .await?
             .map_err(Error::sqlite(self.path()))
+    }
+
+    /// Queues a sweep on the worker (see [`sql::sweep`]) when the last one is
+    /// [`SWEEP_INTERVAL`] old: rows of names nobody takes again go while the client is used.
+    /// A full batch is followed by another at once.
+    fn sweep_now_and_then(&self) {
+        let now = clock::now_ms();
+        let due = self.next_sweep_ms.load(Ordering::Relaxed);
+        let next =
+            now.saturating_add(i64::try_from(SWEEP_INTERVAL.as_millis()).unwrap_or(i64::MAX));
+        if now < due
+            || self
+                .next_sweep_ms
+                .compare_exchange(due, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        self.worker.submit(|conn| {
+            loop {
+                match sql::sweep(conn) {
+                    Ok(deleted)
+                        if i64::try_from(deleted).unwrap_or(i64::MAX) >= sql::SWEEP_BATCH => {}
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::debug!(%error, "sweeping ended leases failed; next time");
+                        break;
+                    }
+                }
+            }
+        });
     }
 
     pub(super) fn subscribe(&self, name: &str) -> watch::Receiver<()> {

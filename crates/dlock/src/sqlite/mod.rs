@@ -165,6 +165,7 @@ impl SqliteBuilder {
             worker: Worker::start(conn)?,
             inline: Mutex::new(fast),
             checkpoint_queued: Arc::new(AtomicBool::new(false)),
+            next_sweep_ms: std::sync::atomic::AtomicI64::new(0),
             wake_file: WakeFile::open(&config.path)
                 .map(Arc::new)
                 .inspect_err(

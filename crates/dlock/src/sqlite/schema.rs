@@ -8,8 +8,8 @@ use super::clock;
 use super::error::Error;
 
 /// Bumped when the table layout changes; a file of an older version is migrated when this
-/// dlock knows how ([`migrate_1_to_2`]), any other version is refused.
-pub(crate) const SCHEMA_VERSION: &str = "2";
+/// dlock knows how ([`migrate_1_to_2`], [`migrate_2_to_3`]), any other version is refused.
+pub(crate) const SCHEMA_VERSION: &str = "3";
 
 const CREATE: &str = "
 CREATE TABLE dlock_meta (
@@ -18,7 +18,7 @@ CREATE TABLE dlock_meta (
 ) WITHOUT ROWID;
 CREATE TABLE dlock_locks (
     name         TEXT PRIMARY KEY NOT NULL,  -- case-sensitive (BINARY collation)
-    fence        INTEGER NOT NULL,           -- only ever incremented: rows are never deleted
+    hold_fence   INTEGER NOT NULL,           -- from dlock_fence: the row goes once its lease is over
     token        TEXT,                       -- holder's token; NULL when free
     holds        INTEGER NOT NULL DEFAULT 0, -- reentrant hold count
     expires_mono INTEGER NOT NULL DEFAULT 0, -- ms on the machine's monotonic clock of `boot`
@@ -29,6 +29,12 @@ CREATE TABLE dlock_locks (
     host         TEXT,
     pid          INTEGER
 ) WITHOUT ROWID;
+CREATE INDEX dlock_locks_expiry ON dlock_locks (boot, expires_mono);
+CREATE TABLE dlock_fence (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    last INTEGER NOT NULL                    -- the last fence given out, by any name
+);
+INSERT INTO dlock_fence (id, last) VALUES (1, 0);
 ";
 
 /// Waiters in arrival order, times on the same clock as `expires_mono`.
@@ -42,11 +48,13 @@ CREATE TABLE dlock_waiters (
     PRIMARY KEY (name, token)
 ) WITHOUT ROWID;
 CREATE INDEX dlock_waiters_order ON dlock_waiters (name, since_mono, token);
+CREATE INDEX IF NOT EXISTS dlock_waiters_seen ON dlock_waiters (boot, seen_mono);
 ";
 
 /// Every column the backend reads or writes, probed on open so a foreign table of the same
 /// name is reported instead of failing later.
-const PROBE: &str = "SELECT name, fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid FROM dlock_locks LIMIT 0;
+const PROBE: &str = "SELECT last FROM dlock_fence LIMIT 0;
+SELECT name, hold_fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid FROM dlock_locks LIMIT 0;
 SELECT name, token, since_mono, seen_mono, boot FROM dlock_waiters LIMIT 0";
 
 /// Schema 1 kept leases on the wall clock (`expires_at`, unix ms). A hold still running is
@@ -70,6 +78,25 @@ fn migrate_1_to_2(tx: &Connection) -> rusqlite::Result<()> {
     )?;
     // Waiters re-queue on their next attempt; the old ones would sort by wall-clock times.
     tx.execute_batch(WAITERS)?;
+    tx.execute("UPDATE dlock_meta SET value = '2' WHERE key = 'schema'", [])?;
+    Ok(())
+}
+
+/// Schema 2 kept a fence counter in each name's row and never deleted rows. Schema 3 draws
+/// every fence from one counter for the file (`dlock_fence`), starting above every fence in
+/// the table, so a row can be deleted once its lease is over. The renamed column makes every
+/// grant, release and extension of a dlock that still reads schema 2 fail (no such column)
+/// instead of counting a deleted name's fences from 1 again, and such a dlock refuses to open
+/// the file; its holders stop renewing and learn of the loss at their local deadline, no
+/// later than their leases end.
+fn migrate_2_to_3(tx: &Connection) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "ALTER TABLE dlock_locks RENAME COLUMN fence TO hold_fence;
+         CREATE INDEX dlock_locks_expiry ON dlock_locks (boot, expires_mono);
+         CREATE INDEX IF NOT EXISTS dlock_waiters_seen ON dlock_waiters (boot, seen_mono);
+         CREATE TABLE dlock_fence (id INTEGER PRIMARY KEY CHECK (id = 1), last INTEGER NOT NULL);
+         INSERT INTO dlock_fence (id, last) SELECT 1, COALESCE(MAX(hold_fence), 0) FROM dlock_locks;",
+    )?;
     tx.execute(
         "UPDATE dlock_meta SET value = ?1 WHERE key = 'schema'",
         [SCHEMA_VERSION],
@@ -85,6 +112,8 @@ pub(crate) enum Found {
     Current,
     /// dlock's tables at schema 1, which [`ensure`] migrates.
     Version1,
+    /// dlock's tables at schema 2, which [`ensure`] migrates.
+    Version2,
 }
 
 /// Reads what `conn` holds without changing anything: an empty database, dlock's own, or
@@ -124,6 +153,7 @@ pub(crate) fn classify(conn: &Connection, path: &Path) -> Result<Found, Error> {
     match version.as_deref() {
         Some(SCHEMA_VERSION) => {}
         Some("1") => return Ok(Found::Version1),
+        Some("2") => return Ok(Found::Version2),
         Some(other) => {
             return Err(not_dlock(format!(
                 "schema version {other}, this dlock reads {SCHEMA_VERSION}"
@@ -147,20 +177,25 @@ pub(crate) fn ensure(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite(path))?;
-    let found = match classify(&tx, path)? {
-        Found::Version1 => {
-            migrate_1_to_2(&tx).map_err(|e| {
-                not_dlock(format!(
-                    "schema version 1 could not be migrated to {SCHEMA_VERSION}: {e}"
-                ))
-            })?;
-            classify(&tx, path)?
-        }
-        found => found,
-    };
+    let mut found = classify(&tx, path)?;
+    if let Found::Version1 = found {
+        migrate_1_to_2(&tx)
+            .map_err(|e| not_dlock(format!("schema version 1 could not be migrated to 2: {e}")))?;
+        found = classify(&tx, path)?;
+    }
+    if let Found::Version2 = found {
+        migrate_2_to_3(&tx).map_err(|e| {
+            not_dlock(format!(
+                "schema version 2 could not be migrated to {SCHEMA_VERSION}: {e}"
+            ))
+        })?;
+        found = classify(&tx, path)?;
+    }
     match found {
-        Found::Version1 => {
-            return Err(not_dlock("schema version 1 after its migration".into()));
+        Found::Version1 | Found::Version2 => {
+            return Err(not_dlock(
+                "an old schema version after its migration".into(),
+            ));
         }
         Found::Current => {
             // Files made before versioned values existed gain the table; the layout of the

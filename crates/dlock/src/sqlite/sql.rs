@@ -131,38 +131,44 @@ fn grant(conn: &Connection, req: &Request, row: LockRow, now: i64) -> rusqlite::
         Some((Some(token), live_until)) if live_until > now && token == req.token => conn
             .prepare_cached(
                 "UPDATE dlock_locks SET holds = holds + ?3, expires_mono = MAX(expires_mono, ?2)
-                 WHERE name = ?1 RETURNING fence",
+                 WHERE name = ?1 RETURNING hold_fence",
             )?
             .query_row(
                 params![req.name, expires_at, i64::from(req.reentrant)],
                 |r| r.get(0),
             )?,
-        _ => conn
-            .prepare_cached(
-                "INSERT INTO dlock_locks (name, fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid)
-                 VALUES (?1, 1, ?2, 1, ?3, ?4, ?9, ?5, ?6, ?7, ?8)
+        // A fresh hold: the file's one fence counter (the transaction is the only writer),
+        // so a name's next fence is higher than its last even after its row was deleted.
+        _ => {
+            let fence: i64 = conn
+                .prepare_cached(
+                    "UPDATE dlock_fence SET last = last + 1 WHERE id = 1 RETURNING last",
+                )?
+                .query_row([], |r| r.get(0))?;
+            conn.prepare_cached(
+                "INSERT INTO dlock_locks (name, hold_fence, token, holds, expires_mono, boot, holder, acquired_at, owner_label, host, pid)
+                 VALUES (?1, ?10, ?2, 1, ?3, ?4, ?9, ?5, ?6, ?7, ?8)
                  ON CONFLICT (name) DO UPDATE SET
-                     fence = fence + 1, token = excluded.token, holds = 1,
+                     hold_fence = excluded.hold_fence, token = excluded.token, holds = 1,
                      expires_mono = excluded.expires_mono, boot = excluded.boot,
                      holder = excluded.holder,
                      acquired_at = excluded.acquired_at, owner_label = excluded.owner_label,
-                     host = excluded.host, pid = excluded.pid
-                 RETURNING fence",
+                     host = excluded.host, pid = excluded.pid",
             )?
-            .query_row(
-                params![
-                    req.name,
-                    req.token,
-                    expires_at,
-                    boot(),
-                    clock::wall_ms(),
-                    req.owner.label,
-                    req.owner.host,
-                    req.owner.pid,
-                    req.holder.as_ref().map(|h| h.id())
-                ],
-                |r| r.get(0),
-            )?,
+            .execute(params![
+                req.name,
+                req.token,
+                expires_at,
+                boot(),
+                clock::wall_ms(),
+                req.owner.label,
+                req.owner.host,
+                req.owner.pid,
+                req.holder.as_ref().map(|h| h.id()),
+                fence
+            ])?;
+            fence
+        }
     };
     Ok(fence)
 }
@@ -224,11 +230,10 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
 }
 
 /// Frees every lease of this boot held by the dead holder `id` (its file found unlocked), so
-/// its file can go; fences stay. Returns how many were freed.
+/// its file can go: the rows go, the fence counter stays. Returns how many were freed.
 pub(super) fn reap(conn: &Connection, id: &str) -> rusqlite::Result<usize> {
     conn.prepare_cached(
-        "UPDATE dlock_locks SET token = NULL, holds = 0, expires_mono = 0
-         WHERE holder = ?1 AND boot = ?2 AND token IS NOT NULL",
+        "DELETE FROM dlock_locks WHERE holder = ?1 AND boot = ?2 AND token IS NOT NULL",
     )?
     .execute(params![id, boot()])
 }
@@ -242,22 +247,58 @@ pub(super) fn leave_queue(conn: &Connection, name: &str, token: &str) -> rusqlit
     Ok(removed > 0)
 }
 
-/// Decrements the hold count; frees the row at zero. `Ok(None)` = not owned.
+/// Decrements the hold count; deletes the row at zero (the next fence comes from the file's
+/// counter). `Ok(None)` = not owned.
 pub(super) fn release(
     conn: &Connection,
     name: &str,
     token: &str,
     fence: i64,
 ) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached(
-        "UPDATE dlock_locks SET holds = holds - 1,
-             token = CASE WHEN holds > 1 THEN token ELSE NULL END,
-             expires_mono = CASE WHEN holds > 1 THEN expires_mono ELSE 0 END
-         WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_mono > ?4 AND boot = ?5
-         RETURNING holds",
-    )?
-    .query_row(params![name, token, fence, now_ms(), boot()], |r| r.get(0))
+    let owned = "name = ?1 AND token = ?2 AND hold_fence = ?3 AND expires_mono > ?4 AND boot = ?5";
+    let args = params![name, token, fence, now_ms(), boot()];
+    let deleted = conn
+        .prepare_cached(&format!(
+            "DELETE FROM dlock_locks WHERE {owned} AND holds <= 1 RETURNING 0"
+        ))?
+        .query_row(args, |r| r.get(0))
+        .optional()?;
+    if deleted.is_some() {
+        return Ok(deleted);
+    }
+    conn.prepare_cached(&format!(
+        "UPDATE dlock_locks SET holds = holds - 1 WHERE {owned} RETURNING holds"
+    ))?
+    .query_row(args, |r| r.get(0))
     .optional()
+}
+
+/// How many rows one sweep statement deletes at most, so a sweep never holds the write lock
+/// for long.
+pub(super) const SWEEP_BATCH: i64 = 1000;
+
+/// Deletes lock rows whose lease is over and waiter rows gone stale (of this boot by the
+/// clock, of another boot all of them), at most [`SWEEP_BATCH`] of each; returns the larger
+/// count, so a full batch says there may be more.
+pub(super) fn sweep(conn: &Connection) -> rusqlite::Result<usize> {
+    let now = now_ms();
+    let locks = conn
+        .prepare_cached(
+            "DELETE FROM dlock_locks WHERE name IN (
+                 SELECT name FROM dlock_locks WHERE boot = ?1 AND expires_mono <= ?2
+                 UNION ALL SELECT name FROM dlock_locks WHERE boot < ?1 OR boot > ?1 OR boot IS NULL
+                 LIMIT ?3)",
+        )?
+        .execute(params![boot(), now, SWEEP_BATCH])?;
+    let waiters = conn
+        .prepare_cached(
+            "DELETE FROM dlock_waiters WHERE (name, token) IN (
+                 SELECT name, token FROM dlock_waiters WHERE boot = ?1 AND seen_mono <= ?2
+                 UNION ALL SELECT name, token FROM dlock_waiters WHERE boot < ?1 OR boot > ?1
+                 LIMIT ?3)",
+        )?
+        .execute(params![boot(), now - WAITER_STALE_MS, SWEEP_BATCH])?;
+    Ok(locks.max(waiters))
 }
 
 /// What the worker needs of an [`AcquireRequest`], owned so it can cross to the thread.
@@ -316,7 +357,7 @@ type InfoRow = (
 );
 
 const INFO_COLUMNS: &str =
-    "name, fence, holds, expires_mono, acquired_at, owner_label, host, pid, holder";
+    "name, hold_fence, holds, expires_mono, acquired_at, owner_label, host, pid, holder";
 
 fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InfoRow> {
     Ok((
@@ -373,17 +414,17 @@ pub(super) fn extend(
     let changed = conn
         .prepare_cached(
             "UPDATE dlock_locks SET expires_mono = MAX(expires_mono, ?4 + ?5)
-             WHERE name = ?1 AND token = ?2 AND fence = ?3 AND expires_mono > ?4 AND boot = ?6",
+             WHERE name = ?1 AND token = ?2 AND hold_fence = ?3 AND expires_mono > ?4 AND boot = ?6",
         )?
         .execute(params![name, token, fence, now, ttl_ms, boot()])?;
     Ok(changed > 0)
 }
 
-/// Frees a held lock whoever holds it, keeping its fence; `true` when it was held.
+/// Frees a held lock whoever holds it; `true` when it was held.
 pub(super) fn force_release(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE dlock_locks SET token = NULL, holds = 0, expires_mono = 0
+            "DELETE FROM dlock_locks
              WHERE name = ?1 AND token IS NOT NULL AND expires_mono > ?2 AND boot = ?3",
         )?
         .execute(params![name, now_ms(), boot()])?;

@@ -143,6 +143,38 @@ pub(crate) async fn a_restart_during_holds_and_waits(server: &mut ServerProcess,
     assert!(lease_next.fence() > lease_fence);
 }
 
+/// A session lock whose connection drops with all the others (a restart of `server`) is
+/// reported lost at once, not at its own next check, 20 minutes away here (`check_interval=1h`,
+/// a 1 h TTL): the server frees the lock the moment the connection drops, so a holder that
+/// learns of it later overlaps the next one. The client's watcher connection fails with the
+/// others and wakes the holder. The bound below only keeps a broken build from hanging.
+pub(crate) async fn a_restart_is_heard_at_once_by_session_holders(
+    server: &mut ServerProcess,
+    url: &str,
+) {
+    let session_url = format!("{url}?mode=session&check_interval=1h");
+    let locks = dlock::connect(&session_url).await.unwrap();
+    let held = locks
+        .mutex("restart/heard")
+        .ttl(Duration::from_secs(3600))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| server.restart().unwrap());
+    tokio::time::timeout(Duration::from_secs(60), held.lost())
+        .await
+        .expect("the holder was not told that the restart ended its session");
+    let other = dlock::connect(&session_url).await.unwrap();
+    let next = other
+        .mutex("restart/heard")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock is free on the server after the restart");
+    assert!(next.fence() > held.fence());
+    assert!(matches!(held.release().await, Err(Error::NotOwned { .. })));
+}
+
 /// A session lock's `release()` on a hung server (paused with SIGSTOP) returns a clear
 /// "unavailable" error naming the release and the time it waited, instead of hanging as long
 /// as TCP would; after the server resumes, the lock is free again (the connection was closed).
@@ -166,4 +198,118 @@ pub(crate) async fn release_on_a_hung_server_is_bounded(server: &mut ServerProce
         .await
         .expect("the lock stayed held after its connection was closed");
     next.release().await.unwrap();
+}
+
+/// How many distinct names the bounded-state tests use (the figure).
+pub(crate) const BOUNDED_NAMES: usize = 100_000;
+
+/// A future that says something about the store.
+pub(crate) type Probe<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// Per-name state is bounded: `names` distinct names on the lease table at `url`, each taken
+/// and released, or taken by a holder that vanished without releasing, or waited for by a
+/// fair waiter that vanished while queued (its acquire future forgotten once `queued` says
+/// it has a waiter row, so no clean-up ran: what a crash leaves), leave no rows once their
+/// leases and the waiters' places have ended. `rows` counts the lock and waiter rows. The
+/// fences of a name still rise after its row is gone.
+pub(crate) async fn nothing_per_name_is_left(
+    url: &str,
+    names: usize,
+    queued: impl Fn(String) -> Probe<bool> + Send + Sync + 'static,
+    rows: impl Fn() -> Probe<(i64, i64)>,
+) {
+    use futures::StreamExt;
+    use std::sync::Arc;
+    let (holders, waiters) = (
+        dlock::connect(url).await.unwrap(),
+        dlock::connect(url).await.unwrap(),
+    );
+    let queued = Arc::new(queued);
+    let ttl = Duration::from_secs(2);
+    let first = holders.mutex("bounded/1").ttl(ttl).acquire().await.unwrap();
+    let first_fence = first.fence();
+    first.release().await.unwrap();
+    futures::stream::iter(0..names)
+        .map(|i| {
+            let (holders, waiters, queued) = (holders.clone(), waiters.clone(), queued.clone());
+            async move {
+                let name = format!("bounded/{i}");
+                let guard = holders.mutex(&name).ttl(ttl).try_acquire().await.unwrap();
+                let guard = guard.unwrap_or_else(|| panic!("{name} was busy"));
+                match i % 3 {
+                    // (Its lease may have run out already on a loaded machine.)
+                    0 => match guard.release().await {
+                        Ok(()) | Err(dlock::Error::NotOwned { .. }) => {}
+                        Err(e) => panic!("{name}: {e}"),
+                    },
+                    // The holder vanishes: its lease runs out.
+                    1 => std::mem::forget(guard),
+                    // A fair waiter queues behind the holder, then vanishes.
+                    _ => {
+                        let mut waiting = Box::pin(
+                            waiters
+                                .mutex(&name)
+                                .fair()
+                                .wait(Duration::from_secs(60))
+                                .acquire(),
+                        );
+                        loop {
+                            let polled =
+                                tokio::time::timeout(Duration::from_millis(5), &mut waiting).await;
+                            if let Ok(got) = polled {
+                                // Only once the holder's lease ran out (a slow, loaded
+                                // machine): this one vanishes as a holder instead.
+                                std::mem::forget(got.unwrap());
+                                std::mem::forget(guard);
+                                return;
+                            }
+                            if queued(name.clone()).await {
+                                break;
+                            }
+                        }
+                        std::mem::forget(waiting);
+                        // The lease may have run out meanwhile on a loaded machine.
+                        match guard.release().await {
+                            Ok(()) | Err(dlock::Error::NotOwned { .. }) => {}
+                            Err(e) => panic!("{name}: {e}"),
+                        }
+                    }
+                }
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<()>>()
+        .await;
+    let (locks, queue) = rows().await;
+    assert!(
+        locks > 0 && queue > 0,
+        "the workload left nothing to clean up"
+    );
+    // Every lease (2 s) and waiter place (1 s) has ended; the clients' sweepers delete the
+    // rows within their interval (5 s, jittered).
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (locks, queue) = rows().await;
+        if locks + queue <= 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{locks} lock rows and {queue} waiter rows left for {names} names"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let again = holders
+        .mutex("bounded/1")
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        again.fence() > first_fence,
+        "fence {} after {first_fence}",
+        again.fence()
+    );
+    again.release().await.unwrap();
 }

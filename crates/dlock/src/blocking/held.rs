@@ -1,0 +1,190 @@
+//! What every blocking guard shares: an async guard run on the client's runtime, released
+//! synchronously when dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::Runtime;
+use crate::error::Result;
+
+/// The async guards the blocking facade wraps: the few methods it forwards, boxed so one
+/// generic [`Held`] serves them all.
+pub(crate) trait AsyncHold: std::fmt::Debug + Send + Sync + 'static {
+    fn lost_token(&self) -> CancellationToken;
+    fn is_lost(&self) -> bool;
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
+    fn is_owned(&self) -> BoxFuture<'_, Result<bool>>;
+    fn release(self) -> BoxFuture<'static, Result<()>>;
+}
+
+macro_rules! async_hold {
+    ($($guard:ty),* $(,)?) => {$(
+        impl AsyncHold for $guard {
+            fn lost_token(&self) -> CancellationToken {
+                <$guard>::lost_token(self)
+            }
+            fn is_lost(&self) -> bool {
+                <$guard>::is_lost(self)
+            }
+            fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>> {
+                Box::pin(<$guard>::extend(self, ttl))
+            }
+            fn is_owned(&self) -> BoxFuture<'_, Result<bool>> {
+                Box::pin(<$guard>::is_owned(self))
+            }
+            fn release(self) -> BoxFuture<'static, Result<()>> {
+                Box::pin(<$guard>::release(self))
+            }
+        }
+    )*};
+}
+
+async_hold!(
+    crate::MutexGuard,
+    crate::Permit,
+    crate::ReadGuard,
+    crate::WriteGuard,
+    crate::MultiGuard,
+);
+
+/// An async guard and the runtime that keeps it; dropping it releases the hold and returns
+/// once the store has answered (in the background only when dropped inside async code, which
+/// must not block).
+#[derive(Debug)]
+pub(crate) struct Held<G: AsyncHold> {
+    inner: Option<G>,
+    pub(crate) rt: Arc<Runtime>,
+}
+
+impl<G: AsyncHold> Held<G> {
+    pub(crate) fn new(guard: G, rt: Arc<Runtime>) -> Held<G> {
+        Held {
+            inner: Some(guard),
+            rt,
+        }
+    }
+
+    pub(crate) fn get(&self) -> &G {
+        // Only `release` and `Drop` take the guard out, and both consume the holder.
+        match &self.inner {
+            Some(guard) => guard,
+            None => unreachable!("guard used after release"),
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.get().is_lost()
+    }
+
+    pub(crate) fn lost_token(&self) -> CancellationToken {
+        self.get().lost_token()
+    }
+
+    pub(crate) fn wait_lost(&self, timeout: Duration) -> Result<bool> {
+        let token = self.lost_token();
+        self.rt.block_on(async {
+            tokio::time::timeout(timeout, token.cancelled())
+                .await
+                .is_ok()
+        })
+    }
+
+    pub(crate) fn extend(&self, ttl: Duration) -> Result<()> {
+        self.rt.block_on(self.get().extend(ttl))?
+    }
+
+    pub(crate) fn is_owned(&self) -> Result<bool> {
+        self.rt.block_on(self.get().is_owned())?
+    }
+
+    pub(crate) fn release(mut self) -> Result<()> {
+        match self.inner.take() {
+            Some(guard) => self.rt.block_on(guard.release())?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl<G: AsyncHold> Drop for Held<G> {
+    fn drop(&mut self) {
+        let Some(guard) = self.inner.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Inside async code we must not block: the async guard releases in the background.
+            drop(guard);
+            return;
+        }
+        match self.rt.handle() {
+            Some(handle) => {
+                if let Err(error) = handle.block_on(guard.release()) {
+                    tracing::debug!(%error, "release on drop failed");
+                }
+            }
+            None => drop(guard),
+        }
+    }
+}
+
+/// The lost-signal, extend, ownership and release methods of a blocking guard whose `held`
+/// field is a [`Held`]; `$what` names the hold in the docs.
+macro_rules! blocking_hold_methods {
+    ($what:literal) => {
+        #[doc = concat!("Whether the ", $what, " is known to be lost (no store call).")]
+        pub fn is_lost(&self) -> bool {
+            self.held.is_lost()
+        }
+
+        #[doc = concat!("A token cancelled when the ", $what, " is lost; poll `is_cancelled()` \
+            from your own loop. Cancelling it yourself does not affect the hold.")]
+        pub fn lost_token(&self) -> crate::CancellationToken {
+            self.held.lost_token()
+        }
+
+        #[doc = concat!("Blocks until the ", $what, " is lost or `timeout` passes; returns \
+            whether it was lost.")]
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when called inside an
+        /// async runtime.
+        pub fn wait_lost(&self, timeout: std::time::Duration) -> crate::Result<bool> {
+            self.held.wait_lost(timeout)
+        }
+
+        #[doc = concat!("Makes the ", $what, "'s lease last at least `ttl` from now, if it is \
+            still this guard's; see [`crate::MutexGuard::extend`].")]
+        ///
+        /// # Errors
+        ///
+        /// As [`crate::MutexGuard::extend`].
+        pub fn extend(&self, ttl: std::time::Duration) -> crate::Result<()> {
+            self.held.extend(ttl)
+        }
+
+        #[doc = concat!("Asks the store whether the ", $what, " is still this guard's; it \
+            changes nothing (`false` also fires the lost signal). See \
+            [`crate::MutexGuard::is_owned`].")]
+        ///
+        /// # Errors
+        ///
+        /// Store errors (the answer is then unknown); [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+        /// when called inside an async runtime.
+        pub fn is_owned(&self) -> crate::Result<bool> {
+            self.held.is_owned()
+        }
+
+        #[doc = concat!("Releases the ", $what, " and returns once the store has answered.")]
+        ///
+        /// # Errors
+        ///
+        /// As [`crate::MutexGuard::release`].
+        pub fn release(self) -> crate::Result<()> {
+            self.held.release()
+        }
+    };
+}
+pub(crate) use blocking_hold_methods;
