@@ -452,29 +452,11 @@ async fn a_restart_is_heard_at_once_by_session_holders() {
 async fn session_fences_are_one_row_and_an_old_table_is_migrated() {
     let Some(server) = server() else { return };
     let admin = admin(&server).await;
-    let counter = admin.clone();
     sql_support::session_fences_are_one_row_and_migrate(
         &Mariadb::url(&server),
         "CREATE TABLE old_fences (name VARBINARY(512) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL) ENGINE=InnoDB",
-        move |sql| {
-            let admin = admin.clone();
-            Box::pin(async move {
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .execute(&admin)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })
-        },
-        move |sql| {
-            let admin = counter.clone();
-            Box::pin(async move {
-                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                    .fetch_one(&admin)
-                    .await
-                    .unwrap()
-            })
-        },
+        sql_support::run_sql!(admin),
+        sql_support::read_number!(admin),
     )
     .await;
 }
@@ -491,16 +473,7 @@ async fn an_old_lease_table_is_migrated_with_fences_above_its_own() {
         &Mariadb::url(&server),
         "CREATE TABLE old_locks (name VARBINARY(512) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL, token VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL, holds INT NOT NULL DEFAULT 0, expires_at BIGINT NOT NULL DEFAULT 0, acquired_at BIGINT NOT NULL DEFAULT 0, owner_label VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, host VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, pid BIGINT NULL) ENGINE=InnoDB",
         "INSERT INTO old_locks (name, fence) VALUES ('a', 41), ('b', 7)",
-        move |sql| {
-            let admin = admin.clone();
-            Box::pin(async move {
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .execute(&admin)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })
-        },
+        sql_support::run_sql!(admin),
     )
     .await;
 }

@@ -430,29 +430,11 @@ async fn a_restart_is_heard_at_once_by_session_holders() {
 async fn session_fences_are_one_row_and_an_old_table_is_migrated() {
     let Some(server) = server() else { return };
     let admin = admin(&server).await;
-    let counter = admin.clone();
     sql_support::session_fences_are_one_row_and_migrate(
         &Postgres::url(&server),
         r#"CREATE TABLE old_fences (name text COLLATE "C" PRIMARY KEY, fence bigint NOT NULL)"#,
-        move |sql| {
-            let admin = admin.clone();
-            Box::pin(async move {
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .execute(&admin)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })
-        },
-        move |sql| {
-            let admin = counter.clone();
-            Box::pin(async move {
-                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                    .fetch_one(&admin)
-                    .await
-                    .unwrap()
-            })
-        },
+        sql_support::run_sql!(admin),
+        sql_support::read_number!(admin),
     )
     .await;
 }
@@ -469,16 +451,7 @@ async fn an_old_lease_table_is_migrated_with_fences_above_its_own() {
         &Postgres::url(&server),
         r#"CREATE TABLE old_locks (name text COLLATE "C" PRIMARY KEY, fence bigint NOT NULL, token text, holds integer NOT NULL DEFAULT 0, expires_at timestamptz NOT NULL, acquired_at timestamptz NOT NULL, owner_label text, host text, pid bigint)"#,
         "INSERT INTO old_locks (name, fence, expires_at, acquired_at) VALUES ('a', 41, now(), now()), ('b', 7, now(), now())",
-        move |sql| {
-            let admin = admin.clone();
-            Box::pin(async move {
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .execute(&admin)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })
-        },
+        sql_support::run_sql!(admin),
     )
     .await;
 }

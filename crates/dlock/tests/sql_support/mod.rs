@@ -408,3 +408,39 @@ pub(crate) async fn an_old_lease_table_is_migrated(
         "an older client's statement still works"
     );
 }
+
+/// A closure that runs SQL on the pool `$pool` as an administrator: `Err` with the server's
+/// message (for the helpers above that take `exec`).
+macro_rules! run_sql {
+    ($pool:expr) => {{
+        let pool = $pool.clone();
+        move |sql: String| -> sql_support::Probe<Result<(), String>> {
+            let pool = pool.clone();
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        }
+    }};
+}
+pub(crate) use run_sql;
+
+/// A closure that reads one number with SQL on the pool `$pool` (for `count`).
+macro_rules! read_number {
+    ($pool:expr) => {{
+        let pool = $pool.clone();
+        move |sql: String| -> sql_support::Probe<i64> {
+            let pool = pool.clone();
+            Box::pin(async move {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            })
+        }
+    }};
+}
+pub(crate) use read_number;
