@@ -385,6 +385,7 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() {
     let probe = admin.clone();
     sql_support::nothing_per_name_is_left(
         &Postgres::url(&server),
+        server.addr(),
         sql_support::BOUNDED_NAMES,
         move |name| {
             let admin = probe.clone();
@@ -396,7 +397,7 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() {
                     .unwrap()
             })
         },
-        || {
+        move || {
             let admin = admin.clone();
             Box::pin(async move {
                 sqlx::query_as(

@@ -206,100 +206,52 @@ pub(crate) const BOUNDED_NAMES: usize = 100_000;
 /// A future that says something about the store.
 pub(crate) type Probe<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
-/// Per-name state is bounded: `names` distinct names on the lease table at `url`, each taken
-/// and released, or taken by a holder that vanished without releasing, or waited for by a
-/// fair waiter that vanished while queued (its acquire future forgotten once `queued` says
-/// it has a waiter row, so no clean-up ran: what a crash leaves), leave no rows once their
-/// leases and the waiters' places have ended. `rows` counts the lock and waiter rows. The
-/// fences of a name still rise after its row is gone.
+/// Per-name state is bounded: `names` distinct names on the lease table at `url` (a server
+/// at `upstream`), taken and released, held by a client that crashed, or waited for by a
+/// client that crashed while queued (the workload of `dlock_testkit::bounded`), leave no rows
+/// once their leases and the waiters' places have ended. `queued` says whether a name has a
+/// waiter row, `rows` counts the lock and waiter rows. The fences of a name still rise after
+/// its row is gone.
 pub(crate) async fn nothing_per_name_is_left(
     url: &str,
+    upstream: std::net::SocketAddr,
     names: usize,
     queued: impl Fn(String) -> Probe<bool> + Send + Sync + 'static,
-    rows: impl Fn() -> Probe<(i64, i64)>,
+    rows: impl Fn() -> Probe<(i64, i64)> + Send + Sync + 'static,
 ) {
-    use futures::StreamExt;
-    use std::sync::Arc;
-    let (holders, waiters) = (
-        dlock::connect(url).await.unwrap(),
-        dlock::connect(url).await.unwrap(),
-    );
-    let queued = Arc::new(queued);
-    let ttl = Duration::from_secs(2);
-    let first = holders.mutex("bounded/1").ttl(ttl).acquire().await.unwrap();
+    let holders = dlock::connect(url).await.unwrap();
+    let first = holders.mutex("bounded/1").acquire().await.unwrap();
     let first_fence = first.fence();
     first.release().await.unwrap();
-    futures::stream::iter(0..names)
-        .map(|i| {
-            let (holders, waiters, queued) = (holders.clone(), waiters.clone(), queued.clone());
-            async move {
-                let name = format!("bounded/{i}");
-                let guard = holders.mutex(&name).ttl(ttl).try_acquire().await.unwrap();
-                let guard = guard.unwrap_or_else(|| panic!("{name} was busy"));
-                match i % 3 {
-                    // (Its lease may have run out already on a loaded machine.)
-                    0 => match guard.release().await {
-                        Ok(()) | Err(dlock::Error::NotOwned { .. }) => {}
-                        Err(e) => panic!("{name}: {e}"),
-                    },
-                    // The holder vanishes: its lease runs out.
-                    1 => std::mem::forget(guard),
-                    // A fair waiter queues behind the holder, then vanishes.
-                    _ => {
-                        let mut waiting = Box::pin(
-                            waiters
-                                .mutex(&name)
-                                .fair()
-                                .wait(Duration::from_secs(60))
-                                .acquire(),
-                        );
-                        loop {
-                            let polled =
-                                tokio::time::timeout(Duration::from_millis(5), &mut waiting).await;
-                            if let Ok(got) = polled {
-                                // Only once the holder's lease ran out (a slow, loaded
-                                // machine): this one vanishes as a holder instead.
-                                std::mem::forget(got.unwrap());
-                                std::mem::forget(guard);
-                                return;
-                            }
-                            if queued(name.clone()).await {
-                                break;
-                            }
-                        }
-                        std::mem::forget(waiting);
-                        // The lease may have run out meanwhile on a loaded machine.
-                        match guard.release().await {
-                            Ok(()) | Err(dlock::Error::NotOwned { .. }) => {}
-                            Err(e) => panic!("{name}: {e}"),
-                        }
-                    }
-                }
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<()>>()
-        .await;
-    let (locks, queue) = rows().await;
-    assert!(
-        locks > 0 && queue > 0,
-        "the workload left nothing to clean up"
-    );
-    // Every lease (2 s) and waiter place (1 s) has ended; the clients' sweepers delete the
-    // rows within their interval (5 s, jittered).
-    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let (locks, queue) = rows().await;
-        if locks + queue <= 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{locks} lock rows and {queue} waiter rows left for {names} names"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let (url_owned, at) = (url.to_owned(), upstream.to_string());
+    dlock_testkit::bounded::nothing_per_name_is_left(dlock_testkit::bounded::BoundedStore {
+        holders: holders.clone(),
+        upstream,
+        url_via: Box::new(move |proxy| url_owned.replace(&at, &proxy.to_string())),
+        names,
+        ttl: Duration::from_secs(2),
+        queued: Box::new(move |name| {
+            let queued = queued(name);
+            Box::pin(async move { Ok(queued.await) })
+        }),
+        left: Box::new(move || {
+            let rows = rows();
+            Box::pin(async move {
+                let (locks, queue) = rows.await;
+                let left = usize::try_from(locks + queue).unwrap_or(usize::MAX);
+                Ok((
+                    left,
+                    vec![format!("{locks} lock rows, {queue} waiter rows")],
+                ))
+            })
+        }),
+        // The sweepers delete ended rows within their interval (5 s, jittered); a row or two
+        // of names in use by the check itself may remain.
+        allowed: 2,
+        settle: Duration::from_secs(120),
+    })
+    .await
+    .unwrap();
     let again = holders
         .mutex("bounded/1")
         .try_acquire()
