@@ -179,9 +179,9 @@ pub mod blocking;
 
 pub use backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Expect, Lease, ListPage,
-    LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
+    HoldKind, LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
 };
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
 pub use lease::Lost;
 pub use locks::Locks;
