@@ -144,12 +144,19 @@ async fn watch(locks: &dlock::Locks, args: &LsArgs) -> i32 {
         };
         let stamp = humantime::format_rfc3339_seconds(SystemTime::now());
         let frame = if terminal {
-            format!("\x1b[H\x1b[2J{stamp}  every {}\n\n{body}", short(args.interval))
+            format!(
+                "\x1b[H\x1b[2J{stamp}  every {}\n\n{body}",
+                short(args.interval)
+            )
         } else {
             format!("{stamp}\n{body}\n")
         };
         let mut out = std::io::stdout().lock();
-        if out.write_all(frame.as_bytes()).and_then(|()| out.flush()).is_err() {
+        if out
+            .write_all(frame.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             return 0; // the reader went away (`dlock ls --watch | head`)
         }
     }

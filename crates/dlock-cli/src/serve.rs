@@ -179,13 +179,7 @@ fn secured(mut response: Response) -> Response {
 }
 
 async fn page() -> Response {
-    secured(
-        (
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            PAGE,
-        )
-            .into_response(),
-    )
+    secured(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response())
 }
 
 async fn script() -> Response {
@@ -317,28 +311,56 @@ fn seconds(d: Duration) -> f64 {
 
 /// The per-lock series and totals of one scrape, rendered by a recorder of its own: each
 /// scrape shows exactly the locks held now (a released lock's series are gone, not stale).
-fn render_locks(served: &Served, listed: &dlock::Result<Vec<dlock::LockInfo>>, took: Duration) -> String {
+fn render_locks(
+    served: &Served,
+    listed: &dlock::Result<Vec<dlock::LockInfo>>,
+    took: Duration,
+) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     let backend = served.locks.info().name;
     metrics::with_local_recorder(&recorder, || {
         use metrics::{describe_gauge, gauge};
-        describe_gauge!("dlock_store_up", "1 when the store answered the listing of this scrape, 0 when it failed");
-        describe_gauge!("dlock_store_list_seconds", "How long listing the store's locks took in this scrape");
+        describe_gauge!(
+            "dlock_store_up",
+            "1 when the store answered the listing of this scrape, 0 when it failed"
+        );
+        describe_gauge!(
+            "dlock_store_list_seconds",
+            "How long listing the store's locks took in this scrape"
+        );
         gauge!("dlock_store_up", "backend" => backend).set(if listed.is_ok() { 1.0 } else { 0.0 });
         gauge!("dlock_store_list_seconds", "backend" => backend).set(seconds(took));
         let Ok(held) = listed else {
             return;
         };
         describe_gauge!("dlock_store_locks_held", "Locks held in the store, by kind");
-        describe_gauge!("dlock_store_waiters", "Requests waiting for the held locks, summed over the locks whose store counts them");
+        describe_gauge!(
+            "dlock_store_waiters",
+            "Requests waiting for the held locks, summed over the locks whose store counts them"
+        );
         describe_gauge!("dlock_lock_held", "1 for each held lock, by name and kind");
-        describe_gauge!("dlock_lock_holder", "1 for each held lock, with its holder's label, host and pid");
-        describe_gauge!("dlock_lock_ttl_seconds", "Lease time left of a held lock (absent for session locks)");
-        describe_gauge!("dlock_lock_age_seconds", "How long the current holder has held the lock");
+        describe_gauge!(
+            "dlock_lock_holder",
+            "1 for each held lock, with its holder's label, host and pid"
+        );
+        describe_gauge!(
+            "dlock_lock_ttl_seconds",
+            "Lease time left of a held lock (absent for session locks)"
+        );
+        describe_gauge!(
+            "dlock_lock_age_seconds",
+            "How long the current holder has held the lock"
+        );
         describe_gauge!("dlock_lock_fence", "The fencing token of the current hold");
-        describe_gauge!("dlock_lock_holds", "The hold count of the lock (above 1 for reentrant holds)");
-        describe_gauge!("dlock_lock_waiters", "Requests waiting for the lock, where the store counts them");
+        describe_gauge!(
+            "dlock_lock_holds",
+            "The hold count of the lock (above 1 for reentrant holds)"
+        );
+        describe_gauge!(
+            "dlock_lock_waiters",
+            "Requests waiting for the lock, where the store counts them"
+        );
         let now = SystemTime::now();
         let mut by_kind = std::collections::BTreeMap::<&'static str, f64>::new();
         let mut waiters = 0.0;
@@ -377,7 +399,8 @@ fn render_locks(served: &Served, listed: &dlock::Result<Vec<dlock::LockInfo>>, t
             dlock::HoldKind::Permit,
         ] {
             let count = by_kind.get(kind.as_str()).copied().unwrap_or(0.0);
-            gauge!("dlock_store_locks_held", "backend" => backend, "kind" => kind.as_str()).set(count);
+            gauge!("dlock_store_locks_held", "backend" => backend, "kind" => kind.as_str())
+                .set(count);
         }
         gauge!("dlock_store_waiters", "backend" => backend).set(waiters);
     });
@@ -396,7 +419,10 @@ async fn metrics(State(served): State<Arc<Served>>) -> Response {
     }
     secured(
         (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
             body,
         )
             .into_response(),

@@ -128,7 +128,9 @@ fn http(
     let (head, body) = reply.split_once("\r\n\r\n").unwrap();
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
     assert!(
-        !head.to_ascii_lowercase().contains("transfer-encoding: chunked"),
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
         "a chunked reply; this client reads whole bodies only: {head}"
     );
     (status, body.to_owned())
@@ -299,8 +301,15 @@ fn held_lock_and_waiter_are_served(url: &str) {
     assert_eq!(at("dlock_lock_waiters", &named), Some(1.0), "{metrics}");
     #[allow(clippy::cast_precision_loss)]
     let fence_value = fence as f64;
-    assert_eq!(at("dlock_lock_fence", &named), Some(fence_value), "{metrics}");
-    assert!(at("dlock_lock_ttl_seconds", &named).unwrap() > 0.0, "{metrics}");
+    assert_eq!(
+        at("dlock_lock_fence", &named),
+        Some(fence_value),
+        "{metrics}"
+    );
+    assert!(
+        at("dlock_lock_ttl_seconds", &named).unwrap() > 0.0,
+        "{metrics}"
+    );
     assert_eq!(
         at(
             "dlock_lock_holder",
@@ -400,10 +409,7 @@ fn the_store_password_is_never_served() {
     }
     let (_, api) = serve.get("/api/locks");
     let api: serde_json::Value = serde_json::from_str(&api).unwrap();
-    assert!(
-        api["store"].as_str().unwrap().contains(":***@"),
-        "{api}"
-    );
+    assert!(api["store"].as_str().unwrap().contains(":***@"), "{api}");
     assert!(!serve.stderr().contains(REDIS_PASSWORD));
 }
 
@@ -617,8 +623,14 @@ fn the_page_in_chromium_shows_a_held_lock_then_its_release() {
         "the held lock is not in the page:\n{dom}"
     );
     assert!(dom.contains("page-holder"), "{dom}");
-    assert!(!dom.contains("<b>x</b>"), "a lock name became markup:\n{dom}");
-    assert!(!dom.contains("other/lock"), "the prefix filter let other/lock in:\n{dom}");
+    assert!(
+        !dom.contains("<b>x</b>"),
+        "a lock name became markup:\n{dom}"
+    );
+    assert!(
+        !dom.contains("other/lock"),
+        "the prefix filter let other/lock in:\n{dom}"
+    );
 
     // One page left open refreshes itself: it shows the lock, then its release.
     let browser = Browser::start(&chromium);

@@ -178,12 +178,13 @@ pub mod zookeeper;
 pub mod blocking;
 
 pub use backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Expect, Lease, ListPage,
-    HoldKind, LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Expect, HoldKind, Lease,
+    ListPage, LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
 };
 pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
 pub use lease::Lost;
+pub use lease::keeper::LostReason;
 pub use locks::Locks;
 pub use mutex::{MutexBuilder, MutexGuard};
 pub use name::{LockName, MAX_LABEL_LEN, MAX_NAME_LEN, Owner};

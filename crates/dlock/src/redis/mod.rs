@@ -553,25 +553,27 @@ fn lock_info(name: String, reply: Vec<Option<String>>) -> Result<Option<LockInfo
     let ttl_left = number(pttl.as_deref())
         .and_then(|p| u64::try_from(p).ok())
         .map(Duration::from_millis);
-    Ok(Some(LockInfo::new(
-        name,
-        FencingToken::new(
-            number(fence.as_deref())
-                .and_then(|f| u64::try_from(f).ok())
+    Ok(Some(
+        LockInfo::new(
+            name,
+            FencingToken::new(
+                number(fence.as_deref())
+                    .and_then(|f| u64::try_from(f).ok())
+                    .unwrap_or(0),
+            ),
+            owner,
+            acquired_at,
+            ttl_left,
+            number(holds.as_deref())
+                .and_then(|h| u32::try_from(h).ok())
+                .unwrap_or(1),
+        )
+        .with_waiters(
+            number(waiters.as_deref())
+                .and_then(|w| u32::try_from(w).ok())
                 .unwrap_or(0),
         ),
-        owner,
-        acquired_at,
-        ttl_left,
-        number(holds.as_deref())
-            .and_then(|h| u32::try_from(h).ok())
-            .unwrap_or(1),
-    )
-    .with_waiters(
-        number(waiters.as_deref())
-            .and_then(|w| u32::try_from(w).ok())
-            .unwrap_or(0),
-    )))
+    ))
 }
 
 #[async_trait]
