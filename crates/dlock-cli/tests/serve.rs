@@ -653,3 +653,66 @@ fn the_page_in_chromium_shows_a_held_lock_then_its_release() {
         }
     });
 }
+
+/// The repository's Grafana dashboard: every query parses as PromQL (`promtool check rules`
+/// on a rule file made of them) and names only metrics documented in OBSERVABILITY.md.
+#[test]
+fn the_dashboard_queries_parse_and_use_documented_metrics() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("dashboards/dlock.json")).unwrap())
+            .unwrap();
+    let documented = std::fs::read_to_string(root.join("OBSERVABILITY.md")).unwrap();
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            // Grafana's variables, as Grafana would fill them in.
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "5m")
+                .replace("$backend", ".*");
+            exprs.push(expr);
+        }
+    }
+    assert!(exprs.len() > 10, "{exprs:?}");
+    for expr in &exprs {
+        let names = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("dlock_"));
+        for name in names {
+            let base = name
+                .strip_suffix("_count")
+                .or_else(|| name.strip_suffix("_sum"))
+                .unwrap_or(name);
+            assert!(
+                documented.contains(&format!("`{base}`")),
+                "{name} (in {expr}) is not in OBSERVABILITY.md's table"
+            );
+        }
+    }
+    let Some(promtool) = tool("promtool", "prometheus") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("dashboard-rules.yml");
+    let mut text = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, expr) in exprs.iter().enumerate() {
+        text.push_str(&format!(
+            "      - record: dashboard_query_{i}\n        expr: {}\n",
+            serde_json::Value::String(expr.clone())
+        ));
+    }
+    std::fs::write(&rules, text).unwrap();
+    let out = Command::new(promtool)
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
