@@ -122,18 +122,32 @@ fn http(
     request.push_str("\r\n");
     request.push_str(body);
     stream.write_all(request.as_bytes()).unwrap();
-    let mut reply = Vec::new();
-    stream.read_to_end(&mut reply).unwrap();
-    let reply = String::from_utf8(reply).unwrap();
-    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    // The head, then as many bytes as Content-Length says (Chromium's DevTools server keeps
+    // the connection open whatever the request asks).
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        head.push_str(&line);
+    }
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let lower = head.to_ascii_lowercase();
     assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
-        "a chunked reply; this client reads whole bodies only: {head}"
+        !lower.contains("transfer-encoding: chunked"),
+        "a chunked reply; this client reads sized bodies only: {head}"
     );
-    (status, body.to_owned())
+    let length: usize = lower
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map(|n| n.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"));
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (status, String::from_utf8(body).unwrap())
 }
 
 /// A `dlock hold NAME` process: holding once `fence` is `Some`, waiting before.
