@@ -20,6 +20,11 @@ pub(crate) struct LsArgs {
     #[arg(long)]
     json: bool,
 
+    /// Show the parts composed semaphores and read-write locks are made of (`NAME#p0of3`,
+    /// `NAME#rwgate`, `NAME#r0`) instead of one entry per primitive.
+    #[arg(long)]
+    parts: bool,
+
     /// Keep listing: redraw the table in place every --interval until interrupted.
     #[arg(long, conflicts_with = "json")]
     watch: bool,
@@ -91,7 +96,7 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
     if args.watch {
         return watch(&locks, &args).await;
     }
-    let held = match listed(&locks, &args.prefix).await {
+    let held = match listed(&locks, &args.prefix, args.parts).await {
         Ok(held) => held,
         Err(e) => return fail(&e.into()),
     };
@@ -113,9 +118,17 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
     0
 }
 
-/// Held locks under `prefix`, sorted by name.
-async fn listed(locks: &dlock::Locks, prefix: &str) -> dlock::Result<Vec<dlock::LockInfo>> {
+/// Held locks under `prefix`, sorted by name; composed primitives folded into one entry each
+/// unless `parts`.
+async fn listed(
+    locks: &dlock::Locks,
+    prefix: &str,
+    parts: bool,
+) -> dlock::Result<Vec<dlock::LockInfo>> {
     let mut held: Vec<dlock::LockInfo> = locks.list(prefix).try_collect().await?;
+    if !parts {
+        return Ok(crate::composed::fold(held));
+    }
     held.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(held)
 }
@@ -137,7 +150,7 @@ async fn watch(locks: &dlock::Locks, args: &LsArgs) -> i32 {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let body = match listed(locks, &args.prefix).await {
+        let body = match listed(locks, &args.prefix, args.parts).await {
             Ok(held) if held.is_empty() => format!("{}\n", nothing_held(&args.prefix)),
             Ok(held) => table(&held),
             Err(e) => format!("dlock: {}\n", shown(&e.to_string())),

@@ -1,6 +1,7 @@
 //! `dlock`: run a command under a distributed lock, and list, inspect, break and benchmark locks.
 #![doc = include_str!("../README.md")]
 
+mod composed;
 mod demo;
 mod exit;
 mod hold;

@@ -215,14 +215,13 @@ fn effective_prefix<'a>(server: &'a str, asked: &'a str) -> Option<&'a str> {
     }
 }
 
-/// Held locks under `prefix`, sorted by name.
+/// Held locks under `prefix`, sorted by name, a composed primitive as one entry.
 async fn held(served: &Served, prefix: Option<&str>) -> dlock::Result<Vec<dlock::LockInfo>> {
     let Some(prefix) = prefix else {
         return Ok(Vec::new());
     };
-    let mut held: Vec<dlock::LockInfo> = served.locks.list(prefix).try_collect().await?;
-    held.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(held)
+    let held: Vec<dlock::LockInfo> = served.locks.list(prefix).try_collect().await?;
+    Ok(crate::composed::fold(held))
 }
 
 /// The status a store error is answered with: the caller's fault or the store's.

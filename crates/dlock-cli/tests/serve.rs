@@ -160,8 +160,14 @@ struct Hold {
 impl Hold {
     /// Starts a hold without waiting for it to be granted.
     fn spawn(url: &str, name: &str, label: &str) -> Hold {
+        Hold::spawn_with(url, name, label, &[])
+    }
+
+    /// As [`spawn`](Self::spawn), with more `dlock hold` arguments.
+    fn spawn_with(url: &str, name: &str, label: &str, extra: &[&str]) -> Hold {
         let mut child = dlock(url)
             .args(["--label", label, "hold", name])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -729,4 +735,49 @@ fn the_dashboard_queries_parse_and_use_documented_metrics() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A composed semaphore (SQLite has no native one) is one entry, not one per permit slot.
+#[test]
+fn a_composed_semaphore_is_listed_as_one_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let serve = Serve::start(&url, &[]);
+    let mut first = Hold::spawn_with(&url, "sem/pool", "first", &["--permits", "3"]);
+    first.granted();
+    let mut second = Hold::spawn_with(&url, "sem/pool", "second", &["--permits", "3"]);
+    second.granted();
+    let locks = serve.locks("sem/");
+    let [pool] = locks.as_slice() else {
+        panic!("{locks:?}");
+    };
+    assert_eq!(pool["name"], "sem/pool");
+    assert_eq!(pool["kind"], "permit");
+    assert_eq!(pool["holds"], 2);
+    let (_, metrics) = serve.get("/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "dlock_lock_held",
+            &[("name", "sem/pool"), ("kind", "permit")]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    promtool_accepts(&metrics);
+    // The raw parts are still there for whoever asks.
+    let out = dlock(&url)
+        .args(["ls", "sem/", "--json", "--parts"])
+        .output()
+        .unwrap();
+    let parts: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert!(
+        parts
+            .iter()
+            .all(|p| p["name"].as_str().unwrap().starts_with("sem/pool#p")),
+        "{parts:?}"
+    );
+    first.release();
+    second.release();
 }
