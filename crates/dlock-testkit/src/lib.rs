@@ -6,6 +6,7 @@
 //! may come in any release.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod bounded;
 pub mod checker;
 pub mod cli;
 pub mod conformance;

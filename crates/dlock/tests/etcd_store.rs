@@ -385,3 +385,60 @@ async fn read_write_locks_and_semaphores_queue_natively_and_busy_tries_leave_not
     let listed: Vec<_> = a.list("").try_collect().await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
 }
+
+/// Per-name state is bounded: 10,000 names taken and released, held by a client that
+/// crashed, or waited for by a client that crashed while queued, leave no key once the leases
+/// (2 s) and the waiters' leases have ended. (10,000, not 100,000: every etcd acquire is a
+/// lease grant and a transaction through Raft, and the count changes nothing in kind.)
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_per_name_is_left_once_leases_and_waiters_end() -> anyhow::Result<()> {
+    let Some(server) = server() else {
+        return Ok(());
+    };
+    let endpoint = server.addr().to_string();
+    let probe = etcd_client::Client::connect([endpoint.as_str()], None).await?;
+    let keys = move |from: Vec<u8>| {
+        let mut client = probe.clone();
+        async move {
+            let options = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_keys_only();
+            let reply = client.get(from, Some(options)).await?;
+            anyhow::Ok(
+                reply
+                    .kvs()
+                    .iter()
+                    .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    let queued_keys = keys.clone();
+    dlock_testkit::bounded::nothing_per_name_is_left(dlock_testkit::bounded::BoundedStore {
+        holders: dlock::connect(&format!("etcd://{endpoint}")).await?,
+        upstream: server.addr(),
+        url_via: Box::new(|addr| format!("etcd://{addr}")),
+        names: 10_000,
+        ttl: Duration::from_secs(2),
+        queued: Box::new(move |name| {
+            let keys = queued_keys.clone();
+            Box::pin(
+                async move { Ok(keys(format!("dlock/{name}\0").into_bytes()).await?.len() >= 2) },
+            )
+        }),
+        left: Box::new(move || {
+            let keys = keys.clone();
+            Box::pin(async move {
+                let left = keys(b"dlock/".to_vec()).await?;
+                Ok((left.len(), left.into_iter().take(5).collect()))
+            })
+        }),
+        allowed: 0,
+        settle: Duration::from_secs(60),
+    })
+    .await
+}

@@ -443,3 +443,38 @@ async fn a_restart_is_heard_at_once_by_session_holders() {
     let url = Mariadb::url(&server);
     sql_support::a_restart_is_heard_at_once_by_session_holders(&mut server, &url).await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_fences_are_one_row_and_an_old_table_is_migrated() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    let counter = admin.clone();
+    sql_support::session_fences_are_one_row_and_migrate(
+        &Mariadb::url(&server),
+        "CREATE TABLE old_fences (name VARBINARY(512) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL) ENGINE=InnoDB",
+        move |sql| {
+            let admin = admin.clone();
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&admin)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        },
+        move |sql| {
+            let admin = counter.clone();
+            Box::pin(async move {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(&admin)
+                    .await
+                    .unwrap()
+            })
+        },
+    )
+    .await;
+}

@@ -421,3 +421,38 @@ async fn a_restart_is_heard_at_once_by_session_holders() {
     let url = Postgres::url(&server);
     sql_support::a_restart_is_heard_at_once_by_session_holders(&mut server, &url).await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_fences_are_one_row_and_an_old_table_is_migrated() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    let counter = admin.clone();
+    sql_support::session_fences_are_one_row_and_migrate(
+        &Postgres::url(&server),
+        r#"CREATE TABLE old_fences (name text COLLATE "C" PRIMARY KEY, fence bigint NOT NULL)"#,
+        move |sql| {
+            let admin = admin.clone();
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&admin)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        },
+        move |sql| {
+            let admin = counter.clone();
+            Box::pin(async move {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(&admin)
+                    .await
+                    .unwrap()
+            })
+        },
+    )
+    .await;
+}

@@ -923,119 +923,52 @@ async fn fences_rise_after_a_failover_to_a_lagging_replica() -> anyhow::Result<(
 /// How many distinct names the bounded-state test uses (the figure).
 const BOUNDED_NAMES: usize = 100_000;
 
-/// How many names share one crashing waiter client in the bounded-state test.
-const BOUNDED_ROUND: usize = 3_000;
-
-/// Per-name state is bounded: 100,000 names, each taken and released, or taken by a holder
-/// that vanished without releasing, or waited for by a waiter that vanished while queued,
-/// leave no key once their leases and the waiters' places have ended.
-///
-/// A waiter vanishes as a crashed process does: its client reaches Redis through a proxy
-/// that goes silent before the waiting calls are dropped, so their clean-up never arrives.
-/// (Forgetting the futures instead is not a crash: a forgotten future can keep a permit of
-/// the connection's request queue, and enough of them stall the client.)
+/// Per-name state is bounded: 100,000 names taken and released, held by a client that
+/// crashed, or waited for by a client that crashed while queued, leave no key once their
+/// leases and the waiters' places have ended.
 #[cfg_attr(
     dlock_test_missing = "redis",
     ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_per_name_is_left_once_leases_and_waiters_end() -> anyhow::Result<()> {
-    use futures::StreamExt;
     let fx = redis_or_skip!();
     let addr = fx.addr();
-    let holders = fx.connect().await?;
     // No response timeout: the machine may be busy, and this connection only observes.
     let redis = redis::Client::open(format!("redis://{addr}"))?
         .get_multiplexed_async_connection_with_config(
             &redis::AsyncConnectionConfig::new().set_response_timeout(None),
         )
         .await?;
-    let ttl = Duration::from_secs(2);
-    let mut round_start = 0;
-    while round_start < BOUNDED_NAMES {
-        let names = round_start..(round_start + BOUNDED_ROUND).min(BOUNDED_NAMES);
-        round_start = names.end;
-        let proxy = FaultProxy::start(&[addr])?;
-        let waiters = dlock::connect(&format!("redis://{}", proxy.addrs()[0])).await?;
-        let outcomes = futures::stream::iter(names)
-            .map(|i| {
-                let (holders, waiters, mut redis) =
-                    (holders.clone(), waiters.clone(), redis.clone());
-                async move {
-                    let name = format!("bounded/{i}");
-                    let guard = holders.mutex(&name).ttl(ttl).try_acquire().await?;
-                    let guard = guard.ok_or_else(|| anyhow::anyhow!("{name} was busy"))?;
-                    match i % 3 {
-                        0 => guard.release().await?,
-                        // The holder vanishes: its lease runs out. (A held guard is not a
-                        // pending future: forgetting it only stops its release.)
-                        1 => std::mem::forget(guard),
-                        // A fair waiter queues behind the holder; it vanishes with its client.
-                        _ => {
-                            let mut waiting = Box::pin(
-                                waiters
-                                    .mutex(&name)
-                                    .fair()
-                                    .wait(Duration::from_secs(60))
-                                    .acquire(),
-                            );
-                            let queue = format!("dlock:queue:{name}");
-                            let until = Instant::now() + Duration::from_secs(10);
-                            loop {
-                                let polled = timeout(Duration::from_millis(5), &mut waiting).await;
-                                ensure!(
-                                    polled.is_err(),
-                                    "{name}: the waiter got in beside the holder"
-                                );
-                                let queued: bool = redis::cmd("EXISTS")
-                                    .arg(&queue)
-                                    .query_async(&mut redis)
-                                    .await?;
-                                if queued {
-                                    break;
-                                }
-                                ensure!(Instant::now() < until, "{name}: the waiter never queued");
-                            }
-                            guard.release().await?;
-                            return Ok(Some(waiting));
-                        }
-                    }
-                    anyhow::Ok(None)
-                }
+    dlock_testkit::bounded::nothing_per_name_is_left(dlock_testkit::bounded::BoundedStore {
+        holders: fx.connect().await?,
+        upstream: addr,
+        url_via: Box::new(|addr| format!("redis://{addr}")),
+        names: BOUNDED_NAMES,
+        ttl: Duration::from_secs(2),
+        queued: Box::new(move |name| {
+            let mut redis = redis.clone();
+            Box::pin(async move {
+                Ok(redis::cmd("EXISTS")
+                    .arg(format!("dlock:queue:{name}"))
+                    .query_async(&mut redis)
+                    .await?)
             })
-            .buffer_unordered(64)
-            .collect::<Vec<_>>()
-            .await;
-        let waiting = outcomes.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-        // The crash: nothing more from these waiters reaches Redis.
-        proxy.set(NetFault::Blackhole);
-        drop(waiting);
-        drop(waiters);
-        drop(proxy);
-    }
-    let keys: i64 = query(addr, &["DBSIZE"])?;
-    ensure!(keys > 0, "the workload left no state at all to clean up");
-    // Every lease (2 s) and waiter place (1 s) has ended; expired keys are reclaimed lazily
-    // or by Redis's active expiry cycle, which SCAN drives here.
-    sleep(ttl + Duration::from_secs(1)).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left: Vec<String> = scan_all(addr)?;
-        if left.len() <= 2 {
-            break;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "{} keys left for {BOUNDED_NAMES} names, e.g. {:?}",
-            left.len(),
-            &left[..left.len().min(5)]
-        );
-        sleep(Duration::from_millis(500)).await;
-    }
-    Ok(())
+        }),
+        left: Box::new(move || {
+            Box::pin(async move {
+                let left = tokio::task::spawn_blocking(move || scan_all(addr)).await??;
+                Ok((left.len(), left.into_iter().take(5).collect()))
+            })
+        }),
+        // Expired keys are reclaimed lazily or by Redis's active expiry cycle, which SCAN
+        // drives here.
+        allowed: 2,
+        settle: Duration::from_secs(60),
+    })
+    .await
 }
 
-/// Every key of the database (SCAN reclaims expired keys it meets).
 fn scan_all(addr: std::net::SocketAddr) -> anyhow::Result<Vec<String>> {
     let mut keys = Vec::new();
     let mut cursor = "0".to_owned();

@@ -392,3 +392,53 @@ async fn read_write_locks_and_semaphores_are_native_queues() {
     let listed: Vec<_> = a.list("").try_collect().await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
 }
+
+/// Per-name state is bounded: 10,000 names taken and released, held by a client that
+/// crashed, or waited for by a client that crashed while queued, leave no node once the
+/// crashed sessions have expired (4 s here) and the empty lock directories are reaped.
+/// (10,000, not 100,000: every ZooKeeper acquire is a write through the ensemble's log, and
+/// the count changes nothing in kind.)
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_per_name_is_left_once_sessions_and_leases_end() -> anyhow::Result<()> {
+    let Some(server) = server() else {
+        return Ok(());
+    };
+    let zk = Client::connect(&server.addr().to_string()).await?;
+    let probe = zk.clone();
+    dlock_testkit::bounded::nothing_per_name_is_left(dlock_testkit::bounded::BoundedStore {
+        holders: dlock::connect(&url(&server, "session_timeout=4s")).await?,
+        upstream: server.addr(),
+        url_via: Box::new(|addr| format!("zk://{addr}/t?session_timeout=4s")),
+        names: 10_000,
+        ttl: Duration::from_secs(2),
+        queued: Box::new(move |name| {
+            let zk = probe.clone();
+            Box::pin(async move {
+                let dir = format!("/t/{}", name.replace('/', "%2F"));
+                Ok(match zk.list_children(&dir).await {
+                    Ok(children) => children.len() >= 2,
+                    Err(zookeeper_client::Error::NoNode) => false,
+                    Err(e) => return Err(e.into()),
+                })
+            })
+        }),
+        left: Box::new(move || {
+            let zk = zk.clone();
+            Box::pin(async move {
+                let dirs = match zk.list_children("/t").await {
+                    Ok(children) => children,
+                    Err(zookeeper_client::Error::NoNode) => Vec::new(),
+                    Err(e) => return Err(e.into()),
+                };
+                Ok((dirs.len(), dirs.into_iter().take(5).collect()))
+            })
+        }),
+        allowed: 0,
+        settle: Duration::from_secs(90),
+    })
+    .await
+}

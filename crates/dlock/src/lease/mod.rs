@@ -189,20 +189,24 @@ impl DropRelease {
 
     pub(crate) async fn run(mut self) {
         let mut result = self.lease.release().await;
-        if matches!(&result, Err(error) if error.is_retryable()) {
-            // The store said "try again", or the runtime is shutting down under the request
-            // (its connections fail): once more on a fresh connection.
+        // The store said "try again", or the connection failed: again on fresh connections,
+        // for a bounded time, here in the task. A store that stays away leaves the lock to
+        // its lease; blocking a runtime thread for it would stall every other task there. If
+        // the runtime shuts down meanwhile, the task is dropped unfinished and `Drop`
+        // releases synchronously.
+        let give_up = tokio::time::Instant::now() + SHUTDOWN_RELEASE_BOUND;
+        let mut pause = Duration::from_millis(20);
+        while matches!(&result, Err(error) if error.is_retryable())
+            && tokio::time::Instant::now() < give_up
+        {
             result = self.lease.release_elsewhere().await;
-        }
-        match result {
-            // Still unanswered: not done, so Drop releases synchronously on a runtime of its
-            // own (bounded), rather than leaving the lock to its lease.
-            Err(error) if error.is_retryable() => {
-                tracing::debug!(name = %self.name, %error, "release on drop failed; retrying");
-                return;
+            if matches!(&result, Err(error) if error.is_retryable()) {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
             }
-            Err(error) => tracing::debug!(name = %self.name, %error, "release on drop failed"),
-            Ok(()) => {}
+        }
+        if let Err(error) = result {
+            tracing::debug!(name = %self.name, %error, "release on drop failed; the lease frees the lock");
         }
         self.lease.lost().cancel();
         self.done = true;
@@ -218,15 +222,43 @@ impl Drop for DropRelease {
     }
 }
 
-/// How long a release at shutdown may hold up the thread dropping the runtime; a store that
-/// does not answer by then is left to the lease.
+/// How long the releases at one shutdown may hold up the thread dropping the runtime, all
+/// together; a store that does not answer by then is left to the leases.
 pub(crate) const SHUTDOWN_RELEASE_BOUND: Duration = Duration::from_secs(3);
+
+/// When the current burst of synchronous releases began, and when its last one did: the
+/// releases of one shutdown (many guards dropped at once) share one
+/// [`SHUTDOWN_RELEASE_BOUND`], so a thousand guards on an unreachable store cost seconds, not
+/// hours.
+static SHUTDOWN_BURST: std::sync::Mutex<Option<(std::time::Instant, std::time::Instant)>> =
+    std::sync::Mutex::new(None);
+
+/// What is left of the current burst's bound (a call more than the bound after the previous
+/// one starts a new burst).
+fn shutdown_budget() -> Duration {
+    let now = std::time::Instant::now();
+    let mut burst = SHUTDOWN_BURST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let start = match *burst {
+        Some((start, last)) if now.duration_since(last) < SHUTDOWN_RELEASE_BOUND => start,
+        _ => now,
+    };
+    *burst = Some((start, now));
+    (start + SHUTDOWN_RELEASE_BOUND).saturating_duration_since(now)
+}
 
 /// Releases `lease` on a short-lived current-thread runtime in a thread of its own: the caller
 /// may be inside a runtime (a task being dropped at shutdown), where `block_on` is not allowed.
 /// Store errors that say "try again" are retried within [`SHUTDOWN_RELEASE_BOUND`]: a
 /// connection whose driver task died with the old runtime reconnects on the new one.
 pub(crate) fn release_blocking(lease: &Arc<dyn Lease>, name: &LockName) {
+    let budget = shutdown_budget();
+    if budget.is_zero() {
+        tracing::debug!(%name, "no time left to release at shutdown; the lease frees it");
+        lease.lost().cancel();
+        return;
+    }
     let release = async {
         loop {
             match lease.release_elsewhere().await {
@@ -247,13 +279,9 @@ pub(crate) fn release_blocking(lease: &Arc<dyn Lease>, name: &LockName) {
                     .enable_all()
                     .build()
                     .map_err(|e| e.to_string())?;
-                match runtime
-                    .block_on(async { tokio::time::timeout(SHUTDOWN_RELEASE_BOUND, release).await })
-                {
+                match runtime.block_on(async { tokio::time::timeout(budget, release).await }) {
                     Ok(result) => result.map_err(|e| e.to_string()),
-                    Err(_) => Err(format!(
-                        "no answer within {SHUTDOWN_RELEASE_BOUND:?}; the lease frees it"
-                    )),
+                    Err(_) => Err(format!("no answer within {budget:?}; the lease frees it")),
                 }
             })
             .map_err(|e| e.to_string())?;

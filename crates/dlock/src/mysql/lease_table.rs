@@ -304,11 +304,12 @@ impl MonitorStore for LeaseStore {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let done = sqlx::query(AssertSqlSafe(self.shared.sql.force_release.clone()))
-            .bind(name.as_str())
-            .execute(&self.shared.pool)
-            .await
-            .map_err(from_sqlx)?;
+        let done = unless_deadlocked(|| {
+            sqlx::query(AssertSqlSafe(self.shared.sql.force_release.clone()))
+                .bind(name.as_str())
+                .execute(&self.shared.pool)
+        })
+        .await?;
         let broken = done.rows_affected() > 0;
         if broken {
             self.shared.wakers.wake(name.as_str());
@@ -320,11 +321,13 @@ impl MonitorStore for LeaseStore {
 /// Removes a waiter that gave up, and wakes this client's other waiters of the name (the one
 /// leaving may have been the head they defer to; other clients notice at their next poll).
 async fn leave_queue(shared: Arc<Shared>, name: String, token: String) {
-    let left = sqlx::query(AssertSqlSafe(shared.sql.leave.clone()))
-        .bind(&name)
-        .bind(&token)
-        .execute(&shared.pool)
-        .await;
+    let left = unless_deadlocked(|| {
+        sqlx::query(AssertSqlSafe(shared.sql.leave.clone()))
+            .bind(&name)
+            .bind(&token)
+            .execute(&shared.pool)
+    })
+    .await;
     match left {
         Ok(done) if done.rows_affected() > 0 => shared.wakers.wake(&name),
         Ok(_) => {}
@@ -469,6 +472,23 @@ async fn take(
 /// attempt's.
 const DEADLOCK_RETRIES: u32 = 5;
 
+/// Runs a statement on the pool again while InnoDB picks it as a deadlock victim (1213)
+/// against the sweeper's range delete or a grant: a victim was rolled back whole, so running
+/// it again is safe. Any other outcome is returned as it is.
+async fn unless_deadlocked<T, F, Fut>(mut statement: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = sqlx::Result<T>>,
+{
+    let mut victim = 0;
+    loop {
+        match statement().await {
+            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
+            done => return done.map_err(from_sqlx),
+        }
+    }
+}
+
 /// Creates the free row of a new name (see `Statements::new`), again if it was a deadlock
 /// victim.
 async fn insert_free_row(
@@ -564,14 +584,15 @@ impl Lease for TableLease {
     async fn extend(&self, ttl: Duration) -> Result<()> {
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.
-        let done = sqlx::query(AssertSqlSafe(self.shared.sql.extend.clone()))
-            .bind(us(ttl))
-            .bind(&self.name)
-            .bind(&self.token)
-            .bind(self.fence)
-            .execute(&self.shared.pool)
-            .await
-            .map_err(from_sqlx)?;
+        let done = unless_deadlocked(|| {
+            sqlx::query(AssertSqlSafe(self.shared.sql.extend.clone()))
+                .bind(us(ttl))
+                .bind(&self.name)
+                .bind(&self.token)
+                .bind(self.fence)
+                .execute(&self.shared.pool)
+        })
+        .await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(&self.name));
         }
@@ -579,13 +600,14 @@ impl Lease for TableLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let done = sqlx::query(AssertSqlSafe(self.shared.sql.release.clone()))
-            .bind(&self.name)
-            .bind(&self.token)
-            .bind(self.fence)
-            .execute(&self.shared.pool)
-            .await
-            .map_err(from_sqlx)?;
+        let done = unless_deadlocked(|| {
+            sqlx::query(AssertSqlSafe(self.shared.sql.release.clone()))
+                .bind(&self.name)
+                .bind(&self.token)
+                .bind(self.fence)
+                .execute(&self.shared.pool)
+        })
+        .await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(&self.name));
         }

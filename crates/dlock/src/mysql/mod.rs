@@ -191,13 +191,7 @@ impl MysqlBuilder {
                 ))
             }
             Mode::Session => {
-                schema::ensure(
-                    &pool,
-                    &table,
-                    &schema::fence_ddl(&table),
-                    schema::FENCE_SHAPE,
-                )
-                .await?;
+                schema::ensure_session(&pool, &table).await?;
                 SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
             }
         };

@@ -178,16 +178,71 @@ async fn run(pool: &MySqlPool, sql: &str) -> Result<()> {
     Ok(())
 }
 
-/// Session mode's fence counters.
-pub(super) const FENCE_SHAPE: Shape = &[("name", "varbinary"), ("fence", "bigint")];
+/// Session mode's fence counter: one row for the whole table (the empty name, which no lock
+/// has), incremented by every grant. Before it, tables kept a row per lock name in `fence`,
+/// which grew with every name ever locked; they are migrated on connect
+/// ([`ensure_session`]).
+pub(super) const FENCE_SHAPE: Shape = &[("name", "varbinary"), ("counter", "bigint")];
 
 pub(super) fn fence_ddl(table: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {table} (
-    name  VARBINARY(512) NOT NULL PRIMARY KEY,
-    fence BIGINT NOT NULL
+    name    VARBINARY(512) NOT NULL PRIMARY KEY,
+    counter BIGINT NOT NULL
 ) ENGINE=InnoDB"
     )
+}
+
+/// The statement that draws session mode's next fence from `table`'s counter row;
+/// `LAST_INSERT_ID(expr)` carries the new value back in the reply.
+pub(super) fn next_fence_sql(table: &str) -> String {
+    format!("UPDATE {table} SET counter = LAST_INSERT_ID(counter + 1) WHERE name = ''")
+}
+
+/// Creates the session table and its counter row if missing, migrating a table of the
+/// per-name layout, and checks the shape.
+///
+/// The migration first renames `fence` to `counter` (one atomic DDL statement), so an older
+/// dlock still running against the table fails on its next grant instead of counting on its
+/// own rows, and an older dlock connecting afterwards is refused by its shape check. Then the
+/// counter row starts at the highest fence of any row (raised, never lowered, if it exists),
+/// and the per-name rows go.
+pub(super) async fn ensure_session(pool: &MySqlPool, table: &str) -> Result<()> {
+    let found = columns(pool, table).await?;
+    let has = |found: &[(String, String)], column: &str| {
+        found.iter().any(|(n, _)| n.eq_ignore_ascii_case(column))
+    };
+    if has(&found, "fence") && !has(&found, "counter") {
+        match run(
+            pool,
+            &format!("ALTER TABLE {table} CHANGE COLUMN fence counter BIGINT NOT NULL"),
+        )
+        .await
+        {
+            Ok(()) => {}
+            // Another client renamed it first ("unknown column").
+            Err(_) if has(&columns(pool, table).await?, "counter") => {}
+            Err(e) => return Err(e),
+        }
+    }
+    ensure(pool, table, &fence_ddl(table), FENCE_SHAPE).await?;
+    // Idempotent: the counter row is at least the highest value in the table. (The highest
+    // is read first: MySQL cannot update a table it selects from in one statement.)
+    let highest: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT CAST(COALESCE(MAX(counter), 0) AS SIGNED) FROM {table}"
+    )))
+    .fetch_one(pool)
+    .await
+    .map_err(from_sqlx)?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {table} (name, counter) VALUES ('', ?)
+         ON DUPLICATE KEY UPDATE counter = GREATEST(counter, VALUES(counter))"
+    )))
+    .bind(highest)
+    .execute(pool)
+    .await
+    .map_err(from_sqlx)?;
+    run(pool, &format!("DELETE FROM {table} WHERE name <> ''")).await
 }
 
 async fn columns(pool: &MySqlPool, table: &str) -> Result<Vec<(String, String)>> {

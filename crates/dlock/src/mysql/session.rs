@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
 use crate::sql_common::{
-    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, detached_attempt,
+    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing,
+    detached_attempt,
 };
 use crate::wait::{Attempt, acquire_loop};
 
@@ -38,6 +39,8 @@ pub(super) struct SessionStore {
 struct Shared {
     pool: MySqlPool,
     fence_sql: Arc<str>,
+    /// The table of the fence counter, for errors.
+    table: Arc<str>,
     check_interval: Duration,
     /// Wakes the holders when the watcher's connection drops.
     alarm: SessionAlarm,
@@ -46,17 +49,14 @@ struct Shared {
 
 impl SessionStore {
     pub(super) fn new(pool: MySqlPool, table: &str, check_interval: Duration) -> SessionStore {
-        // Run on the lock's own connection while it holds the lock, so increments of one
-        // name are serialized by the lock itself; LAST_INSERT_ID carries the new value back.
-        let fence_sql = format!(
-            "INSERT INTO {table} (name, fence) VALUES (?, LAST_INSERT_ID(1))
-             ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
-        );
+        // One counter for every name: the table stays one row however many names are used.
+        let fence_sql = super::schema::next_fence_sql(table);
         SessionStore {
             shared: Arc::new(Shared {
                 watch: Arc::new(Watch { pool: pool.clone() }),
                 pool,
                 fence_sql: fence_sql.into(),
+                table: table.into(),
                 check_interval,
                 alarm: SessionAlarm::default(),
             }),
@@ -117,10 +117,13 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     // lost on arrival).
     let start = Instant::now();
     let fence = sqlx::query(AssertSqlSafe(shared.fence_sql.clone()))
-        .bind(req.name.as_str())
         .execute(&mut *conn)
         .await;
     let fence = match fence {
+        Ok(done) if done.rows_affected() == 0 => {
+            conn.close_on_drop();
+            return Err(counter_missing("mysql", &shared.table));
+        }
         Ok(done) => i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
         Err(e) => {
             // Closing the connection frees the lock.

@@ -179,13 +179,7 @@ impl PostgresBuilder {
                 SqlStore::Lease(LeaseStore::new(pool, &table))
             }
             Mode::Session => {
-                schema::ensure(
-                    &pool,
-                    &table,
-                    &schema::fence_ddl(&table),
-                    schema::FENCE_SHAPE,
-                )
-                .await?;
+                schema::ensure_session(&pool, &table).await?;
                 SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
             }
         };

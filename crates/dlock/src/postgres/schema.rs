@@ -191,16 +191,67 @@ pub(super) async fn ensure_index(pool: &PgPool, table: &str, column: &str) -> Re
     }
 }
 
-/// Session mode's fence counters: one row per name, incremented by each holder.
-pub(super) const FENCE_SHAPE: Shape = &[("name", "text"), ("fence", "bigint")];
+/// Session mode's fence counter: one row for the whole table (the empty name, which no lock
+/// has), incremented by every grant. Before it, tables kept a row per lock name in `fence`,
+/// which grew with every name ever locked; they are migrated on connect
+/// ([`ensure_session`]).
+pub(super) const FENCE_SHAPE: Shape = &[("name", "text"), ("counter", "bigint")];
 
 pub(super) fn fence_ddl(table: &str) -> String {
     format!(
         r#"CREATE TABLE IF NOT EXISTS {table} (
-    name  text COLLATE "C" PRIMARY KEY,
-    fence bigint NOT NULL
+    name    text COLLATE "C" PRIMARY KEY,  -- '' for the table's one counter
+    counter bigint NOT NULL
 )"#
     )
+}
+
+/// The statement that draws session mode's next fence from `table`'s counter row.
+pub(super) fn next_fence_sql(table: &str) -> String {
+    format!("UPDATE {table} SET counter = counter + 1 WHERE name = '' RETURNING counter")
+}
+
+/// Creates the session table and its counter row if missing, migrating a table of the
+/// per-name layout, and checks the shape.
+///
+/// The migration first renames `fence` to `counter` (one atomic statement), so an older dlock
+/// still running against the table fails on its next grant instead of counting on its own
+/// rows, and an older dlock connecting afterwards is refused by its shape check. Then the
+/// counter row starts at the highest fence of any row (raised, never lowered, if it exists),
+/// and the per-name rows go.
+pub(super) async fn ensure_session(pool: &PgPool, table: &str) -> Result<()> {
+    let found = columns(pool, table).await?;
+    let has = |found: &[(String, String)], column: &str| found.iter().any(|(n, _)| n == column);
+    if has(&found, "fence") && !has(&found, "counter") {
+        let renamed = sqlx::query(AssertSqlSafe(format!(
+            "ALTER TABLE {table} RENAME COLUMN fence TO counter"
+        )))
+        .execute(pool)
+        .await;
+        match renamed {
+            Ok(_) => {}
+            // Another client renamed it first.
+            Err(_) if has(&columns(pool, table).await?, "counter") => {}
+            Err(e) => return Err(from_sqlx(e)),
+        }
+    }
+    ensure(pool, table, &fence_ddl(table), FENCE_SHAPE).await?;
+    // Idempotent: the counter row is at least the highest value in the table.
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {table} AS f (name, counter)
+         SELECT '', COALESCE(MAX(counter), 0) FROM {table}
+         ON CONFLICT (name) DO UPDATE SET counter = GREATEST(f.counter, EXCLUDED.counter)"
+    )))
+    .execute(pool)
+    .await
+    .map_err(from_sqlx)?;
+    sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM {table} WHERE name <> ''"
+    )))
+    .execute(pool)
+    .await
+    .map_err(from_sqlx)?;
+    Ok(())
 }
 
 async fn columns(pool: &PgPool, table: &str) -> Result<Vec<(String, String)>> {

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
 use crate::sql_common::{
-    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, detached_attempt,
+    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing,
+    detached_attempt,
 };
 use crate::wait::{Attempt, acquire_loop};
 
@@ -39,6 +40,8 @@ pub(super) struct SessionStore {
 struct Shared {
     pool: PgPool,
     fence_sql: Arc<str>,
+    /// The table of the fence counter, for errors.
+    table: Arc<str>,
     check_interval: Duration,
     /// Wakes the holders when the watcher's connection drops.
     alarm: SessionAlarm,
@@ -47,17 +50,14 @@ struct Shared {
 
 impl SessionStore {
     pub(super) fn new(pool: PgPool, table: &str, check_interval: Duration) -> SessionStore {
-        // Run on the lock's own connection while it holds the lock, so increments of one
-        // name are serialized by the lock itself.
-        let fence_sql = format!(
-            "INSERT INTO {table} AS f (name, fence) VALUES ($1, 1)
-             ON CONFLICT (name) DO UPDATE SET fence = f.fence + 1 RETURNING fence"
-        );
+        // One counter for every name: the table stays one row however many names are used.
+        let fence_sql = super::schema::next_fence_sql(table);
         SessionStore {
             shared: Arc::new(Shared {
                 watch: Arc::new(Watch { pool: pool.clone() }),
                 pool,
                 fence_sql: fence_sql.into(),
+                table: table.into(),
                 check_interval,
                 alarm: SessionAlarm::default(),
             }),
@@ -138,11 +138,14 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     // lost on arrival).
     let start = Instant::now();
     let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(shared.fence_sql.clone()))
-        .bind(req.name.as_str())
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await;
     let fence = match fence {
-        Ok(fence) => fence,
+        Ok(Some(fence)) => fence,
+        Ok(None) => {
+            conn.close_on_drop();
+            return Err(counter_missing("postgres", &shared.table));
+        }
         Err(e) => {
             // Closing the connection frees the lock.
             conn.close_on_drop();

@@ -701,6 +701,29 @@ impl RedlockLease {
     }
 }
 
+impl RedlockLease {
+    /// Releases the hold through `inner`'s connections to the nodes.
+    async fn release_via(&self, inner: &Inner) -> Result<()> {
+        let timeout = inner.node_timeout(Duration::from_secs(1));
+        let (released, refused, errors) = inner
+            .release_on(&inner.all(), &self.keys, &self.token, timeout)
+            .await;
+        if released > 0 && refused <= inner.nodes.len() - inner.quorum() {
+            return Ok(());
+        }
+        if refused > inner.nodes.len() - inner.quorum() || errors.is_empty() {
+            return Err(Error::not_owned(self.name()));
+        }
+        Err(no_quorum(
+            format!(
+                "only {released} of {} nodes released the lock",
+                inner.nodes.len()
+            ),
+            &errors,
+        ))
+    }
+}
+
 #[async_trait]
 impl Lease for RedlockLease {
     fn fence(&self) -> FencingToken {
@@ -768,23 +791,22 @@ impl Lease for RedlockLease {
     }
 
     async fn release(&self) -> Result<()> {
+        self.release_via(&self.inner).await
+    }
+
+    /// On fresh connections of the runtime this runs on: the client's belong to the runtime
+    /// that made them, which may be shutting down.
+    async fn release_elsewhere(&self) -> Result<()> {
         let inner = &self.inner;
-        let timeout = inner.node_timeout(Duration::from_secs(1));
-        let (released, refused, errors) = inner
-            .release_on(&inner.all(), &self.keys, &self.token, timeout)
-            .await;
-        if released > 0 && refused <= inner.nodes.len() - inner.quorum() {
-            return Ok(());
+        let mut nodes = Vec::with_capacity(inner.config.nodes.len());
+        for (index, node) in inner.config.nodes.iter().enumerate() {
+            let connected = Node::connect(node, false).await;
+            nodes.push(connected.map_err(|error| on_node(&inner.config.node_label(index), error))?);
         }
-        if refused > inner.nodes.len() - inner.quorum() || errors.is_empty() {
-            return Err(Error::not_owned(self.name()));
-        }
-        Err(no_quorum(
-            format!(
-                "only {released} of {} nodes released the lock",
-                inner.nodes.len()
-            ),
-            &errors,
-        ))
+        let fresh = Inner {
+            nodes,
+            config: inner.config.clone(),
+        };
+        self.release_via(&fresh).await
     }
 }

@@ -20,6 +20,6 @@ pub(crate) use queue::{
     LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
 };
 pub(crate) use schema::{Shape, check_shape, values_table, waiters_table};
-pub(crate) use session::{SessionAlarm, SessionConn, SessionLease, SessionWatch};
+pub(crate) use session::{SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing};
 pub(crate) use store::{ModeStore, SqlStore};
 pub(crate) use sweep::{SWEEP_BATCH, Sweeper};

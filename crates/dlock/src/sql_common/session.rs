@@ -54,6 +54,19 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(2);
 /// one by one).
 const ALARM_RECHECK: Duration = Duration::from_millis(20);
 
+/// Session mode's fence counter row is gone (deleted by hand): refusing is the only safe
+/// answer, as starting it again could hand out a fence already given.
+pub(crate) fn counter_missing(backend: &'static str, table: &str) -> Error {
+    Error::Backend {
+        backend,
+        source: format!(
+            "the fence counter row (name '') of {table} is missing: restore it with a value at \
+             or above the highest fence handed out"
+        )
+        .into(),
+    }
+}
+
 /// Wakes every session lock of one client to check its connection now.
 ///
 /// The server frees a session lock the moment the session's connection drops, and may grant

@@ -313,3 +313,67 @@ pub(crate) async fn nothing_per_name_is_left(
     );
     again.release().await.unwrap();
 }
+
+/// Session mode's fences come from one counter row, however many names are used, and a table
+/// of the older per-name layout is migrated: its counter starts above every fence it holds,
+/// an older client's statement fails, and a missing counter row is refused with a clear
+/// error that leaves no lock held. `exec` runs SQL as an administrator (`Err` with the
+/// server's message), `count` reads one number; `old_ddl` creates the per-name layout of
+/// the table `old_fences`.
+pub(crate) async fn session_fences_are_one_row_and_migrate(
+    url: &str,
+    old_ddl: &str,
+    exec: impl Fn(String) -> Probe<Result<(), String>>,
+    count: impl Fn(String) -> Probe<i64>,
+) {
+    exec(old_ddl.to_owned()).await.unwrap();
+    exec("INSERT INTO old_fences (name, fence) VALUES ('a', 41), ('b', 7)".into())
+        .await
+        .unwrap();
+    let url = format!("{url}?mode=session&table=old_fences");
+    let locks = dlock::connect(&url).await.unwrap();
+    let b = locks.mutex("b").acquire().await.unwrap();
+    assert!(
+        b.fence().get() > 41,
+        "after the migration, {} is not above every fence of the old table (41)",
+        b.fence()
+    );
+    let mut last = b.fence().get();
+    b.release().await.unwrap();
+    // An older dlock, still running, can no longer count on its own row.
+    let old_client = exec("INSERT INTO old_fences (name, fence) VALUES ('c', 1)".into()).await;
+    assert!(
+        old_client.is_err(),
+        "an older client's statement still works"
+    );
+    for i in 0..1_000 {
+        let guard = locks.mutex(format!("many/{i}")).acquire().await.unwrap();
+        assert!(
+            guard.fence().get() > last,
+            "fence {} after {last}",
+            guard.fence()
+        );
+        last = guard.fence().get();
+        guard.release().await.unwrap();
+    }
+    let rows = count("SELECT COUNT(*) FROM old_fences".into()).await;
+    assert_eq!(
+        rows, 1,
+        "{rows} rows for 1,002 names: the table grows with names"
+    );
+    // The counter row deleted by hand: refused, and nothing is held.
+    exec("DELETE FROM old_fences".into()).await.unwrap();
+    let error = locks.mutex("z").acquire().await.unwrap_err();
+    assert!(
+        matches!(error, dlock::Error::Backend { .. }) && error.to_string().contains("counter row"),
+        "{error:?}"
+    );
+    exec("INSERT INTO old_fences (name, counter) VALUES ('', 100000)".into())
+        .await
+        .unwrap();
+    let other = dlock::connect(&url).await.unwrap();
+    let z = other.mutex("z").try_acquire().await.unwrap();
+    let z = z.expect("the refused acquire left the lock held");
+    assert!(z.fence().get() > 100_000, "{}", z.fence());
+    z.release().await.unwrap();
+}
