@@ -139,7 +139,7 @@ mod tests {
             FencingToken::new(fence),
             Owner::new(None, "h", pid),
             SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(pid)),
-            Some(Duration::from_secs(u64::from(fence))),
+            Some(Duration::from_secs(fence)),
             1,
         )
         .with_waiters(waiters)
