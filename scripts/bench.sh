@@ -5,7 +5,9 @@
 # bench/results/, and regenerates BENCHMARKS.md and bench/charts/ from them.
 #
 #   scripts/bench.sh                     # everything (about 10 minutes on 2 cores)
-#   BENCH_STORES="redis zookeeper" scripts/bench.sh      # some stores only
+#   BENCH_STORES="redis zookeeper" scripts/bench.sh      # some stores only (the reports of
+#                                                        # the others are kept: BENCHMARKS.md
+#                                                        # then tells the two runs apart)
 #   BENCH_ROUNDS=1 BENCH_DURATION=1s scripts/bench.sh    # shorter runs while developing
 #
 # Rounds: every library and scenario runs once per round, all in turn, BENCH_ROUNDS times (3),
@@ -31,6 +33,8 @@ SERVER_CPU="${SERVER_CPU:-1}"
 RESULTS=bench/results
 # Peers come from their registries at these versions (the ones measured in BENCHMARKS.md).
 PY_PEERS=(redis==8.1.0 kazoo==2.11.0)
+# Redis also measures dlock's Python package against redis-py (sync and asyncio); it is built
+# from python/ into the same venv the way a user installs it.
 
 for tool in taskset python3.11 cargo; do
     command -v "$tool" >/dev/null || { echo "bench.sh: $tool not found" >&2; exit 1; }
@@ -48,9 +52,26 @@ VENV="$TARGET/bench-venv"
 [ -x "$VENV/bin/python" ] || python3.11 -m venv "$VENV"
 "$VENV/bin/pip" install -q "${PY_PEERS[@]}"
 PY="$VENV/bin/python"
+case " $STORES " in
+*" redis "*)
+    echo "== dlock's Python package (pip install ./python: maturin, release build)"
+    nice -n 10 "$VENV/bin/pip" install -q --force-reinstall --no-deps ./python ;;
+esac
 
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/*.json
+if [ -z "${BENCH_STORES:-}" ]; then
+    rm -f "$RESULTS"/*.json
+else
+    # Only the reports of the stores run now are replaced; the report's `backend` names them.
+    for store in $STORES; do
+        backend="$store"
+        [ "$store" = zookeeper ] && backend=zk
+        for file in "$RESULTS"/*.json; do
+            [ -e "$file" ] || continue
+            if grep -q "\"backend\": \"$backend\"" "$file"; then rm -f "$file"; fi
+        done
+    done
+fi
 
 # The stores that need a server, started by the test kit and kept up until its stdin closes.
 servers=()
@@ -120,7 +141,11 @@ for store in $STORES; do
     redis)
         run redis redis pinned --scenario uncontended,many,watchdog
         run redis-handoff redis unpinned --scenario handoff
+        # dlock's Python package beside redis-py, mode by mode, so the ratios of a round
+        # compare runs minutes apart at most.
         for mode in sync asyncio; do
+            peer "dlock-py-$mode" redis "dlock (Python) $mode" "" \
+                "$PY scripts/peers/dlock_py.py $mode"
             for sleep in 0.1 0.001; do
                 peer "redis-py-$mode-$sleep" redis "redis-py $mode, sleep=$sleep" set \
                     "$PY scripts/peers/redis_py.py $mode $sleep"

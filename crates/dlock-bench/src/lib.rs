@@ -277,6 +277,12 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             println!("  hand-offs/s      {}", result.handoffs_per_sec);
             println!("  gap p50 µs       {}", result.gap_p50_us);
             println!("  gap p99 µs       {}", result.gap_p99_us);
+            if let Some(h) = &result.holder_gaps {
+                println!("  hand-off gap µs, one holder's release to another's acquisition:");
+                println!("    p50            {}", h.p50_us);
+                println!("    p99            {}", h.p99_us);
+                println!("    max            {}", h.max_us);
+            }
             println!("  fairness (Jain)  {}", result.fairness);
             println!("  worst wait ms    {}", result.worst_wait_ms);
             if let Some(commands) = &result.store_commands_per_acquisition {

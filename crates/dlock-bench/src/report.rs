@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::charts::{self, Series};
-use crate::results::{Floor, Handoff, ManyLocks, Report, Uncontended, WatchdogScale};
+use crate::results::{Floor, Handoff, HolderGaps, ManyLocks, Report, Uncontended, WatchdogScale};
 use crate::stats::{QUANTILES, Spread};
 
 /// The measurements of one library on one store, merged from every report about it.
@@ -109,6 +109,15 @@ impl Rounds {
                     handoffs_per_sec: merge_spreads(h.iter().map(|h| &h.handoffs_per_sec)),
                     gap_p50_us: merge_spreads(h.iter().map(|h| &h.gap_p50_us)),
                     gap_p99_us: merge_spreads(h.iter().map(|h| &h.gap_p99_us)),
+                    holder_gaps: {
+                        let gaps: Vec<&HolderGaps> =
+                            h.iter().filter_map(|h| h.holder_gaps.as_ref()).collect();
+                        (!gaps.is_empty()).then(|| HolderGaps {
+                            p50_us: merge_spreads(gaps.iter().map(|g| &g.p50_us)),
+                            p99_us: merge_spreads(gaps.iter().map(|g| &g.p99_us)),
+                            max_us: merge_spreads(gaps.iter().map(|g| &g.max_us)),
+                        })
+                    },
                     fairness: merge_spreads(h.iter().map(|h| &h.fairness)),
                     worst_wait_ms: merge_spreads(h.iter().map(|h| &h.worst_wait_ms)),
                     store_commands_per_acquisition: (!commands.is_empty())
@@ -144,6 +153,45 @@ impl Rounds {
 /// (backend, library) → what was measured; dlock first within a backend.
 type Entries = BTreeMap<(String, (bool, String)), Entry>;
 
+/// What a ratio between two libraries taken round by round needs from one report.
+#[derive(Default, Clone, Copy)]
+struct RoundFigures {
+    /// Uncontended pairs/s (the median of the report's runs).
+    pairs_per_sec: Option<f64>,
+    /// Hand-off gap between different holders, p99 µs (the median of the report's runs).
+    holder_gap_p99_us: Option<f64>,
+}
+
+/// (backend, library) → round → figures. Rounds come from the reports' file names
+/// (`redis-py-sync-0.1-handoff.r3.json` is round 3), as `scripts/bench.sh` writes them.
+type PerRound = BTreeMap<(String, String), BTreeMap<u32, RoundFigures>>;
+
+/// The round of a report from its file name, `NAME.rN.json`.
+fn round_of(file: &Path) -> Option<u32> {
+    let stem = file.file_stem()?.to_str()?;
+    stem.rsplit_once(".r")?.1.parse().ok()
+}
+
+/// `numerator / denominator` in each round where both were measured, as a spread over rounds.
+fn per_round_ratio(
+    per_round: &PerRound,
+    backend: &str,
+    numerator: &dyn Fn(u32) -> Option<f64>,
+    denominator: &dyn Fn(u32) -> Option<f64>,
+) -> Option<Spread> {
+    let rounds: std::collections::BTreeSet<u32> = per_round
+        .iter()
+        .filter(|((b, _), _)| b == backend)
+        .flat_map(|(_, rounds)| rounds.keys().copied())
+        .collect();
+    let ratios: Vec<f64> = rounds
+        .into_iter()
+        .filter_map(|r| Some(numerator(r)? / denominator(r)?))
+        .filter(|ratio| ratio.is_finite())
+        .collect();
+    (!ratios.is_empty()).then(|| Spread::of(ratios))
+}
+
 fn key(report: &Report) -> (String, (bool, String)) {
     (
         report.backend.clone(),
@@ -159,6 +207,56 @@ fn placement(report: &Report) -> String {
     }
 }
 
+/// One run of `scripts/bench.sh`, as far as its reports tell.
+struct Run {
+    first: u64,
+    last: u64,
+    load_min: f64,
+    load_max: f64,
+    backends: std::collections::BTreeSet<String>,
+    rounds: usize,
+}
+
+/// Reports more than this apart belong to different runs (a whole run takes minutes).
+const RUN_BREAK_S: u64 = 30 * 60;
+
+/// The runs behind `reports`: `BENCH_STORES=… scripts/bench.sh` replaces the reports of some
+/// stores and keeps the others, so one BENCHMARKS.md may combine runs of different days.
+fn runs(reports: &[(Report, Option<u32>)]) -> Vec<Run> {
+    let mut by_time: Vec<&(Report, Option<u32>)> = reports.iter().collect();
+    by_time.sort_by_key(|(r, _)| r.environment.started_unix_s);
+    let mut runs: Vec<Run> = Vec::new();
+    for (report, round) in by_time {
+        let env = &report.environment;
+        let starts_new = runs
+            .last()
+            .is_none_or(|run| env.started_unix_s > run.last + RUN_BREAK_S);
+        if starts_new {
+            runs.push(Run {
+                first: env.started_unix_s,
+                last: env.started_unix_s,
+                load_min: f64::MAX,
+                load_max: f64::MIN,
+                backends: Default::default(),
+                rounds: 0,
+            });
+        }
+        let Some(run) = runs.last_mut() else {
+            continue;
+        };
+        run.last = env.started_unix_s;
+        for load in [env.load_start, env.load_end] {
+            if load.is_finite() {
+                run.load_min = run.load_min.min(load);
+                run.load_max = run.load_max.max(load);
+            }
+        }
+        run.backends.insert(report.backend.clone());
+        run.rounds = run.rounds.max(round.unwrap_or(1) as usize);
+    }
+    runs
+}
+
 /// Reads every report in `results`, writes `out` and the charts.
 pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(results)
@@ -168,12 +266,26 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
         .collect();
     files.sort();
     let mut reports = Vec::new();
+    let mut per_round = PerRound::new();
     for file in &files {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
         let report: Report =
             serde_json::from_str(&text).with_context(|| format!("parse {}", file.display()))?;
-        reports.push(report);
+        if let Some(round) = round_of(file) {
+            let figures = per_round
+                .entry((report.backend.clone(), report.library.clone()))
+                .or_default()
+                .entry(round)
+                .or_default();
+            if let Some(u) = &report.uncontended {
+                figures.pairs_per_sec = Some(u.pairs_per_sec.median);
+            }
+            if let Some(g) = report.handoff.as_ref().and_then(|h| h.holder_gaps.as_ref()) {
+                figures.holder_gap_p99_us = Some(g.p99_us.median);
+            }
+        }
+        reports.push((report, round_of(file)));
     }
     anyhow::ensure!(
         !reports.is_empty(),
@@ -181,19 +293,10 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
         results.display()
     );
     let mut rounds: BTreeMap<_, Rounds> = BTreeMap::new();
-    let (mut load_min, mut load_max) = (f64::MAX, f64::MIN);
-    let (mut first, mut last) = (u64::MAX, 0);
+    let runs = runs(&reports);
     let mut cpus = 0;
-    for report in reports {
-        for load in [report.environment.load_start, report.environment.load_end] {
-            if load.is_finite() {
-                load_min = load_min.min(load);
-                load_max = load_max.max(load);
-            }
-        }
+    for (report, _) in reports {
         cpus = cpus.max(report.environment.cpus);
-        first = first.min(report.environment.started_unix_s);
-        last = last.max(report.environment.started_unix_s);
         let place = placement(&report);
         let entry = rounds.entry(key(&report)).or_default();
         if let Some(u) = report.uncontended {
@@ -235,26 +338,58 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
         )
         .to_string()
     };
+    let when = match &runs[..] {
+        [run] => format!(
+            "one run of\n`scripts/bench.sh` ({} to {})",
+            date(run.first),
+            date(run.last)
+        ),
+        _ => format!("{} runs of\n`scripts/bench.sh` (listed below)", runs.len()),
+    };
     let _ = writeln!(
         md,
         "# Benchmarks\n\n\
-         Generated by `dlock bench --report {}` from the JSON reports of one run of\n\
-         `scripts/bench.sh` ({} to {}); do not edit by hand: edit `{}` or rerun.\n\n\
+         Generated by `dlock bench --report {}` from the JSON reports of {when}; do not edit by\n\
+         hand: edit `{}` or rerun.\n\n\
          The script runs every library and scenario once per round, all of them in turn, for\n\
          several rounds (3 by default), so that a change in the machine's load falls on all of\n\
          them alike; cells read **median** (min – max) over the rounds. Servers come from the\n\
          test kit (child processes on loopback); the peers were installed from their registries\n\
-         by the script and ran on the same server instances as dlock. 1-minute load average\n\
-         during the run: {:.2} – {:.2} (the machine has {} CPUs).\n",
+         by the script and ran on the same server instances as dlock.",
         relative(results),
-        date(first),
-        date(last),
         relative(&base.join("notes.md")),
-        load_min,
-        load_max,
-        cpus,
     );
-    targets(&mut md, &entries);
+    match &runs[..] {
+        [run] => {
+            let _ = writeln!(
+                md,
+                "1-minute load average during the run: {:.2} – {:.2} (the machine has {cpus} CPUs).\n",
+                run.load_min, run.load_max,
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                md,
+                "Libraries are compared only within a run (a store's reports all come from one).\n\
+                 1-minute load average per run (the machine has {cpus} CPUs):\n"
+            );
+            for run in &runs {
+                let stores: Vec<String> = run.backends.iter().map(|b| format!("`{b}`")).collect();
+                let _ = writeln!(
+                    md,
+                    "- {} to {}, {} rounds: {}; load {:.2} – {:.2}",
+                    date(run.first),
+                    date(run.last),
+                    run.rounds,
+                    stores.join(", "),
+                    run.load_min,
+                    run.load_max,
+                );
+            }
+            md.push('\n');
+        }
+    }
+    targets(&mut md, &entries, &per_round);
     uncontended_table(&mut md, &entries);
     many_table(
         &mut md,
@@ -267,6 +402,7 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
         chart_links.get("handoff").map(|p| relative(p)),
     );
     watchdog_table(&mut md, &entries);
+    python_section(&mut md, &entries, &per_round);
     if let Ok(notes) = std::fs::read_to_string(base.join("notes.md")) {
         md.push('\n');
         md.push_str(&notes);
@@ -337,7 +473,61 @@ fn verdict(met: Option<bool>) -> &'static str {
     }
 }
 
-fn targets(md: &mut String, entries: &Entries) {
+/// The Python package's label in the reports (`scripts/bench.sh`), per mode.
+fn python_label(mode: &str) -> String {
+    format!("dlock (Python) {mode}")
+}
+
+/// redis-py's label in the reports, per mode and polling `sleep`.
+fn redis_py_label(mode: &str, sleep: &str) -> String {
+    format!("redis-py {mode}, sleep={sleep}")
+}
+
+const REDIS_PY_SLEEPS: [&str; 2] = ["0.1", "0.001"];
+
+fn figures(per_round: &PerRound, library: &str, round: u32) -> Option<RoundFigures> {
+    per_round
+        .get(&("redis".to_owned(), library.to_owned()))?
+        .get(&round)
+        .copied()
+}
+
+/// dlock (Python) pairs/s over redis-py's, round by round, against the faster of redis-py's
+/// two variants of the same mode in that round (its `sleep` plays no part uncontended).
+fn python_pairs_ratio(per_round: &PerRound, mode: &str) -> Option<Spread> {
+    let ours = python_label(mode);
+    per_round_ratio(
+        per_round,
+        "redis",
+        &|r| figures(per_round, &ours, r)?.pairs_per_sec,
+        &|r| {
+            REDIS_PY_SLEEPS
+                .iter()
+                .filter_map(|sleep| {
+                    figures(per_round, &redis_py_label(mode, sleep), r)?.pairs_per_sec
+                })
+                .reduce(f64::max)
+        },
+    )
+}
+
+/// redis-py's hand-off gap p99 (with `sleep`) over dlock (Python)'s, round by round: how
+/// many times shorter dlock's is.
+fn python_gap_ratio(per_round: &PerRound, mode: &str, sleep: &str) -> Option<Spread> {
+    let (ours, theirs) = (python_label(mode), redis_py_label(mode, sleep));
+    per_round_ratio(
+        per_round,
+        "redis",
+        &|r| figures(per_round, &theirs, r)?.holder_gap_p99_us,
+        &|r| figures(per_round, &ours, r)?.holder_gap_p99_us,
+    )
+}
+
+fn ratio_cell(s: &Spread) -> String {
+    format!("**{}x** ({}x – {}x)", num(s.median), num(s.min), num(s.max))
+}
+
+fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
     let _ = writeln!(
         md,
         "## Targets\n\n| target | measured (median, min – max) | verdict |\n|---|---|---|"
@@ -458,6 +648,26 @@ fn targets(md: &mut String, entries: &Entries) {
                 num(k.acquisitions_per_sec.median)
             ),
             Some(ratio >= 2.0),
+        );
+    }
+    for mode in ["sync", "asyncio"] {
+        if find(entries, "redis", &python_label(mode)).is_none() {
+            continue;
+        }
+        let pairs = python_pairs_ratio(per_round, mode);
+        row(
+            &format!("Python {mode}: uncontended ≥ 2x redis-py {mode} (pairs/s, round by round)"),
+            pairs.as_ref().map_or_else(|| "–".to_owned(), ratio_cell),
+            pairs.map(|r| r.median >= 2.0),
+        );
+        let gap = python_gap_ratio(per_round, mode, "0.1");
+        row(
+            &format!(
+                "Python {mode}: hand-off gap p99 ≥ 20x shorter than redis-py {mode}'s default \
+                 (sleep=0.1), round by round"
+            ),
+            gap.as_ref().map_or_else(|| "–".to_owned(), ratio_cell),
+            gap.map(|r| r.median >= 20.0),
         );
     }
     for backend in ["redis", "memory", "sqlite"] {
@@ -670,4 +880,195 @@ fn draw_charts(entries: &Entries, dir: &Path) -> anyhow::Result<BTreeMap<&'stati
         drawn.insert("throughput", path);
     }
     Ok(drawn)
+}
+
+/// dlock's Python package against redis-py on the same Redis server, in the same rounds.
+fn python_section(md: &mut String, entries: &Entries, per_round: &PerRound) {
+    let modes: Vec<&str> = ["sync", "asyncio"]
+        .into_iter()
+        .filter(|mode| find(entries, "redis", &python_label(mode)).is_some())
+        .collect();
+    if modes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Python: dlock against redis-py (`redis`, same server, same rounds)\n\n\
+         dlock's Python package (`pip install ./python`, a release build) through its redis-py\n\
+         API (`locks.lock(name, timeout=30)`, `acquire()`, `release()`) and redis-py's own\n\
+         `Lock` (`r.lock(name, timeout=30, sleep=…)`), sync and `asyncio`, as peers of the\n\
+         bench (`scripts/peers/dlock_py.py`, `scripts/peers/redis_py.py`). Every round runs\n\
+         each of them once on the same server, so the ratios are taken round by round and read\n\
+         **median** (min – max) over the rounds.\n\n\
+         ### Uncontended acquire + release (one thread or task, one name)\n\n\
+         | mode | dlock (Python) pairs/s | redis-py pairs/s, sleep=0.1 | redis-py pairs/s, sleep=0.001 | dlock / faster redis-py, per round |\n\
+         |---|---:|---:|---:|---:|"
+    );
+    let pairs = |library: &str| {
+        find(entries, "redis", library)
+            .and_then(|e| e.uncontended.as_ref())
+            .map(|(u, _)| u.pairs_per_sec.clone())
+    };
+    for mode in &modes {
+        let ratio = python_pairs_ratio(per_round, mode);
+        let _ = writeln!(
+            md,
+            "| {mode} | {} | {} | {} | {} |",
+            opt_cell(pairs(&python_label(mode)).as_ref()),
+            opt_cell(pairs(&redis_py_label(mode, "0.1")).as_ref()),
+            opt_cell(pairs(&redis_py_label(mode, "0.001")).as_ref()),
+            ratio.as_ref().map_or_else(|| "–".to_owned(), ratio_cell),
+        );
+    }
+    let processes_hold = find(entries, "redis", &python_label(modes[0]))
+        .and_then(|e| e.handoff.as_ref())
+        .map(|(h, _)| (h.processes, h.hold_ms));
+    let Some((processes, hold_ms)) = processes_hold else {
+        md.push('\n');
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "\n### Hand-off ({processes} processes, one name, each holding {} ms with a busy loop)\n\n\
+         The hand-off gap is one holder's release to the next holder's acquisition, counted only\n\
+         when the lock changes hands (a polling worker that takes the lock straight back is not a\n\
+         hand-off); hand-offs/s count those changes.\n\n\
+         | client | hand-offs/s | hand-off gap p50 µs | p99 µs | max µs | acquisitions/s | Jain | commands/acq. |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|",
+        num(hold_ms)
+    );
+    for mode in &modes {
+        let mut libraries = vec![python_label(mode)];
+        libraries.extend(
+            REDIS_PY_SLEEPS
+                .iter()
+                .map(|sleep| redis_py_label(mode, sleep)),
+        );
+        for library in libraries {
+            let Some((h, _)) = find(entries, "redis", &library).and_then(|e| e.handoff.as_ref())
+            else {
+                continue;
+            };
+            let gaps = h.holder_gaps.as_ref();
+            let _ = writeln!(
+                md,
+                "| {library} | {} | {} | {} | {} | {} | {} | {} |",
+                cell(&h.handoffs_per_sec),
+                opt_cell(gaps.map(|g| &g.p50_us)),
+                opt_cell(gaps.map(|g| &g.p99_us)),
+                opt_cell(gaps.map(|g| &g.max_us)),
+                cell(&h.acquisitions_per_sec),
+                cell(&h.fairness),
+                opt_cell(h.store_commands_per_acquisition.as_ref()),
+            );
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\n| mode | redis-py p99 / dlock p99, sleep=0.1 (default), per round | same, sleep=0.001 |\n\
+         |---|---:|---:|"
+    );
+    for mode in &modes {
+        let cell_of = |sleep| {
+            python_gap_ratio(per_round, mode, sleep)
+                .as_ref()
+                .map_or_else(|| "–".to_owned(), ratio_cell)
+        };
+        let _ = writeln!(md, "| {mode} | {} | {} |", cell_of("0.1"), cell_of("0.001"));
+    }
+    md.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(backend: &str, library: &str, started_unix_s: u64, load: f64) -> Report {
+        Report {
+            library: library.to_owned(),
+            backend: backend.to_owned(),
+            environment: crate::results::Environment {
+                started_unix_s,
+                load_start: load,
+                load_end: load,
+                ..Default::default()
+            },
+            uncontended: None,
+            handoff: None,
+            floor: None,
+            many: None,
+            watchdog: None,
+        }
+    }
+
+    #[test]
+    fn rounds_come_from_file_names() {
+        assert_eq!(
+            round_of(Path::new("r/dlock-py-sync-handoff.r3.json")),
+            Some(3)
+        );
+        assert_eq!(round_of(Path::new("r/redis.r12.json")), Some(12));
+        assert_eq!(round_of(Path::new("r/redis.json")), None);
+    }
+
+    /// Each round's ratio pairs that round's figures, never one round's with another's.
+    #[test]
+    fn ratios_are_taken_round_by_round() {
+        let mut per_round = PerRound::new();
+        let mut put = |library: &str, round: u32, pairs: f64| {
+            per_round
+                .entry(("redis".to_owned(), library.to_owned()))
+                .or_default()
+                .insert(
+                    round,
+                    RoundFigures {
+                        pairs_per_sec: Some(pairs),
+                        holder_gap_p99_us: Some(1e6 / pairs),
+                    },
+                );
+        };
+        // dlock's figures fall by half in round 2 (a busy machine), redis-py's too.
+        put("dlock (Python) sync", 1, 6000.0);
+        put("dlock (Python) sync", 2, 3000.0);
+        put("redis-py sync, sleep=0.1", 1, 3000.0);
+        put("redis-py sync, sleep=0.001", 1, 2000.0);
+        put("redis-py sync, sleep=0.1", 2, 1000.0);
+        put("redis-py sync, sleep=0.001", 2, 1500.0);
+        // A round without dlock gives no ratio.
+        put("redis-py sync, sleep=0.1", 3, 9000.0);
+        // Against the faster redis-py variant of each round: 6000/3000, 3000/1500.
+        let pairs = python_pairs_ratio(&per_round, "sync").unwrap();
+        assert_eq!((pairs.min, pairs.median, pairs.max), (2.0, 2.0, 2.0));
+        // Gap p99 of redis-py (sleep=0.1) over dlock's: (1e6/3000)/(1e6/6000), (1e6/1000)/(1e6/3000).
+        let gap = python_gap_ratio(&per_round, "sync", "0.1").unwrap();
+        assert!(
+            (gap.min - 2.0).abs() < 1e-9 && (gap.max - 3.0).abs() < 1e-9,
+            "{gap:?}"
+        );
+        assert!(python_pairs_ratio(&per_round, "asyncio").is_none());
+    }
+
+    /// Reports hours apart are two runs, each with its own stores, rounds and load.
+    #[test]
+    fn reports_far_apart_are_separate_runs() {
+        let reports = vec![
+            (report("zk", "dlock", 1_000, 1.5), Some(1)),
+            (report("redis", "dlock", 2_000_000, 0.5), Some(1)),
+            (report("zk", "dlock", 1_300, 2.5), Some(3)),
+            (
+                report("redis", "redis-py sync, sleep=0.1", 2_000_100, 0.7),
+                Some(5),
+            ),
+        ];
+        let runs = runs(&reports);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(
+            (runs[0].first, runs[0].last, runs[0].rounds),
+            (1_000, 1_300, 3)
+        );
+        assert_eq!((runs[0].load_min, runs[0].load_max), (1.5, 2.5));
+        assert_eq!(runs[0].backends.iter().collect::<Vec<_>>(), ["zk"]);
+        assert_eq!((runs[1].rounds, runs[1].load_max), (5, 0.7));
+        assert_eq!(runs[1].backends.iter().collect::<Vec<_>>(), ["redis"]);
+    }
 }

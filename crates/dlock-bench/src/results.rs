@@ -90,6 +90,11 @@ pub struct Handoff {
     pub gap_p50_us: Spread,
     /// 99th percentile gap, µs.
     pub gap_p99_us: Spread,
+    /// The gaps where the lock changed hands (one worker's release to another worker's
+    /// acquisition), µs: a polling library's re-acquisitions by the same worker are fast and
+    /// would hide how long the others wait. Absent in reports of older versions.
+    #[serde(default)]
+    pub holder_gaps: Option<HolderGaps>,
     /// Jain's fairness index over per-worker acquisition counts (1 = perfectly even).
     pub fairness: Spread,
     /// Longest single wait for the lock, ms.
@@ -101,6 +106,18 @@ pub struct Handoff {
     /// The gap distribution over all runs together, µs, at [`crate::QUANTILES`].
     #[serde(default)]
     pub gap_quantiles_us: Vec<f64>,
+}
+
+/// The gaps from one holder's release to the next (different) holder's acquisition, µs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct HolderGaps {
+    /// Median gap.
+    pub p50_us: Spread,
+    /// 99th percentile gap.
+    pub p99_us: Spread,
+    /// Longest gap.
+    pub max_us: Spread,
 }
 
 /// Results of the floor scenario: on SQLite, plain write-transaction pairs on a scratch

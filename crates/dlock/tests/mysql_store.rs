@@ -478,3 +478,29 @@ async fn session_fences_are_one_row_and_an_old_table_is_migrated() {
     )
     .await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_lease_table_is_migrated_with_fences_above_its_own() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    sql_support::an_old_lease_table_is_migrated(
+        &Mariadb::url(&server),
+        "CREATE TABLE old_locks (name VARBINARY(512) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL, token VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL, holds INT NOT NULL DEFAULT 0, expires_at BIGINT NOT NULL DEFAULT 0, acquired_at BIGINT NOT NULL DEFAULT 0, owner_label VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, host VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, pid BIGINT NULL) ENGINE=InnoDB",
+        "INSERT INTO old_locks (name, fence) VALUES ('a', 41), ('b', 7)",
+        move |sql| {
+            let admin = admin.clone();
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&admin)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        },
+    )
+    .await;
+}

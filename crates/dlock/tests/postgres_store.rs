@@ -456,3 +456,29 @@ async fn session_fences_are_one_row_and_an_old_table_is_migrated() {
     )
     .await;
 }
+
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_lease_table_is_migrated_with_fences_above_its_own() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    sql_support::an_old_lease_table_is_migrated(
+        &Postgres::url(&server),
+        r#"CREATE TABLE old_locks (name text COLLATE "C" PRIMARY KEY, fence bigint NOT NULL, token text, holds integer NOT NULL DEFAULT 0, expires_at timestamptz NOT NULL, acquired_at timestamptz NOT NULL, owner_label text, host text, pid bigint)"#,
+        "INSERT INTO old_locks (name, fence, expires_at, acquired_at) VALUES ('a', 41, now(), now()), ('b', 7, now(), now())",
+        move |sql| {
+            let admin = admin.clone();
+            Box::pin(async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&admin)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        },
+    )
+    .await;
+}

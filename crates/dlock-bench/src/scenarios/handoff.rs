@@ -7,7 +7,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::peer::Client;
 use crate::redis_stats::{redis_commands, redis_server};
-use crate::results::Handoff;
+use crate::results::{Handoff, HolderGaps};
 use crate::stats::{Spread, jain, percentile, quantiles};
 use crate::{BenchArgs, unique_name};
 
@@ -64,6 +64,18 @@ pub(crate) async fn worker(
     Ok(())
 }
 
+/// The gaps, µs and sorted, where the lock changed hands: one worker's release to another
+/// worker's acquisition. `holds` are in acquisition order.
+fn holder_gaps(holds: &[Hold]) -> Vec<f64> {
+    let mut gaps: Vec<f64> = holds
+        .windows(2)
+        .filter(|w| w[0].worker != w[1].worker)
+        .map(|w| (w[1].acquired.saturating_sub(w[0].released)) as f64 / 1e3)
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    gaps
+}
+
 /// Runs the hand-off `args.repeat` times with `client`'s workers.
 pub(crate) async fn handoff(
     url: &str,
@@ -71,6 +83,8 @@ pub(crate) async fn handoff(
     args: &BenchArgs,
 ) -> anyhow::Result<Handoff> {
     let mut m: [Vec<f64>; 6] = Default::default();
+    // Hand-off gaps between different holders: p50, p99, max.
+    let mut h: [Vec<f64>; 3] = Default::default();
     let mut commands_per_acquisition = Vec::new();
     let mut all_gaps = Vec::new();
     let redis = redis_server(url);
@@ -126,10 +140,13 @@ pub(crate) async fn handoff(
             .map(|w| (w[1].acquired.saturating_sub(w[0].released)) as f64 / 1e3)
             .collect();
         gaps.sort_by(f64::total_cmp);
-        let handoffs = holds
-            .windows(2)
-            .filter(|w| w[0].worker != w[1].worker)
-            .count();
+        let holder_gaps = holder_gaps(&holds);
+        let handoffs = holder_gaps.len();
+        if let Some(&longest) = holder_gaps.last() {
+            h[0].push(percentile(&holder_gaps, 0.50));
+            h[1].push(percentile(&holder_gaps, 0.99));
+            h[2].push(longest);
+        }
         let mut counts = vec![0f64; args.processes as usize];
         for h in &holds {
             counts[h.worker] += 1.0;
@@ -152,10 +169,48 @@ pub(crate) async fn handoff(
         handoffs_per_sec: Spread::of(handoffs),
         gap_p50_us: Spread::of(p50),
         gap_p99_us: Spread::of(p99),
+        holder_gaps: (!h[0].is_empty()).then(|| {
+            let [p50, p99, max] = h;
+            HolderGaps {
+                p50_us: Spread::of(p50),
+                p99_us: Spread::of(p99),
+                max_us: Spread::of(max),
+            }
+        }),
         fairness: Spread::of(fairness),
         worst_wait_ms: Spread::of(worst),
         store_commands_per_acquisition: (!commands_per_acquisition.is_empty())
             .then(|| Spread::of(commands_per_acquisition)),
         gap_quantiles_us: quantiles(&all_gaps),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(worker: usize, acquired_us: u128, released_us: u128) -> Hold {
+        Hold {
+            worker,
+            acquired: acquired_us * 1000,
+            released: released_us * 1000,
+            waited: 0,
+        }
+    }
+
+    /// A worker that takes the lock straight back is not a hand-off: only the gaps before a
+    /// different worker's acquisition count.
+    #[test]
+    fn holder_gaps_count_only_changes_of_holder() {
+        let holds = [
+            hold(0, 0, 10),
+            hold(0, 11, 20),     // the same worker again, 1 µs later: not a hand-off
+            hold(1, 120, 130),   // 100 µs after worker 0's release
+            hold(2, 135, 140),   // 5 µs
+            hold(2, 141, 150),   // the same worker again
+            hold(0, 1150, 1160), // 1000 µs
+        ];
+        assert_eq!(holder_gaps(&holds), vec![5.0, 100.0, 1000.0]);
+        assert!(holder_gaps(&holds[..2]).is_empty());
+    }
 }

@@ -93,10 +93,7 @@ pub(super) async fn ensure_lease(pool: &MySqlPool, table: &str) -> Result<()> {
     };
     if has(&found, "fence") && !has(&found, "hold_fence") {
         ensure_sequence(pool, &seq).await?;
-        let catch_up = |column: &str| {
-            format!("SELECT SETVAL({seq}, (SELECT COALESCE(MAX({column}), 0) FROM {table}))")
-        };
-        run(pool, &catch_up("fence")).await?;
+        run(pool, &catch_up(pool, &seq, table, "fence").await?).await?;
         match run(
             pool,
             &format!("ALTER TABLE {table} CHANGE COLUMN fence hold_fence BIGINT NOT NULL"),
@@ -108,11 +105,24 @@ pub(super) async fn ensure_lease(pool: &MySqlPool, table: &str) -> Result<()> {
             Err(_) if has(&columns(pool, table).await?, "hold_fence") => {}
             Err(e) => return Err(e),
         }
-        run(pool, &catch_up("hold_fence")).await?;
+        run(pool, &catch_up(pool, &seq, table, "hold_fence").await?).await?;
     }
     ensure(pool, table, &lease_ddl(table), LEASE_SHAPE).await?;
     ensure_sequence(pool, &seq).await?;
     ensure_index(pool, table, "expires_at").await
+}
+
+/// The statement that moves sequence `seq` to the highest `column` of `table` (never back:
+/// `SETVAL` ignores a lower value). MariaDB's `SETVAL` takes a literal, not a subquery, so
+/// the highest value is read first.
+async fn catch_up(pool: &MySqlPool, seq: &str, table: &str, column: &str) -> Result<String> {
+    let highest: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT CAST(COALESCE(MAX({column}), 0) AS SIGNED) FROM {table}"
+    )))
+    .fetch_one(pool)
+    .await
+    .map_err(from_sqlx)?;
+    Ok(format!("SELECT SETVAL({seq}, {highest})"))
 }
 
 /// Adds the index on `column` the sweeper's statement uses, to a table made before it had

@@ -377,3 +377,34 @@ pub(crate) async fn session_fences_are_one_row_and_migrate(
     assert!(z.fence().get() > 100_000, "{}", z.fence());
     z.release().await.unwrap();
 }
+
+/// A lease table of the older per-name-counter layout (column `fence`, rows kept) is migrated
+/// on connect: every later fence, of an old name or a new one, is above every fence the table
+/// held, and an older client's statement on the old column fails. `old_ddl` creates the table
+/// `old_locks` and `seed` puts free rows with fences 41 (`a`) and 7 (`b`) in it.
+pub(crate) async fn an_old_lease_table_is_migrated(
+    url: &str,
+    old_ddl: &str,
+    seed: &str,
+    exec: impl Fn(String) -> Probe<Result<(), String>>,
+) {
+    exec(old_ddl.to_owned()).await.unwrap();
+    exec(seed.to_owned()).await.unwrap();
+    let locks = dlock::connect(&format!("{url}?table=old_locks"))
+        .await
+        .unwrap();
+    for name in ["b", "a", "new"] {
+        let guard = locks.mutex(name).acquire().await.unwrap();
+        assert!(
+            guard.fence().get() > 41,
+            "{name}: fence {} after the migration, not above the old table's 41",
+            guard.fence()
+        );
+        guard.release().await.unwrap();
+    }
+    let old_client = exec("UPDATE old_locks SET fence = fence + 1 WHERE name = 'a'".into()).await;
+    assert!(
+        old_client.is_err(),
+        "an older client's statement still works"
+    );
+}
