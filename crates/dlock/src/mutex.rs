@@ -469,7 +469,7 @@ impl MutexGuard {
         self.held.is_lost()
     }
 
-    /// Why the lock was lost, once it is; `None` while it is held. See [`LostReason`].
+    /// Why the lock was lost, once it is; `None` while it is held. See [`LostReason`](crate::LostReason).
     ///
     /// # Examples
     ///
