@@ -12,8 +12,10 @@ cd "$(dirname "$0")/.."
 # setpriv (util-linux) for the file-permission test when running as root, and script (bsdutils)
 # for the terminal test. etcd: the server and etcdctl (the tests drive it). No protoc: the etcd
 # client's build uses the one vendored in a crate (see .cargo/config.toml). faketime (with its
-# libfaketime) moves one process's wall clock for the SQLite clock-step test.
-packages=(redis-server redis-tools postgresql mariadb-server mariadb-server-core zookeeper libslf4j-java default-jre-headless util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime libfaketime python3-venv)
+# libfaketime) moves one process's wall clock for the SQLite clock-step test. prometheus brings
+# promtool, which checks `dlock serve`'s /metrics and the dashboard's queries; chromium loads the
+# page of `dlock serve` headless.
+packages=(redis-server redis-tools postgresql mariadb-server mariadb-server-core zookeeper libslf4j-java default-jre-headless util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime libfaketime python3-venv prometheus chromium)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -50,6 +52,8 @@ need=(
     "kill:procps"                                   # the ZooKeeper and etcd pause tests
     "setpriv:util-linux"
     "script:bsdutils"
+    "promtool:prometheus"                           # dlock serve's /metrics, the dashboard
+    "chromium:chromium"                             # dlock serve's page, headless
 )
 absent=()
 for entry in "${need[@]}"; do

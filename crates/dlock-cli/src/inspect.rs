@@ -19,6 +19,19 @@ pub(crate) struct LsArgs {
     /// One JSON array instead of a table.
     #[arg(long)]
     json: bool,
+
+    /// Show the parts composed semaphores and read-write locks are made of (`NAME#p0of3`,
+    /// `NAME#rwgate`, `NAME#r0`) instead of one entry per primitive.
+    #[arg(long)]
+    parts: bool,
+
+    /// Keep listing: redraw the table in place every --interval until interrupted.
+    #[arg(long, conflicts_with = "json")]
+    watch: bool,
+
+    /// How often --watch redraws.
+    #[arg(long, default_value = "1s", value_parser = crate::parse_duration, requires = "watch")]
+    interval: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -57,7 +70,7 @@ fn short(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-fn to_json(info: &dlock::LockInfo) -> serde_json::Value {
+pub(crate) fn to_json(info: &dlock::LockInfo) -> serde_json::Value {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     json!({
         "name": info.name,
@@ -70,6 +83,8 @@ fn to_json(info: &dlock::LockInfo) -> serde_json::Value {
         "acquired_at_ms": info.acquired_at.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0),
         "held_for_ms": millis(held_for(info)),
         "ttl_left_ms": info.ttl_left.map(millis),
+        "kind": info.kind,
+        "waiters": info.waiters,
     })
 }
 
@@ -78,11 +93,13 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
         Ok(locks) => locks,
         Err(code) => return code,
     };
-    let mut held: Vec<dlock::LockInfo> = match locks.list(&args.prefix).try_collect().await {
+    if args.watch {
+        return watch(&locks, &args).await;
+    }
+    let held = match listed(&locks, &args.prefix, args.parts).await {
         Ok(held) => held,
         Err(e) => return fail(&e.into()),
     };
-    held.sort_by(|a, b| a.name.cmp(&b.name));
     if args.json {
         println!(
             "{}",
@@ -92,22 +109,80 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
     }
     if held.is_empty() {
         if std::io::stdout().is_terminal() {
-            eprintln!(
-                "no locks held{}",
-                if args.prefix.is_empty() {
-                    String::new()
-                } else {
-                    format!(" under \"{}\"", shown(&args.prefix))
-                }
-            );
+            eprintln!("{}", nothing_held(&args.prefix));
         }
         return 0;
     }
-    let rows: Vec<[String; 7]> = held
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(table(&held).as_bytes());
+    0
+}
+
+/// Held locks under `prefix`, sorted by name; composed primitives folded into one entry each
+/// unless `parts`.
+async fn listed(
+    locks: &dlock::Locks,
+    prefix: &str,
+    parts: bool,
+) -> dlock::Result<Vec<dlock::LockInfo>> {
+    let mut held: Vec<dlock::LockInfo> = locks.list(prefix).try_collect().await?;
+    if !parts {
+        return Ok(crate::composed::fold(held));
+    }
+    held.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(held)
+}
+
+fn nothing_held(prefix: &str) -> String {
+    if prefix.is_empty() {
+        "no locks held".into()
+    } else {
+        format!("no locks held under \"{}\"", shown(prefix))
+    }
+}
+
+/// `dlock ls --watch`: the table redrawn every interval, in place on a terminal (the screen
+/// is cleared and the cursor sent home first), one table after another otherwise. A store
+/// error is shown and the next round tries again.
+async fn watch(locks: &dlock::Locks, args: &LsArgs) -> i32 {
+    let terminal = std::io::stdout().is_terminal();
+    let mut ticks = tokio::time::interval(args.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let body = match listed(locks, &args.prefix, args.parts).await {
+            Ok(held) if held.is_empty() => format!("{}\n", nothing_held(&args.prefix)),
+            Ok(held) => table(&held),
+            Err(e) => format!("dlock: {}\n", shown(&e.to_string())),
+        };
+        let stamp = humantime::format_rfc3339_seconds(SystemTime::now());
+        let frame = if terminal {
+            format!(
+                "\x1b[H\x1b[2J{stamp}  every {}\n\n{body}",
+                short(args.interval)
+            )
+        } else {
+            format!("{stamp}\n{body}\n")
+        };
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(frame.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return 0; // the reader went away (`dlock ls --watch | head`)
+        }
+    }
+}
+
+/// The table `dlock ls` prints, header first.
+fn table(held: &[dlock::LockInfo]) -> String {
+    let rows: Vec<[String; 9]> = held
         .iter()
         .map(|info| {
             [
                 shown(&info.name).into_owned(),
+                info.kind.to_string(),
                 info.owner
                     .label
                     .as_deref()
@@ -117,11 +192,12 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
                 info.fence.to_string(),
                 short(held_for(info)),
                 info.ttl_left.map(short).unwrap_or_else(|| "session".into()),
+                info.waiters.map_or_else(|| "-".into(), |w| w.to_string()),
             ]
         })
         .collect();
     let header = [
-        "NAME", "OWNER", "HOST", "PID", "FENCE", "HELD FOR", "TTL LEFT",
+        "NAME", "KIND", "OWNER", "HOST", "PID", "FENCE", "HELD FOR", "TTL LEFT", "WAITERS",
     ];
     let mut widths = header.map(str::len);
     for row in &rows {
@@ -129,7 +205,6 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let mut out = std::io::stdout().lock();
     let line = |cells: Vec<&str>| -> String {
         cells
             .iter()
@@ -140,11 +215,13 @@ pub(crate) async fn ls(url: &str, args: LsArgs) -> i32 {
             .trim_end()
             .to_owned()
     };
-    let _ = writeln!(out, "{}", line(header.to_vec()));
+    let mut out = line(header.to_vec());
+    out.push('\n');
     for row in &rows {
-        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        out.push('\n');
     }
-    0
+    out
 }
 
 pub(crate) async fn inspect(url: &str, args: InspectArgs) -> i32 {

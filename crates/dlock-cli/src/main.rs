@@ -1,12 +1,14 @@
 //! `dlock`: run a command under a distributed lock, and list, inspect, break and benchmark locks.
 #![doc = include_str!("../README.md")]
 
+mod composed;
 mod demo;
 mod exit;
 mod hold;
 mod inspect;
 mod job;
 mod run;
+mod serve;
 mod shown;
 mod signals;
 mod take;
@@ -70,13 +72,15 @@ enum Command {
     Run(run::RunArgs),
     /// Take a lock, print `acquired <fence>`, and hold it until stdin closes or a signal.
     Hold(hold::HoldArgs),
-    /// List held locks (name, owner, host, pid, fence, held for, TTL left).
+    /// List held locks (name, kind, owner, host, pid, fence, held for, TTL left, waiters).
     #[command(alias = "list")]
     Ls(inspect::LsArgs),
     /// Show who holds one lock.
     Inspect(inspect::InspectArgs),
     /// Break a lock whoever holds it (the holder's guard reports it lost).
     Break(inspect::BreakArgs),
+    /// Serve the store's held locks over HTTP: Prometheus /metrics, JSON /api/locks, a live page.
+    Serve(serve::ServeArgs),
     /// Measure the store: uncontended acquire+release and cross-process hand-off.
     Bench(dlock_bench::BenchArgs),
     /// Run a seed scenario (seckill, scheduler) over many processes and check its outcome.
@@ -229,6 +233,7 @@ fn main() {
             Command::Ls(args) => inspect::ls(&cli.url, args).await,
             Command::Inspect(args) => inspect::inspect(&cli.url, args).await,
             Command::Break(args) => inspect::break_lock(&cli.url, args).await,
+            Command::Serve(args) => serve::serve(&cli.url, args).await,
             Command::Demo(args) => demo::demo(&cli.url, args).await,
             Command::Guard(_) | Command::Completions(_) | Command::Man(_) => exit::FAILED,
             Command::Bench(args) => match dlock_bench::run(&cli.url, args).await {

@@ -315,6 +315,11 @@ pub struct LockInfo {
     pub ttl_left: Option<Duration>,
     /// Hold count (above 1 only for reentrant locks).
     pub holds: u32,
+    /// What kind of hold this is; [`HoldKind::Mutex`] unless the store says otherwise.
+    pub kind: HoldKind,
+    /// How many requests are waiting for this lock, when the store can tell (it keeps a
+    /// queue of waiters); `None` when it cannot.
+    pub waiters: Option<u32>,
 }
 
 impl LockInfo {
@@ -334,7 +339,78 @@ impl LockInfo {
             acquired_at,
             ttl_left,
             holds,
+            kind: HoldKind::Mutex,
+            waiters: None,
         }
+    }
+
+    /// The same description with another kind of hold (for backends).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use dlock::{FencingToken, HoldKind, LockInfo, Owner};
+    ///
+    /// let owner = Owner::new(None, "host-a", 42);
+    /// let info = LockInfo::new("jobs".into(), FencingToken::new(7), owner, SystemTime::now(), None, 1)
+    ///     .with_kind(HoldKind::Reader)
+    ///     .with_waiters(3);
+    /// assert_eq!(info.kind, HoldKind::Reader);
+    /// assert_eq!(info.waiters, Some(3));
+    /// ```
+    #[must_use]
+    pub fn with_kind(mut self, kind: HoldKind) -> LockInfo {
+        self.kind = kind;
+        self
+    }
+
+    /// The same description with the number of waiters the store counted (for backends that
+    /// keep a queue); see [`with_kind`](Self::with_kind) for an example.
+    #[must_use]
+    pub fn with_waiters(mut self, waiters: u32) -> LockInfo {
+        self.waiters = Some(waiters);
+        self
+    }
+}
+
+/// The kind of a held lock, as [`LockInfo::kind`] reports it.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(dlock::HoldKind::Writer.as_str(), "writer");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum HoldKind {
+    /// An exclusive lock (a mutex, or one lock of a multi-lock).
+    #[default]
+    Mutex,
+    /// Read holds of a read-write lock.
+    Reader,
+    /// The write hold of a read-write lock.
+    Writer,
+    /// Permits of a semaphore.
+    Permit,
+}
+
+impl HoldKind {
+    /// The lower-case name used in JSON and metric labels: `mutex`, `reader`, `writer`, `permit`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            HoldKind::Mutex => "mutex",
+            HoldKind::Reader => "reader",
+            HoldKind::Writer => "writer",
+            HoldKind::Permit => "permit",
+        }
+    }
+}
+
+impl std::fmt::Display for HoldKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

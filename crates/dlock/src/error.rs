@@ -292,7 +292,14 @@ const SECRET_OPTION_WORDS: [&str; 7] = ["pass", "pwd", "secret", "token", "auth"
 /// early, so everything before the last `@` of the part before the query is treated as
 /// credentials), and the values of password-like query options. It errs on the side of hiding:
 /// a URL that cannot be read is cut to its scheme.
-pub(crate) fn redact_url(url: &str) -> String {
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(dlock::redact_url("redis://app:s3cret@cache:6379/0"), "redis://app:***@cache:6379/0");
+/// assert_eq!(dlock::redact_url("sqlite:///var/lib/app/locks.db"), "sqlite:///var/lib/app/locks.db");
+/// ```
+pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         // Not a URL at all: it may still carry a secret, so show only its length.
         return if url.contains('@') || url.contains('=') {

@@ -113,15 +113,13 @@
 //!
 //! # Observability
 //!
-//! dlock logs through `tracing` (acquisitions at `debug`, losses at `warn`) and records
-//! through the `metrics` facade, so any exporter can pick them up:
-//!
-//! | metric | kind | meaning |
-//! |---|---|---|
-//! | `dlock_acquire_seconds{backend}` | histogram | time in `acquire` / `try_acquire`, waiting included, whatever the outcome |
-//! | `dlock_renewals_total` | counter | watchdog renewals that succeeded |
-//! | `dlock_renewal_errors_total` | counter | renewals that failed and will be retried |
-//! | `dlock_lost_total{reason}` | counter | locks lost: `deadline` (lease ran out) or `not_owned` (taken over or broken) |
+//! dlock logs through `tracing` (acquisitions at `debug`, losses at `warn`), opens spans for
+//! acquire, extend and release (`dlock.acquire`, `dlock.extend`, `dlock.release`, with the
+//! lock, backend, fence and outcome as fields), and records through the `metrics` facade, so
+//! any exporter can pick them up: acquire latency by outcome (`dlock_acquire_seconds`), wait
+//! and hold times, held and waiting gauges per backend, losses by reason (`dlock_lost_total`),
+//! renewals and renewal errors. [`MutexGuard::lost_reason`] says why a lock was lost. Every
+//! name, label and span is in one table: `OBSERVABILITY.md` in the repository.
 //!
 //! # Feature flags
 //!
@@ -178,12 +176,13 @@ pub mod zookeeper;
 pub mod blocking;
 
 pub use backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Expect, Lease, ListPage,
-    LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Expect, HoldKind, Lease,
+    ListPage, LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
 };
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
 pub use lease::Lost;
+pub use lease::keeper::LostReason;
 pub use locks::Locks;
 pub use mutex::{MutexBuilder, MutexGuard};
 pub use name::{LockName, MAX_LABEL_LEN, MAX_NAME_LEN, Owner};

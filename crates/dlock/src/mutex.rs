@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Wait};
 use crate::error::{Error, Result};
@@ -173,10 +174,41 @@ impl MutexBuilder {
 
     async fn run(self, default_wait: WaitSpec) -> Result<Result<MutexGuard, Duration>> {
         let (request, policy, wait) = self.request(default_wait)?;
+        let backend = self.locks.info().name;
+        let span = tracing::info_span!(
+            "dlock.acquire",
+            lock = %request.name,
+            backend,
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
         let started = std::time::Instant::now();
-        let lease = self.locks.backend().acquire(&request).await;
-        metrics::histogram!("dlock_acquire_seconds", "backend" => self.locks.info().name)
-            .record(started.elapsed().as_secs_f64());
+        let lease = {
+            // Counted as waiting while the call runs, however it ends (dropped included).
+            let _waiting = Waiting::new(backend);
+            self.locks
+                .backend()
+                .acquire(&request)
+                .instrument(span.clone())
+                .await
+        };
+        let outcome = match &lease {
+            Ok(Some(_)) => "acquired",
+            Ok(None) if request.wait == Wait::No => "busy",
+            Ok(None) => "timed_out",
+            Err(_) => "error",
+        };
+        let took = started.elapsed().as_secs_f64();
+        metrics::histogram!("dlock_acquire_seconds", "backend" => backend, "outcome" => outcome)
+            .record(took);
+        if request.wait != Wait::No {
+            metrics::histogram!("dlock_wait_seconds", "backend" => backend, "outcome" => outcome)
+                .record(took);
+        }
+        span.record("outcome", outcome);
+        if let Ok(Some(lease)) = &lease {
+            span.record("fence", lease.fence().get());
+        }
         let lease = lease?;
         let Some(lease) = lease else {
             return Ok(Err(wait.duration()));
@@ -261,6 +293,22 @@ impl MutexBuilder {
     }
 }
 
+/// Counts an acquire call in the `dlock_waiting` gauge while it runs.
+struct Waiting(&'static str);
+
+impl Waiting {
+    fn new(backend: &'static str) -> Waiting {
+        metrics::gauge!("dlock_waiting", "backend" => backend).increment(1.0);
+        Waiting(backend)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics::gauge!("dlock_waiting", "backend" => self.0).decrement(1.0);
+    }
+}
+
 /// A held exclusive lock.
 ///
 /// It carries the hold's [fencing token](Self::fence) and [lost signal](Self::lost). Release it
@@ -287,6 +335,8 @@ impl MutexBuilder {
 #[must_use = "if unused the lock will immediately be released"]
 pub struct MutexGuard {
     held: HeldLease,
+    /// The backend's scheme name, for spans.
+    backend: &'static str,
     /// Set for a reentrant hold: what [`MutexGuard::reenter`] asks the store again.
     reentry: Option<Arc<Reentry>>,
 }
@@ -318,6 +368,7 @@ impl MutexGuard {
         tracing::debug!(%name, fence = %lease.fence(), "acquired");
         MutexGuard {
             held: HeldLease::new(name, lease, registration),
+            backend: locks.info().name,
             reentry: None,
         }
     }
@@ -418,6 +469,24 @@ impl MutexGuard {
         self.held.is_lost()
     }
 
+    /// Why the lock was lost, once it is; `None` while it is held. See [`LostReason`](crate::LostReason).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let locks = dlock::connect("memory://lost-reason-guard-doc").await?;
+    /// let guard = locks.mutex("report").ttl(Duration::from_millis(100)).acquire().await?;
+    /// guard.lost().await; // a fixed TTL, not renewed
+    /// assert_eq!(guard.lost_reason(), Some(dlock::LostReason::Expired));
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+        self.held.lost_reason()
+    }
+
     /// Makes the lease last at least `ttl` from now, if the lock is still ours (it never
     /// shortens a lease).
     ///
@@ -443,7 +512,31 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.held.extend(ttl).await
+        let span = self.span("dlock.extend");
+        let result = self.held.extend(ttl).instrument(span.clone()).await;
+        span.record("outcome", outcome_of(&result));
+        result
+    }
+
+    /// A span for a call on this hold, its outcome recorded when the call ends.
+    fn span(&self, name: &'static str) -> tracing::Span {
+        let backend = self.backend;
+        match name {
+            "dlock.extend" => tracing::info_span!(
+                "dlock.extend",
+                lock = %self.name(),
+                backend,
+                fence = self.fence().get(),
+                outcome = tracing::field::Empty,
+            ),
+            _ => tracing::info_span!(
+                "dlock.release",
+                lock = %self.name(),
+                backend,
+                fence = self.fence().get(),
+                outcome = tracing::field::Empty,
+            ),
+        }
     }
 
     /// Asks the store whether this hold is still the lock's (redis-py's `owned()`); it changes
@@ -499,6 +592,18 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<()> {
-        self.held.release().await
+        let span = self.span("dlock.release");
+        let result = self.held.release().instrument(span.clone()).await;
+        span.record("outcome", outcome_of(&result));
+        result
+    }
+}
+
+/// The `outcome` field of an extend or release span.
+fn outcome_of(result: &Result<()>) -> &'static str {
+    match result {
+        Ok(()) => "ok",
+        Err(Error::NotOwned { .. }) => "not_owned",
+        Err(_) => "error",
     }
 }

@@ -11,7 +11,7 @@
 //! registration and ends when nothing is registered.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -20,6 +20,65 @@ use tokio::time::Instant;
 
 use crate::backend::Lease;
 use crate::error::Error;
+
+/// Why a guard's lock was lost, as [`MutexGuard::lost_reason`](crate::MutexGuard::lost_reason)
+/// tells it; also the `reason` label of the `dlock_lost_total` metric.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> dlock::Result<()> {
+/// let locks = dlock::connect("memory://lost-reason-doc").await?;
+/// let guard = locks.mutex("jobs").acquire().await?;
+/// assert_eq!(guard.lost_reason(), None);
+/// locks.force_release("jobs").await?;
+/// guard.lost().await;
+/// assert!(guard.lost_reason().is_some());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out: a fixed TTL passed (or a maximum hold ended renewals) and the
+    /// store was not asked to extend it.
+    Expired,
+    /// A renewal or ownership check was answered "not yours": the lease had expired in the
+    /// store, or the lock was broken or taken over.
+    RenewalRefused,
+    /// The lease ran out while renewals failed: the store could not be reached (or answered
+    /// too slowly) before the local deadline.
+    StoreUnreachable,
+    /// The store itself reported the hold gone: its session ended (ZooKeeper, etcd, the SQL
+    /// session modes), the lock was broken where the store announces breaks, or an explicit
+    /// extend or ownership check was refused.
+    StoreSignal,
+}
+
+impl LostReason {
+    /// The lower-case name used as the metric label: `expired`, `renewal_refused`,
+    /// `store_unreachable`, `store_signal`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(dlock::LostReason::StoreUnreachable.as_str(), "store_unreachable");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::RenewalRefused => "renewal_refused",
+            LostReason::StoreUnreachable => "store_unreachable",
+            LostReason::StoreSignal => "store_signal",
+        }
+    }
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How a registered lease is kept.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +122,11 @@ struct Entry {
     due: Instant,
     /// A renewal or an ownership check is in flight.
     renewing: bool,
+    /// The last renewal failed with a store error (not a refusal): a deadline passing now
+    /// means the store could not be reached.
+    failing: bool,
+    /// Why the keeper gave the lease up, shared with the guard's registration.
+    reason: Arc<OnceLock<LostReason>>,
 }
 
 #[derive(Debug, Default)]
@@ -99,9 +163,19 @@ pub(crate) struct Keeper {
 pub(crate) struct Registration {
     keeper: Keeper,
     id: u64,
+    backend: &'static str,
+    /// When the hold was registered, for the hold time recorded when it ends.
+    since: Instant,
+    /// Set by the keeper when it gives the lease up.
+    reason: Arc<OnceLock<LostReason>>,
 }
 
 impl Registration {
+    /// Why the keeper gave this lease up, if it did.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.reason.get().copied()
+    }
+
     /// Records a successful extension: the lease now lasts `ttl` from `started`.
     pub(crate) fn extended(&self, started: Instant, ttl: Duration) {
         let mut guard = self.keeper.lock();
@@ -128,8 +202,30 @@ impl Drop for Registration {
         let mut state = self.keeper.lock();
         if let Some(entry) = state.entries.remove(&self.id) {
             state.schedule.remove(&(entry.due, self.id));
+            held_gauge(self.backend).decrement(1.0);
         }
+        drop(state);
+        metrics::histogram!("dlock_hold_seconds", "backend" => self.backend)
+            .record(self.since.elapsed().as_secs_f64());
     }
+}
+
+/// Leases being kept (held and not known lost), per backend.
+fn held_gauge(backend: &'static str) -> metrics::Gauge {
+    metrics::gauge!("dlock_held", "backend" => backend)
+}
+
+/// Gives up a lease for `reason`: the reason for its guard, the loss counted, the signal fired.
+fn give_up(entry: &Entry, reason: LostReason) {
+    let _ = entry.reason.set(reason);
+    metrics::counter!(
+        "dlock_lost_total",
+        "backend" => entry.label.backend,
+        "reason" => reason.as_str()
+    )
+    .increment(1);
+    held_gauge(entry.label.backend).decrement(1.0);
+    entry.lease.lost().cancel();
 }
 
 fn renew_allowed(entry: &Entry, at: Instant) -> bool {
@@ -161,6 +257,9 @@ impl Keeper {
         policy: KeepPolicy,
         started: Instant,
     ) -> Registration {
+        let backend = label.backend;
+        let reason = Arc::new(OnceLock::new());
+        held_gauge(backend).increment(1.0);
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -172,6 +271,8 @@ impl Keeper {
             deadline: started + trusted(policy.ttl),
             due: started,
             renewing: false,
+            failing: false,
+            reason: reason.clone(),
         };
         entry.due = next_due(&entry, started);
         let wake = state.needs_wake(entry.due);
@@ -194,6 +295,9 @@ impl Keeper {
         Registration {
             keeper: self.clone(),
             id,
+            backend,
+            since: Instant::now(),
+            reason,
         }
     }
 
@@ -206,7 +310,10 @@ impl Keeper {
         let taken = state
             .entries
             .drain()
-            .map(|(_, entry)| (entry.lease, entry.label))
+            .map(|(_, entry)| {
+                held_gauge(entry.label.backend).decrement(1.0);
+                (entry.lease, entry.label)
+            })
             .collect();
         drop(state);
         self.shared.changed.notify_one();
@@ -275,8 +382,15 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                             .unwrap_or(u64::MAX),
                         "lock lost: {why}"
                     );
-                    metrics::counter!("dlock_lost_total", "reason" => "deadline").increment(1);
-                    entry.lease.lost().cancel();
+                    give_up(
+                        entry,
+                        // Renewals were due all along: one failed, or one never answered.
+                        if entry.failing || (entry.renewing && renew_allowed(entry, now)) {
+                            LostReason::StoreUnreachable
+                        } else {
+                            LostReason::Expired
+                        },
+                    );
                     state.entries.remove(&id);
                     continue;
                 }
@@ -289,10 +403,20 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                     } else {
                         Duration::ZERO
                     };
-                    renewals.spawn(async move {
-                        let started = Instant::now();
-                        (id, started, ttl, lease.extend(ttl).await)
-                    });
+                    let span = tracing::debug_span!(
+                        "dlock.renew",
+                        lock = %entry.label.name,
+                        backend = entry.label.backend,
+                        fence = lease.fence().get(),
+                        ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                    );
+                    renewals.spawn(tracing::Instrument::instrument(
+                        async move {
+                            let started = Instant::now();
+                            (id, started, ttl, lease.extend(ttl).await)
+                        },
+                        span,
+                    ));
                 }
                 // Until the renewal answers, the deadline is the next thing to act on.
                 entry.due = entry.deadline;
@@ -337,8 +461,10 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
     let old_due = entry.due;
     match result {
         Ok(()) => {
+            entry.failing = false;
             if ttl > Duration::ZERO {
-                metrics::counter!("dlock_renewals_total").increment(1);
+                metrics::counter!("dlock_renewals_total", "backend" => entry.label.backend)
+                    .increment(1);
             }
             entry.deadline = entry.deadline.max(started + trusted(ttl));
             entry.due = next_due(entry, started);
@@ -353,8 +479,7 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
                         .unwrap_or(u64::MAX),
                 "lock lost: the store no longer has this hold (expired, broken or taken over)"
             );
-            metrics::counter!("dlock_lost_total", "reason" => "not_owned").increment(1);
-            entry.lease.lost().cancel();
+            give_up(entry, LostReason::RenewalRefused);
             state.schedule.remove(&(old_due, id));
             state.entries.remove(&id);
             return;
@@ -362,7 +487,9 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
         Err(error) => {
             // The store is unreachable or slow: try again soon, the deadline still protects us.
             tracing::debug!(%error, "renewal failed, retrying");
-            metrics::counter!("dlock_renewal_errors_total").increment(1);
+            entry.failing = true;
+            metrics::counter!("dlock_renewal_errors_total", "backend" => entry.label.backend)
+                .increment(1);
             let retry = (Instant::now() + entry.policy.ttl / 10).min(entry.deadline);
             entry.due = retry;
         }

@@ -92,6 +92,17 @@ impl HeldLease {
         self.lease.lost().is_cancelled()
     }
 
+    /// Why the hold was lost: the keeper's reason when it gave the lease up, else the store's
+    /// own signal; `None` while it is held.
+    pub(crate) fn lost_reason(&self) -> Option<keeper::LostReason> {
+        self.is_lost().then(|| {
+            self.registration
+                .as_ref()
+                .and_then(Registration::lost_reason)
+                .unwrap_or(keeper::LostReason::StoreSignal)
+        })
+    }
+
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl("ttl", ttl)?;
         if self.is_lost() {

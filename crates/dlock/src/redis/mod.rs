@@ -536,7 +536,7 @@ fn lock_info(name: String, reply: Vec<Option<String>>) -> Result<Option<LockInfo
     if reply.is_empty() {
         return Ok(None);
     }
-    let [_token, fence, holds, owner, pttl] = reply.as_slice() else {
+    let [_token, fence, holds, owner, pttl, waiters] = reply.as_slice() else {
         return Err(bad_reply("inspect"));
     };
     let number = |field: Option<&str>| field.and_then(|v| v.parse::<i64>().ok());
@@ -553,20 +553,27 @@ fn lock_info(name: String, reply: Vec<Option<String>>) -> Result<Option<LockInfo
     let ttl_left = number(pttl.as_deref())
         .and_then(|p| u64::try_from(p).ok())
         .map(Duration::from_millis);
-    Ok(Some(LockInfo::new(
-        name,
-        FencingToken::new(
-            number(fence.as_deref())
-                .and_then(|f| u64::try_from(f).ok())
+    Ok(Some(
+        LockInfo::new(
+            name,
+            FencingToken::new(
+                number(fence.as_deref())
+                    .and_then(|f| u64::try_from(f).ok())
+                    .unwrap_or(0),
+            ),
+            owner,
+            acquired_at,
+            ttl_left,
+            number(holds.as_deref())
+                .and_then(|h| u32::try_from(h).ok())
+                .unwrap_or(1),
+        )
+        .with_waiters(
+            number(waiters.as_deref())
+                .and_then(|w| u32::try_from(w).ok())
                 .unwrap_or(0),
         ),
-        owner,
-        acquired_at,
-        ttl_left,
-        number(holds.as_deref())
-            .and_then(|h| u32::try_from(h).ok())
-            .unwrap_or(1),
-    )))
+    ))
 }
 
 #[async_trait]
@@ -614,10 +621,12 @@ impl ValueStore for RedisBackend {
 #[async_trait]
 impl MonitorStore for RedisBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let key = scripts::lock_key(&self.inner.config.prefix, name.as_str());
+        let keys = self.inner.keys(name.as_str());
+        let key = keys.lock;
         let mut conn = self.inner.conn.clone();
         let reply: Vec<Option<String>> = scripts::INSPECT
             .key(&key)
+            .key(&keys.qexp)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.inner.fail(e, &key))?;
@@ -646,10 +655,18 @@ impl MonitorStore for RedisBackend {
             .map_err(|e| self.inner.fail(e, &pattern))?;
         let mut locks = Vec::with_capacity(keys.len());
         if !keys.is_empty() {
+            let names: Vec<String> = keys
+                .iter()
+                .map(|key| key.strip_prefix(&key_prefix).unwrap_or(key).to_owned())
+                .collect();
+            let pairs: Vec<(String, String)> = names
+                .iter()
+                .zip(&keys)
+                .map(|(name, key)| (key.clone(), self.inner.keys(name).qexp))
+                .collect();
             let replies =
-                inspect_many(&mut conn, &keys, self.inner.config.response_timeout).await?;
-            for (key, reply) in keys.iter().zip(replies) {
-                let name = key.strip_prefix(&key_prefix).unwrap_or(key).to_owned();
+                inspect_many(&mut conn, &pairs, self.inner.config.response_timeout).await?;
+            for (name, reply) in names.into_iter().zip(replies) {
                 // Expired or released between SCAN and the read: not held any more.
                 if let Some(info) = lock_info(name, reply)? {
                     locks.push(info);
@@ -677,15 +694,16 @@ impl MonitorStore for RedisBackend {
 /// `inspect.lua` on many keys in one pipeline (one round trip per page).
 async fn inspect_many(
     conn: &mut ConnectionManager,
-    keys: &[String],
+    keys: &[(String, String)],
     timeout: Duration,
 ) -> Result<Vec<Vec<Option<String>>>> {
     let mut pipe = ::redis::pipe();
-    for key in keys {
+    for (lock, qexp) in keys {
         pipe.cmd("EVALSHA")
             .arg(scripts::INSPECT.get_hash())
-            .arg(1)
-            .arg(key);
+            .arg(2)
+            .arg(lock)
+            .arg(qexp);
     }
     match pipe.query_async(conn).await {
         Ok(replies) => Ok(replies),
@@ -694,11 +712,11 @@ async fn inspect_many(
                 .prepare_invoke()
                 .load_async(conn)
                 .await
-                .map_err(|e| map_timed(e, &keys[0], timeout))?;
+                .map_err(|e| map_timed(e, &keys[0].0, timeout))?;
             pipe.query_async(conn)
                 .await
-                .map_err(|e| map_timed(e, &keys[0], timeout))
+                .map_err(|e| map_timed(e, &keys[0].0, timeout))
         }
-        Err(e) => Err(map_timed(e, &keys[0], timeout)),
+        Err(e) => Err(map_timed(e, &keys[0].0, timeout)),
     }
 }

@@ -354,10 +354,19 @@ type InfoRow = (
         Option<i64>,
     ),
     Option<String>,
+    i64,
 );
 
-const INFO_COLUMNS: &str =
-    "name, hold_fence, holds, expires_mono, acquired_at, owner_label, host, pid, holder";
+/// The columns of a held row, then how many live waiters its name has: `now` is the
+/// statement's placeholder for the current time (a waiter unseen for
+/// [`WAITER_STALE_MS`] is gone).
+fn info_columns(now: &str) -> String {
+    format!(
+        "name, hold_fence, holds, expires_mono, acquired_at, owner_label, host, pid, holder,
+         (SELECT COUNT(*) FROM dlock_waiters w WHERE w.name = dlock_locks.name
+             AND w.boot = dlock_locks.boot AND w.seen_mono > {now} - {WAITER_STALE_MS})"
+    )
+}
 
 fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InfoRow> {
     Ok((
@@ -372,6 +381,7 @@ fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InfoRow> {
             r.get(7)?,
         ),
         r.get(8)?,
+        r.get(9)?,
     ))
 }
 
@@ -385,7 +395,7 @@ fn alive(row: &InfoRow, own: Option<&HolderFile>) -> bool {
 }
 
 fn to_info(row: InfoRow, now: i64) -> LockInfo {
-    let ((name, fence, holds, expires_at, acquired_at, label, host, pid), _) = row;
+    let ((name, fence, holds, expires_at, acquired_at, label, host, pid), _, waiters) = row;
     LockInfo::new(
         name,
         FencingToken::new(u64::try_from(fence).unwrap_or(0)),
@@ -400,6 +410,7 @@ fn to_info(row: InfoRow, now: i64) -> LockInfo {
         )),
         u32::try_from(holds).unwrap_or(0),
     )
+    .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX))
 }
 
 /// Makes the lease last at least `ttl_ms` from now if still owned; `false` = not owned.
@@ -439,8 +450,9 @@ pub(super) fn inspect(
 ) -> rusqlite::Result<Option<LockInfo>> {
     let now = now_ms();
     conn.prepare_cached(&format!(
-        "SELECT {INFO_COLUMNS} FROM dlock_locks
-         WHERE name = ?1 AND token IS NOT NULL AND expires_mono > ?2 AND boot = ?3"
+        "SELECT {} FROM dlock_locks
+         WHERE name = ?1 AND token IS NOT NULL AND expires_mono > ?2 AND boot = ?3",
+        info_columns("?2")
     ))?
     .query_row(params![name, now, boot()], info_row)
     .optional()
@@ -462,10 +474,11 @@ pub(super) fn list_page(
 ) -> rusqlite::Result<(Vec<LockInfo>, Option<String>)> {
     let now = now_ms();
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {INFO_COLUMNS} FROM dlock_locks
+        "SELECT {} FROM dlock_locks
          WHERE name >= ?1 AND name > ?2 AND substr(name, 1, length(?1)) = ?1
            AND token IS NOT NULL AND expires_mono > ?3 AND boot = ?5
-         ORDER BY name LIMIT ?4"
+         ORDER BY name LIMIT ?4",
+        info_columns("?3")
     ))?;
     let rows: Vec<InfoRow> = stmt
         .query_map(params![prefix, cursor, now, limit, boot()], info_row)?

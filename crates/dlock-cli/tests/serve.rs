@@ -1,0 +1,783 @@
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+//! `dlock serve` end to end, on real stores: held locks and their waiters in `/metrics` and
+//! `/api/locks`, the metrics read by Prometheus's own checker (`promtool`), the page loaded in
+//! a real headless Chromium, and breaking only with `--allow-break` and the token.
+//!
+//! Tools the tests need and do not find are skipped, loudly, unless `DLOCK_TEST_REQUIRE`
+//! names them (`all`, or a list with `redis`, `promtool`, `chromium`): then they fail.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_testkit::server::{Redis, ServerProcess, required};
+
+const REDIS_PASSWORD: &str = "pw-secret-serve";
+
+fn dlock(url: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    cmd.arg("--url")
+        .arg(url)
+        .env_remove("DLOCK_URL")
+        .env_remove("DLOCK_LABEL")
+        .env_remove("DLOCK_BREAK_TOKEN");
+    cmd
+}
+
+/// A running `dlock serve` on a free loopback port; killed on drop.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+    stderr: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Serve {
+    fn start(url: &str, extra: &[&str]) -> Serve {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("serve.stderr");
+        let mut child = dlock(url)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .strip_prefix("serving http://")
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| {
+                panic!(
+                    "dlock serve printed {line:?}; stderr: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            })
+            .parse()
+            .unwrap();
+        assert!(
+            !line.contains(REDIS_PASSWORD),
+            "the store's password was printed: {line}"
+        );
+        Serve {
+            child,
+            addr,
+            stderr,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        http(self.addr, "GET", path, &[], "")
+    }
+
+    fn locks(&self, prefix: &str) -> Vec<serde_json::Value> {
+        let (status, body) = self.get(&format!("/api/locks?prefix={prefix}"));
+        assert_eq!(status, 200, "{body}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        json["locks"].as_array().unwrap().clone()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection: the status and the body.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    // The head, then as many bytes as Content-Length says (Chromium's DevTools server keeps
+    // the connection open whatever the request asks).
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        !lower.contains("transfer-encoding: chunked"),
+        "a chunked reply; this client reads sized bodies only: {head}"
+    );
+    let length: usize = lower
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map(|n| n.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"));
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (status, String::from_utf8(body).unwrap())
+}
+
+/// A `dlock hold NAME` process: holding once `fence` is `Some`, waiting before.
+struct Hold {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Hold {
+    /// Starts a hold without waiting for it to be granted.
+    fn spawn(url: &str, name: &str, label: &str) -> Hold {
+        Hold::spawn_with(url, name, label, &[])
+    }
+
+    /// As [`spawn`](Self::spawn), with more `dlock hold` arguments.
+    fn spawn_with(url: &str, name: &str, label: &str, extra: &[&str]) -> Hold {
+        let mut child = dlock(url)
+            .args(["--label", label, "hold", name])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Hold {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Waits until the hold is granted; its fence.
+    fn granted(&mut self) -> u64 {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim()
+            .strip_prefix("acquired ")
+            .unwrap_or_else(|| panic!("dlock hold printed {line:?}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// Releases (closes stdin) and waits for the process to end.
+    fn release(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "dlock hold ended with {status}");
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing after `limit` with what it last saw.
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let limit = Duration::from_secs(20);
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(seen) if start.elapsed() > limit => {
+                panic!("{what} (after {limit:?}); last seen: {seen}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// The value of the sample of `metric` whose labels include every `name="value"` of
+/// `labels`, in the Prometheus text `body`.
+fn sample(body: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    body.lines().find_map(|line| {
+        let rest = line.strip_prefix(metric)?;
+        let (label_part, value) = if let Some(rest) = rest.strip_prefix('{') {
+            let (inside, value) = rest.rsplit_once("} ")?;
+            (inside, value)
+        } else {
+            ("", rest.strip_prefix(' ')?)
+        };
+        labels
+            .iter()
+            .all(|(name, value)| label_part.contains(&format!("{name}=\"{value}\"")))
+            .then(|| value.trim().parse().ok())?
+    })
+}
+
+/// A tool from `PATH`, or `None` when the test may skip without it (it fails when
+/// `DLOCK_TEST_REQUIRE` names it).
+fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            !required(name),
+            "{name} is required (DLOCK_TEST_REQUIRE) but not on PATH: install Debian's {package}"
+        );
+        eprintln!("skipping the {name} check: {name} not found (Debian package {package})");
+    }
+    found
+}
+
+/// `promtool check metrics` on `body`: Prometheus's own parser and linter.
+fn promtool_accepts(body: &str) {
+    let Some(promtool) = tool("promtool", "prometheus") else {
+        return;
+    };
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics refused /metrics:\n{}{}\n--- /metrics ---\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A held lock and a waiter, as `/api/locks` and `/metrics` show them, then the hand-off and
+/// the release: the same checks on every store.
+fn held_lock_and_waiter_are_served(url: &str) {
+    let serve = Serve::start(url, &[]);
+    let name = "obs/held";
+    let mut holder = Hold::spawn(url, name, "first-holder");
+    let fence = holder.granted();
+    let mut waiter = Hold::spawn(url, name, "second-holder");
+
+    let lock = eventually("the held lock with one waiter in /api/locks", || {
+        let locks = serve.locks("obs/");
+        match locks.as_slice() {
+            [lock] if lock["waiters"] == 1 => Ok(lock.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert_eq!(lock["name"], name);
+    assert_eq!(lock["fence"], fence);
+    assert_eq!(lock["label"], "first-holder");
+    assert_eq!(lock["kind"], "mutex");
+    assert_eq!(lock["holds"], 1);
+    assert!(lock["ttl_left_ms"].as_u64().unwrap() > 0, "{lock}");
+
+    let (status, metrics) = serve.get("/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let at = |metric: &str, labels: &[(&str, &str)]| sample(&metrics, metric, labels);
+    assert_eq!(at("dlock_store_up", &[]), Some(1.0), "{metrics}");
+    let named = [("name", name)];
+    assert_eq!(
+        at("dlock_lock_held", &[("name", name), ("kind", "mutex")]),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(at("dlock_lock_waiters", &named), Some(1.0), "{metrics}");
+    #[allow(clippy::cast_precision_loss)]
+    let fence_value = fence as f64;
+    assert_eq!(
+        at("dlock_lock_fence", &named),
+        Some(fence_value),
+        "{metrics}"
+    );
+    assert!(
+        at("dlock_lock_ttl_seconds", &named).unwrap() > 0.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        at(
+            "dlock_lock_holder",
+            &[("name", name), ("label", "first-holder")]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(at("dlock_store_waiters", &[]).unwrap() >= 1.0, "{metrics}");
+    promtool_accepts(&metrics);
+
+    // The waiter takes over: a greater fence, nobody waiting.
+    holder.release();
+    let next = waiter.granted();
+    assert!(next > fence);
+    eventually("the new holder without waiters in /api/locks", || {
+        let locks = serve.locks("obs/");
+        match locks.as_slice() {
+            [lock] if lock["fence"] == next && lock["waiters"] == 0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
+    // Released: gone from both.
+    waiter.release();
+    eventually("no lock in /api/locks after the release", || {
+        let locks = serve.locks("obs/");
+        if locks.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{locks:?}"))
+        }
+    });
+    let (_, metrics) = serve.get("/metrics");
+    assert_eq!(
+        sample(&metrics, "dlock_lock_held", &named),
+        None,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "dlock_store_locks_held", &[("kind", "mutex")]),
+        Some(0.0),
+        "{metrics}"
+    );
+    promtool_accepts(&metrics);
+    assert!(!serve.stderr().contains(REDIS_PASSWORD));
+}
+
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("locks.db").display())
+}
+
+#[test]
+fn sqlite_held_lock_and_waiter_appear_in_metrics_and_api() {
+    let dir = tempfile::tempdir().unwrap();
+    held_lock_and_waiter_are_served(&sqlite_url(dir.path()));
+}
+
+/// A Redis server with a password, or `None` when redis-server is missing and not required.
+fn redis_with_password() -> Option<(ServerProcess, String)> {
+    let redis = Redis {
+        extra_args: vec!["--requirepass".into(), REDIS_PASSWORD.into()],
+    };
+    match ServerProcess::start(redis) {
+        Ok(server) => {
+            let url = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{}", server.port());
+            Some((server, url))
+        }
+        Err(e) if e.is_not_found() && !required("redis") => {
+            eprintln!("skipping the Redis case: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn redis_held_lock_and_waiter_appear_in_metrics_and_api() {
+    let Some((_server, url)) = redis_with_password() else {
+        return;
+    };
+    held_lock_and_waiter_are_served(&url);
+}
+
+#[test]
+fn the_store_password_is_never_served() {
+    let Some((_server, url)) = redis_with_password() else {
+        return;
+    };
+    let serve = Serve::start(&url, &["--allow-break", "--break-token", "t0ken"]);
+    let mut holder = Hold::spawn(&url, "secret/x", "holder");
+    holder.granted();
+    for path in ["/", "/page.js", "/api/locks", "/metrics"] {
+        let (status, body) = serve.get(path);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(!body.contains(REDIS_PASSWORD), "{path} shows the password");
+    }
+    let (_, api) = serve.get("/api/locks");
+    let api: serde_json::Value = serde_json::from_str(&api).unwrap();
+    assert!(api["store"].as_str().unwrap().contains(":***@"), "{api}");
+    assert!(!serve.stderr().contains(REDIS_PASSWORD));
+}
+
+#[test]
+fn breaking_needs_allow_break_and_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let mut holder = Hold::spawn(&url, "jobs/a", "holder");
+    holder.granted();
+    let body = r#"{"name": "jobs/a"}"#;
+    let json = ("content-type", "application/json");
+
+    // Read-only by default: refused even with a token.
+    let read_only = Serve::start(&url, &[]);
+    let (status, reply) = http(
+        read_only.addr,
+        "POST",
+        "/api/break",
+        &[json, ("x-dlock-break-token", "anything")],
+        body,
+    );
+    assert_eq!(status, 403, "{reply}");
+    assert_eq!(read_only.locks("jobs/").len(), 1);
+
+    let serve = Serve::start(&url, &["--allow-break", "--break-token", "right-token"]);
+    // No token, a wrong token, a lock outside the served prefix: refused, the lock stays.
+    let (status, _) = http(serve.addr, "POST", "/api/break", &[json], body);
+    assert_eq!(status, 403);
+    let (status, _) = http(
+        serve.addr,
+        "POST",
+        "/api/break",
+        &[json, ("x-dlock-break-token", "wrong-token")],
+        body,
+    );
+    assert_eq!(status, 403);
+    // Bad input: a typed error, nothing broken.
+    let (status, reply) = http(
+        serve.addr,
+        "POST",
+        "/api/break",
+        &[json, ("x-dlock-break-token", "right-token")],
+        "not json",
+    );
+    assert_eq!(status, 400, "{reply}");
+    let (status, reply) = http(
+        serve.addr,
+        "POST",
+        "/api/break",
+        &[json, ("x-dlock-break-token", "right-token")],
+        r#"{"name": ""}"#,
+    );
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(serve.locks("jobs/").len(), 1);
+
+    let (status, reply) = http(
+        serve.addr,
+        "POST",
+        "/api/break",
+        &[json, ("x-dlock-break-token", "right-token")],
+        body,
+    );
+    assert_eq!(status, 200, "{reply}");
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["broken"], true);
+    assert!(serve.locks("jobs/").is_empty());
+    // The holder learns it lost the lock (dlock hold exits with its "lost" code).
+    let status = holder.child.wait().unwrap();
+    assert!(!status.success());
+}
+
+#[test]
+fn bad_serve_arguments_are_refused_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    for args in [
+        vec!["serve", "--listen", "not-an-address"],
+        vec!["serve", "--break-token", "x"],
+        vec!["serve", "--allow-break", "--break-token", ""],
+    ] {
+        let out = dlock(&url).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.is_empty(), "{args:?} failed without a word");
+    }
+    // A listing with a NUL byte in the prefix: a typed 400, the server goes on.
+    let serve = Serve::start(&url, &[]);
+    let (status, body) = serve.get("/api/locks?prefix=a%00b");
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = serve.get("/api/locks");
+    assert_eq!(status, 200);
+}
+
+/// A headless Chromium with its DevTools HTTP endpoint; killed on drop.
+struct Browser {
+    child: Child,
+    devtools: SocketAddr,
+    _profile: tempfile::TempDir,
+}
+
+/// The flags every headless run here needs: no sandbox (the tests may run as root), no GPU,
+/// a throwaway profile.
+fn chromium_command(chromium: &Path, profile: &Path) -> Command {
+    let mut cmd = Command::new(chromium);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-dev-shm-usage",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    cmd
+}
+
+impl Browser {
+    fn start(chromium: &Path) -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let mut child = chromium_command(chromium, profile.path())
+            .args(["--remote-debugging-port=0", "about:blank"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = Vec::new();
+        let mut devtools = None;
+        for line in stderr.lines() {
+            let line = line.unwrap();
+            if let Some(rest) = line.strip_prefix("DevTools listening on ws://") {
+                devtools = rest.split('/').next().map(|addr| addr.parse().unwrap());
+                break;
+            }
+            seen.push(line);
+        }
+        let devtools =
+            devtools.unwrap_or_else(|| panic!("chromium gave no DevTools address: {seen:?}"));
+        Browser {
+            child,
+            devtools,
+            _profile: profile,
+        }
+    }
+
+    /// Opens `url` in a new tab.
+    fn open(&self, url: &str) {
+        let (status, body) = http(self.devtools, "PUT", &format!("/json/new?{url}"), &[], "");
+        assert_eq!(status, 200, "{body}");
+    }
+
+    /// The titles of the open pages.
+    fn titles(&self) -> Vec<String> {
+        let (status, body) = http(self.devtools, "GET", "/json/list", &[], "");
+        assert_eq!(status, 200, "{body}");
+        let targets: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+        targets
+            .iter()
+            .filter(|t| t["type"] == "page")
+            .map(|t| t["title"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The page as Chromium rendered it after its script ran: the DOM, serialized.
+fn rendered_dom(chromium: &Path, url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = chromium_command(chromium, profile.path())
+        .args(["--dump-dom", "--virtual-time-budget=5000", url])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium --dump-dom failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_page_in_chromium_shows_a_held_lock_then_its_release() {
+    let Some(chromium) = tool("chromium", "chromium") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let serve = Serve::start(&url, &[]);
+    let mut holder = Hold::spawn(&url, "page/held <b>x</b>", "page-holder");
+    holder.granted();
+    let _elsewhere = {
+        let mut other = Hold::spawn(&url, "other/lock", "other-holder");
+        other.granted();
+        other
+    };
+
+    // The rendered table: the held lock under the prefix, as text (the markup in its name
+    // is not markup), and not the lock outside the prefix.
+    let dom = rendered_dom(&chromium, &serve.url("/?prefix=page/"));
+    assert!(
+        dom.contains("page/held &lt;b&gt;x&lt;/b&gt;"),
+        "the held lock is not in the page:\n{dom}"
+    );
+    assert!(dom.contains("page-holder"), "{dom}");
+    assert!(
+        !dom.contains("<b>x</b>"),
+        "a lock name became markup:\n{dom}"
+    );
+    assert!(
+        !dom.contains("other/lock"),
+        "the prefix filter let other/lock in:\n{dom}"
+    );
+
+    // One page left open refreshes itself: it shows the lock, then its release.
+    let browser = Browser::start(&chromium);
+    browser.open(&serve.url("/?prefix=page/&every=250"));
+    eventually("the open page showing the held lock", || {
+        let titles = browser.titles();
+        if titles.iter().any(|t| t == "dlock: 1 held under page/") {
+            Ok(())
+        } else {
+            Err(format!("{titles:?}"))
+        }
+    });
+    holder.release();
+    eventually("the open page showing the release", || {
+        let titles = browser.titles();
+        if titles.iter().any(|t| t == "dlock: 0 held under page/") {
+            Ok(())
+        } else {
+            Err(format!("{titles:?}"))
+        }
+    });
+}
+
+/// The repository's Grafana dashboard: every query parses as PromQL (`promtool check rules`
+/// on a rule file made of them) and names only metrics documented in OBSERVABILITY.md.
+#[test]
+fn the_dashboard_queries_parse_and_use_documented_metrics() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("dashboards/dlock.json")).unwrap())
+            .unwrap();
+    let documented = std::fs::read_to_string(root.join("OBSERVABILITY.md")).unwrap();
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            // Grafana's variables, as Grafana would fill them in.
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "5m")
+                .replace("$backend", ".*");
+            exprs.push(expr);
+        }
+    }
+    assert!(exprs.len() > 10, "{exprs:?}");
+    for expr in &exprs {
+        let names = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("dlock_"));
+        for name in names {
+            let base = name
+                .strip_suffix("_count")
+                .or_else(|| name.strip_suffix("_sum"))
+                .unwrap_or(name);
+            assert!(
+                documented.contains(&format!("`{base}`")),
+                "{name} (in {expr}) is not in OBSERVABILITY.md's table"
+            );
+        }
+    }
+    let Some(promtool) = tool("promtool", "prometheus") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("dashboard-rules.yml");
+    let mut text = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, expr) in exprs.iter().enumerate() {
+        text.push_str(&format!(
+            "      - record: dashboard_query_{i}\n        expr: {}\n",
+            serde_json::Value::String(expr.clone())
+        ));
+    }
+    std::fs::write(&rules, text).unwrap();
+    let out = Command::new(promtool)
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A composed semaphore (SQLite has no native one) is one entry, not one per permit slot.
+#[test]
+fn a_composed_semaphore_is_listed_as_one_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let serve = Serve::start(&url, &[]);
+    let mut first = Hold::spawn_with(&url, "sem/pool", "first", &["--permits", "3"]);
+    first.granted();
+    let mut second = Hold::spawn_with(&url, "sem/pool", "second", &["--permits", "3"]);
+    second.granted();
+    let locks = serve.locks("sem/");
+    let [pool] = locks.as_slice() else {
+        panic!("{locks:?}");
+    };
+    assert_eq!(pool["name"], "sem/pool");
+    assert_eq!(pool["kind"], "permit");
+    assert_eq!(pool["holds"], 2);
+    let (_, metrics) = serve.get("/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "dlock_lock_held",
+            &[("name", "sem/pool"), ("kind", "permit")]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    promtool_accepts(&metrics);
+    // The raw parts are still there for whoever asks.
+    let out = dlock(&url)
+        .args(["ls", "sem/", "--json", "--parts"])
+        .output()
+        .unwrap();
+    let parts: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert!(
+        parts
+            .iter()
+            .all(|p| p["name"].as_str().unwrap().starts_with("sem/pool#p")),
+        "{parts:?}"
+    );
+    first.release();
+    second.release();
+}

@@ -1,0 +1,117 @@
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+//! The tracing spans of acquire, extend and release, on a real SQLite store. A test binary of
+//! its own: tracing caches per call site whether anyone listens, and a test on another thread
+//! hitting the same call sites with no subscriber could race that cache.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("locks.db").display())
+}
+
+/// One closed span: its name and its fields as text.
+type SpanRecord = (String, HashMap<String, String>);
+
+/// Collects every span's fields, given at creation or recorded later, as text.
+#[derive(Clone, Default)]
+struct Spans {
+    open: Arc<Mutex<HashMap<u64, SpanRecord>>>,
+    closed: Arc<Mutex<Vec<SpanRecord>>>,
+}
+
+struct Fields<'a>(&'a mut HashMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").replace('"', ""),
+        );
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().to_owned(), value.to_string());
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Spans {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+        let mut fields = HashMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        self.open
+            .lock()
+            .unwrap()
+            .insert(id.into_u64(), (attrs.metadata().name().to_owned(), fields));
+    }
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+        if let Some((_, fields)) = self.open.lock().unwrap().get_mut(&id.into_u64()) {
+            values.record(&mut Fields(fields));
+        }
+    }
+    fn on_close(&self, id: Id, _: Context<'_, S>) {
+        if let Some(span) = self.open.lock().unwrap().remove(&id.into_u64()) {
+            self.closed.lock().unwrap().push(span);
+        }
+    }
+}
+
+#[test]
+fn acquire_extend_and_release_have_spans_with_name_backend_fence_and_outcome() {
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fence = tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let locks = dlock::connect(&url).await.unwrap();
+            let other = dlock::connect(&url).await.unwrap();
+            let guard = locks.mutex("spanned").acquire().await.unwrap();
+            assert!(
+                other
+                    .mutex("spanned")
+                    .try_acquire()
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            guard.extend(Duration::from_secs(60)).await.unwrap();
+            let fence = guard.fence().get();
+            guard.release().await.unwrap();
+            fence
+        })
+    });
+    let closed = spans.closed.lock().unwrap().clone();
+    let find = |name: &str, outcome: &str| {
+        closed
+            .iter()
+            .find(|(n, f)| n == name && f.get("outcome").map(String::as_str) == Some(outcome))
+            .map(|(_, f)| f.clone())
+            .unwrap_or_else(|| panic!("no {name} span with outcome {outcome}: {closed:?}"))
+    };
+    let fence = fence.to_string();
+    for (name, outcome) in [
+        ("dlock.acquire", "acquired"),
+        ("dlock.extend", "ok"),
+        ("dlock.release", "ok"),
+    ] {
+        let fields = find(name, outcome);
+        assert_eq!(fields["lock"], "spanned", "{name}: {fields:?}");
+        assert_eq!(fields["backend"], "sqlite", "{name}: {fields:?}");
+        assert_eq!(fields["fence"], fence, "{name}: {fields:?}");
+    }
+    let busy = find("dlock.acquire", "busy");
+    assert!(!busy.contains_key("fence"), "{busy:?}");
+}
