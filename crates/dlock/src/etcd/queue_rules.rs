@@ -219,25 +219,8 @@ impl Inner {
     }
 
     /// How many keys under `prefix` were created before `my_rev`, counting up to `at_most`.
-    /// (Not `count_only`: etcd counts the range before the create-revision filter.)
     async fn count_before(&self, prefix: &[u8], my_rev: i64, at_most: i64) -> Result<(i64, i64)> {
-        let reply = self
-            .resend(|mut c| async move {
-                c.get(
-                    prefix,
-                    Some(
-                        GetOptions::new()
-                            .with_prefix()
-                            .with_max_create_revision(my_rev - 1)
-                            .with_limit(at_most)
-                            .with_keys_only(),
-                    ),
-                )
-                .await
-            })
-            .await
-            .map_err(map)?;
-        let at = revision(reply.header(), "queue count")?;
-        Ok((i64::try_from(reply.kvs().len()).unwrap_or(i64::MAX), at))
+        let (keys, at) = self.first_before(prefix, my_rev, at_most).await?;
+        Ok((i64::try_from(keys.len()).unwrap_or(i64::MAX), at))
     }
 }

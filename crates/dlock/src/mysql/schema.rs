@@ -116,13 +116,18 @@ pub(super) async fn ensure_lease(pool: &MySqlPool, table: &str) -> Result<()> {
 /// `SETVAL` ignores a lower value). MariaDB's `SETVAL` takes a literal, not a subquery, so
 /// the highest value is read first.
 async fn catch_up(pool: &MySqlPool, seq: &str, table: &str, column: &str) -> Result<String> {
-    let highest: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+    let highest = highest(pool, table, column).await?;
+    Ok(format!("SELECT SETVAL({seq}, {highest})"))
+}
+
+/// The highest value of `column` in `table`, 0 when it is empty.
+async fn highest(pool: &MySqlPool, table: &str, column: &str) -> Result<i64> {
+    sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT CAST(COALESCE(MAX({column}), 0) AS SIGNED) FROM {table}"
     )))
     .fetch_one(pool)
     .await
-    .map_err(from_sqlx)?;
-    Ok(format!("SELECT SETVAL({seq}, {highest})"))
+    .map_err(from_sqlx)
 }
 
 /// Adds the index on `column` the sweeper's statement uses, to a table made before it had
@@ -238,12 +243,7 @@ pub(super) async fn ensure_session(pool: &MySqlPool, table: &str) -> Result<()> 
     ensure(pool, table, &fence_ddl(table), FENCE_SHAPE).await?;
     // Idempotent: the counter row is at least the highest value in the table. (The highest
     // is read first: MySQL cannot update a table it selects from in one statement.)
-    let highest: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT CAST(COALESCE(MAX(counter), 0) AS SIGNED) FROM {table}"
-    )))
-    .fetch_one(pool)
-    .await
-    .map_err(from_sqlx)?;
+    let highest = highest(pool, table, "counter").await?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO {table} (name, counter) VALUES ('', ?)
          ON DUPLICATE KEY UPDATE counter = GREATEST(counter, VALUES(counter))"

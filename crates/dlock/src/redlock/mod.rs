@@ -121,11 +121,7 @@ impl RedlockBuilder {
     pub async fn build(self) -> Result<RedlockBackend> {
         let config = self.config;
         config.validate()?;
-        let mut nodes = Vec::with_capacity(config.nodes.len());
-        for (index, node) in config.nodes.iter().enumerate() {
-            let connected = Node::connect(node, false).await;
-            nodes.push(connected.map_err(|error| on_node(&config.node_label(index), error))?);
-        }
+        let nodes = connect_nodes(&config).await?;
         let answers = join_all(nodes.iter().zip(&config.nodes).map(|(node, options)| {
             tokio::time::timeout(
                 options.connect_timeout + options.response_timeout,
@@ -277,6 +273,17 @@ impl RedlockBackend {
     pub fn config(&self) -> &RedlockConfig {
         &self.inner.config
     }
+}
+
+/// A lazy connection to every node of `config` (made on the first command: a node may be
+/// down).
+async fn connect_nodes(config: &RedlockConfig) -> Result<Vec<Node>> {
+    let mut nodes = Vec::with_capacity(config.nodes.len());
+    for (index, node) in config.nodes.iter().enumerate() {
+        let connected = Node::connect(node, false).await;
+        nodes.push(connected.map_err(|error| on_node(&config.node_label(index), error))?);
+    }
+    Ok(nodes)
 }
 
 /// The keys and channel of one lock name on every node.
@@ -797,15 +804,10 @@ impl Lease for RedlockLease {
     /// On fresh connections of the runtime this runs on: the client's belong to the runtime
     /// that made them, which may be shutting down.
     async fn release_elsewhere(&self) -> Result<()> {
-        let inner = &self.inner;
-        let mut nodes = Vec::with_capacity(inner.config.nodes.len());
-        for (index, node) in inner.config.nodes.iter().enumerate() {
-            let connected = Node::connect(node, false).await;
-            nodes.push(connected.map_err(|error| on_node(&inner.config.node_label(index), error))?);
-        }
+        let config = self.inner.config.clone();
         let fresh = Inner {
-            nodes,
-            config: inner.config.clone(),
+            nodes: connect_nodes(&config).await?,
+            config,
         };
         self.release_via(&fresh).await
     }
