@@ -210,29 +210,35 @@ async fn update_that_declines_writes_nothing(cx: Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The seed article's approach: read the value and version, compare in the client, write. Under
-/// the same concurrency as [`concurrent_updates_lose_nothing`] it loses increments.
+/// The seed article's approach: read the value and version, compare in the client, write. When
+/// the writers interleave as they do under load (every read and check before any write), it
+/// loses increments. A barrier makes that interleaving happen every round, so the loss is
+/// certain rather than left to scheduling luck.
 async fn read_compare_then_blind_write_loses_updates(cx: Ctx) -> anyhow::Result<()> {
     const TASKS: u64 = 6;
     const ROUNDS: u64 = 8;
     let name = cx.name("seed-counter");
+    let checked = std::sync::Arc::new(tokio::sync::Barrier::new(TASKS as usize));
+    let written = std::sync::Arc::new(tokio::sync::Barrier::new(TASKS as usize));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..TASKS {
         let locks: Locks = cx.locks().await?;
         let name = name.clone();
+        let (checked, written) = (checked.clone(), written.clone());
         tasks.spawn(async move {
             for _ in 0..ROUNDS {
                 let value = locks.value(&name);
                 let read = value.get().await?;
                 let seen = read.as_ref().map(|r| r.version);
-                // Business logic between the read and the write, as in any real service.
-                tokio::time::sleep(Duration::from_millis(2)).await;
                 let again = value.get().await?.map(|r| r.version);
+                // Every writer has read and compared before any of them writes.
+                checked.wait().await;
                 if again == seen {
                     value
                         .set((number(read.as_ref().map(|r| r.value.as_slice())) + 1).to_string())
                         .await?;
                 }
+                written.wait().await;
             }
             anyhow::Ok(())
         });
@@ -250,8 +256,9 @@ async fn read_compare_then_blind_write_loses_updates(cx: Ctx) -> anyhow::Result<
             .as_deref(),
     );
     ensure!(
-        total < TASKS * ROUNDS,
-        "the read-compare-write approach lost no update ({total}); the race did not happen"
+        total == ROUNDS,
+        "the read-compare-write approach should keep one increment per round ({ROUNDS}) \
+         when every writer checks before any writes, got {total}"
     );
     Ok(())
 }
