@@ -9,6 +9,9 @@
 #                                                        # the others are kept: BENCHMARKS.md
 #                                                        # then tells the two runs apart)
 #   BENCH_ROUNDS=1 BENCH_DURATION=1s scripts/bench.sh    # shorter runs while developing
+#   BENCH_PROFILE=profiling scripts/bench.sh             # dlock built with symbols and line
+#                                                        # tables, for `perf record` (the
+#                                                        # release profile ships stripped)
 #
 # Rounds: every library and scenario runs once per round, all in turn, BENCH_ROUNDS times (3),
 # so a change in the machine's load (other builds) falls on all of them alike; the report gives
@@ -23,6 +26,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGET="${CARGO_TARGET_DIR:-target}"
+# The Cargo profile dlock and the servers' launcher are built with (see the workspace
+# Cargo.toml: `release` is stripped, `profiling` is release with debug info).
+PROFILE="${BENCH_PROFILE:-release}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 # Runs per invocation (per round).
 REPEAT="${BENCH_REPEAT:-1}"
@@ -40,11 +46,15 @@ for tool in taskset python3.11 cargo; do
     command -v "$tool" >/dev/null || { echo "bench.sh: $tool not found" >&2; exit 1; }
 done
 
-echo "== build (release)"
+echo "== build ($PROFILE)"
 # bench-servers lives in the test kit (which is not published), so dlock-bench can ship.
-cargo build --release -q -p dlock-cli -p dlock-testkit --bin dlock --bin bench-servers
-cargo build --release -q --manifest-path bench/peers/Cargo.toml --target-dir "$TARGET"
-DLOCK="$TARGET/release/dlock"
+cargo build --profile "$PROFILE" -q -p dlock-cli -p dlock-testkit --bin dlock --bin bench-servers
+DLOCK="$TARGET/$PROFILE/dlock"
+echo "   $DLOCK: $(stat -c %s "$DLOCK") bytes"
+# The Rust peers are Redis clients only.
+case " $STORES " in
+*" redis "*) cargo build --release -q --manifest-path bench/peers/Cargo.toml --target-dir "$TARGET" ;;
+esac
 RUST_PEERS="$TARGET/release/dlock-bench-peers"
 
 echo "== Python peers (venv, PyPI)"
@@ -83,7 +93,7 @@ SQLITE_DIR="$(mktemp -d)"
 URL[memory]="memory://"
 URL[sqlite]="sqlite://$SQLITE_DIR/locks.db"
 if [ ${#servers[@]} -gt 0 ]; then
-    coproc SERVERS { "$TARGET/release/bench-servers" "${servers[@]}"; }
+    coproc SERVERS { "$TARGET/$PROFILE/bench-servers" "${servers[@]}"; }
     while read -r name url pids <&"${SERVERS[0]}"; do
         [ "$name" = ready ] && break
         URL[$name]="$url"

@@ -4,8 +4,11 @@
 //! - `uncontended`: one task, one name, acquire + release in a loop: pairs/s and latency,
 //!   measured in blocks alternating with the `floor`'s, so the result reads as a ratio to it.
 //! - `floor`: the same kind of store operations with no lock logic, through the same client
-//!   library (SQLite write transactions; Redis `SET NX PX` + `DEL`; for Redlock, the lock on
-//!   one of its nodes).
+//!   library: SQLite write transactions; Redis `SET NX PX` + `DEL`; Redlock, those sent to
+//!   every node at once and answered on the first majority (beside it, the lock on one of
+//!   its nodes); ZooKeeper, an ephemeral sequential create and delete; etcd, a put with a
+//!   lease and a delete (beside it, with a lease granted per pair); PostgreSQL and MySQL, the
+//!   lease table's two statements without the lock logic.
 //! - `many`: C concurrent tasks (`--tasks 1,4,16,64`) on names of their own: throughput as the
 //!   client's concurrency grows.
 //! - `handoff`: P worker processes contend for one name for a fixed time, each holding it for
@@ -122,9 +125,9 @@ pub enum Scenario {
     Uncontended,
     /// Worker processes contending for one name.
     Handoff,
-    /// The physical limit: the same kind of store operations with no lock logic (SQLite write
-    /// transactions, or plain Redis `SET NX PX` + `DEL` round trips through redis-rs), so the
-    /// uncontended result reads as a ratio to it.
+    /// The physical limit: the same kind of store operations with no lock logic, through the
+    /// backend's client library (e.g. plain Redis `SET NX PX` + `DEL` round trips through
+    /// redis-rs), so the uncontended result reads as a ratio to it. Run with `uncontended`.
     Floor,
     /// Many distinct locks taken by concurrent tasks of one process.
     Many,
@@ -200,10 +203,15 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             repeat: args.repeat,
+            binary_bytes: std::env::current_exe()
+                .and_then(std::fs::metadata)
+                .map(|m| m.len())
+                .ok(),
         },
         uncontended: None,
         handoff: None,
         floor: None,
+        references: Vec::new(),
         many: None,
         watchdog: None,
     };
@@ -216,21 +224,29 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         let result = match &peer {
             Some(command) => scenarios::uncontended::peer_uncontended(command, url, &args).await?,
             None => {
-                let floor = floor::floor_pair(url, &report.backend).await?;
-                if let Some(floor) = &floor {
+                let floors = floor::floor_pairs(url, &report.backend).await?;
+                for (i, floor) in floors.iter().enumerate() {
                     println!(
-                        "floor: {} with no lock logic, measured in blocks alternating with the lock's",
+                        "{}: {}, measured in blocks alternating with the lock's",
+                        if i == 0 { "floor" } else { "reference" },
                         floor.what
                     );
                 }
-                let (result, floor_result) =
-                    scenarios::uncontended::uncontended(&locks, floor, &args).await?;
-                if let Some(floor) = &floor_result {
+                let (result, mut floor_results) =
+                    scenarios::uncontended::uncontended(&locks, floors, &args).await?;
+                for floor in &floor_results {
+                    println!("{}", floor.what);
                     println!("  pairs/s      {}", floor.pairs_per_sec);
                     println!("  p50 µs       {}", floor.p50_us);
                     println!("  p99 µs       {}", floor.p99_us);
+                    if let Some(ratio) = &floor.lock_ratio {
+                        println!("  dlock / this {ratio}");
+                    }
                 }
-                report.floor = floor_result;
+                if !floor_results.is_empty() {
+                    report.floor = Some(floor_results.remove(0));
+                }
+                report.references = floor_results;
                 result
             }
         };
@@ -275,13 +291,19 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             );
             println!("  acquisitions/s   {}", result.acquisitions_per_sec);
             println!("  hand-offs/s      {}", result.handoffs_per_sec);
-            println!("  gap p50 µs       {}", result.gap_p50_us);
-            println!("  gap p99 µs       {}", result.gap_p99_us);
+            println!("  gap p50 µs, all  {}", result.gap_p50_us);
+            println!("  gap p99 µs, all  {}", result.gap_p99_us);
             if let Some(h) = &result.holder_gaps {
                 println!("  hand-off gap µs, one holder's release to another's acquisition:");
                 println!("    p50            {}", h.p50_us);
                 println!("    p99            {}", h.p99_us);
                 println!("    max            {}", h.max_us);
+                if let Some(count) = &h.count {
+                    println!("    count          {count}");
+                }
+                if let Some(share) = &h.retake_share {
+                    println!("  re-takes by the releaser, share of acquisitions {share}");
+                }
             }
             println!("  fairness (Jain)  {}", result.fairness);
             println!("  worst wait ms    {}", result.worst_wait_ms);

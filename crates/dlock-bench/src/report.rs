@@ -18,6 +18,7 @@ use crate::stats::{QUANTILES, Spread};
 struct Entry {
     uncontended: Option<(Uncontended, String)>,
     floor: Option<Floor>,
+    references: Vec<Floor>,
     many: Option<ManyLocks>,
     handoff: Option<(Handoff, String)>,
     watchdog: Option<WatchdogScale>,
@@ -30,6 +31,7 @@ struct Rounds {
     uncontended: Vec<Uncontended>,
     uncontended_place: String,
     floor: Vec<Floor>,
+    references: Vec<Vec<Floor>>,
     many: Vec<ManyLocks>,
     handoff: Vec<Handoff>,
     handoff_place: String,
@@ -44,6 +46,24 @@ fn merge_spreads<'a>(spreads: impl IntoIterator<Item = &'a Spread>) -> Spread {
         [single] => single.clone(),
         _ => Spread::of(spreads.iter().map(|s| s.median).collect()),
     }
+}
+
+/// One spread from the reports that have it; `None` when none has.
+fn merge_optional<'a>(spreads: impl IntoIterator<Item = Option<&'a Spread>>) -> Option<Spread> {
+    let spreads: Vec<&Spread> = spreads.into_iter().flatten().collect();
+    (!spreads.is_empty()).then(|| merge_spreads(spreads))
+}
+
+/// One floor from the reports of several rounds.
+fn merge_floors(floors: &[Floor]) -> Option<Floor> {
+    let first = floors.first()?;
+    Some(Floor {
+        what: first.what.clone(),
+        pairs_per_sec: merge_spreads(floors.iter().map(|f| &f.pairs_per_sec)),
+        p50_us: merge_spreads(floors.iter().map(|f| &f.p50_us)),
+        p99_us: merge_spreads(floors.iter().map(|f| &f.p99_us)),
+        lock_ratio: merge_optional(floors.iter().map(|f| f.lock_ratio.as_ref())),
+    })
 }
 
 impl Rounds {
@@ -62,12 +82,18 @@ impl Rounds {
                 self.uncontended_place.clone(),
             )
         });
-        let floor = self.floor.first().map(|first| Floor {
-            what: first.what.clone(),
-            pairs_per_sec: merge_spreads(self.floor.iter().map(|f| &f.pairs_per_sec)),
-            p50_us: merge_spreads(self.floor.iter().map(|f| &f.p50_us)),
-            p99_us: merge_spreads(self.floor.iter().map(|f| &f.p99_us)),
-        });
+        let floor = merge_floors(&self.floor);
+        // References by position: every report of one backend measures the same ones.
+        let references = (0..self.references.iter().map(Vec::len).max().unwrap_or(0))
+            .filter_map(|i| {
+                let same: Vec<Floor> = self
+                    .references
+                    .iter()
+                    .filter_map(|r| r.get(i).cloned())
+                    .collect();
+                merge_floors(&same)
+            })
+            .collect();
         let many = self.many.first().map(|first| ManyLocks {
             points: first
                 .points
@@ -116,6 +142,10 @@ impl Rounds {
                             p50_us: merge_spreads(gaps.iter().map(|g| &g.p50_us)),
                             p99_us: merge_spreads(gaps.iter().map(|g| &g.p99_us)),
                             max_us: merge_spreads(gaps.iter().map(|g| &g.max_us)),
+                            count: merge_optional(gaps.iter().map(|g| g.count.as_ref())),
+                            retake_share: merge_optional(
+                                gaps.iter().map(|g| g.retake_share.as_ref()),
+                            ),
                         })
                     },
                     fairness: merge_spreads(h.iter().map(|h| &h.fairness)),
@@ -143,6 +173,7 @@ impl Rounds {
         Entry {
             uncontended,
             floor,
+            references,
             many,
             handoff,
             watchdog,
@@ -160,6 +191,8 @@ struct RoundFigures {
     pairs_per_sec: Option<f64>,
     /// Hand-off gap between different holders, p99 µs (the median of the report's runs).
     holder_gap_p99_us: Option<f64>,
+    /// Hand-offs (to another worker) per second (the median of the report's runs).
+    handoffs_per_sec: Option<f64>,
 }
 
 /// (backend, library) → round → figures. Rounds come from the reports' file names
@@ -284,6 +317,9 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
             if let Some(g) = report.handoff.as_ref().and_then(|h| h.holder_gaps.as_ref()) {
                 figures.holder_gap_p99_us = Some(g.p99_us.median);
             }
+            if let Some(h) = &report.handoff {
+                figures.handoffs_per_sec = Some(h.handoffs_per_sec.median);
+            }
         }
         reports.push((report, round_of(file)));
     }
@@ -295,8 +331,16 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
     let mut rounds: BTreeMap<_, Rounds> = BTreeMap::new();
     let runs = runs(&reports);
     let mut cpus = 0;
+    // The dlock binary of the latest run that recorded its size.
+    let mut binary: Option<(u64, u64)> = None;
     for (report, _) in reports {
         cpus = cpus.max(report.environment.cpus);
+        if let Some(bytes) = report.environment.binary_bytes {
+            let started = report.environment.started_unix_s;
+            if binary.is_none_or(|(at, _)| started >= at) {
+                binary = Some((started, bytes));
+            }
+        }
         let place = placement(&report);
         let entry = rounds.entry(key(&report)).or_default();
         if let Some(u) = report.uncontended {
@@ -304,6 +348,9 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
             entry.uncontended_place = place.clone();
         }
         entry.floor.extend(report.floor);
+        if !report.references.is_empty() {
+            entry.references.push(report.references);
+        }
         entry.many.extend(report.many);
         if let Some(h) = report.handoff {
             entry.handoff.push(h);
@@ -389,7 +436,7 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
             md.push('\n');
         }
     }
-    targets(&mut md, &entries, &per_round);
+    targets(&mut md, &entries, &per_round, binary.map(|(_, bytes)| bytes));
     uncontended_table(&mut md, &entries);
     many_table(
         &mut md,
@@ -527,7 +574,17 @@ fn ratio_cell(s: &Spread) -> String {
     format!("**{}x** ({}x – {}x)", num(s.median), num(s.min), num(s.max))
 }
 
-fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
+/// The stores with a floor, in the order the targets table lists them.
+const FLOOR_BACKENDS: [&str; 7] = ["sqlite", "redis", "redlock", "zk", "etcd", "postgres", "mysql"];
+
+/// The size of the `dlock` binary before issue 22 stripped it, MB.
+const UNSTRIPPED_MB: f64 = 116.0;
+
+/// The most the release binary may weigh, MB: a binary without debug info (the 116 MB of
+/// line tables it had are for the `profiling` profile).
+const BINARY_TARGET_MB: f64 = 32.0;
+
+fn targets<'a>(md: &mut String, entries: &'a Entries, per_round: &PerRound, binary_bytes: Option<u64>) {
     let _ = writeln!(
         md,
         "## Targets\n\n| target | measured (median, min – max) | verdict |\n|---|---|---|"
@@ -535,12 +592,16 @@ fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
     let mut row = |target: &str, measured: String, met: Option<bool>| {
         let _ = writeln!(md, "| {target} | {measured} | {} |", verdict(met));
     };
-    for backend in ["redis", "sqlite"] {
-        let ratio = find(entries, backend, "dlock")
+    for backend in FLOOR_BACKENDS {
+        let entry = find(entries, backend, "dlock");
+        let ratio = entry
             .and_then(|e| e.uncontended.as_ref())
             .and_then(|(u, _)| u.ratio_to_floor.clone());
+        let what = entry
+            .and_then(|e| e.floor.as_ref())
+            .map_or_else(String::new, |f| format!(": {}", f.what));
         row(
-            &format!("uncontended ≥ 0.85 of the floor (`{backend}`)"),
+            &format!("uncontended ≥ 0.85 of the floor (`{backend}`{what})"),
             opt_cell(ratio.as_ref()),
             ratio.map(|r| r.median >= 0.85),
         );
@@ -570,14 +631,16 @@ fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
     let handoff = find(entries, "redis", "dlock").and_then(|e| e.handoff.as_ref());
     match handoff {
         Some((h, _)) => {
+            let gaps = h.holder_gaps.as_ref();
             row(
                 &format!(
-                    "hand-off gap p99 ≤ 1 ms, {} processes × {} ms holds (Redis), µs",
+                    "hand-off gap to another worker p99 ≤ 1 ms, {} processes × {} ms holds \
+                     (`redis`), µs",
                     h.processes,
                     num(h.hold_ms)
                 ),
-                cell(&h.gap_p99_us),
-                Some(h.gap_p99_us.median <= 1000.0),
+                opt_cell(gaps.map(|g| &g.p99_us)),
+                gaps.map(|g| g.p99_us.median <= 1000.0),
             );
             row(
                 "hand-off fairness (Jain) ≥ 0.99",
@@ -596,8 +659,31 @@ fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
         }
         None => row("hand-off p99 ≤ 1 ms, Jain ≥ 0.99", "–".to_owned(), None),
     }
+    let mysql = find(entries, "mysql", "dlock").and_then(|e| e.handoff.as_ref());
+    row(
+        "MySQL/MariaDB: ≥ 300 hand-offs (to another worker) per second",
+        opt_cell(mysql.map(|(h, _)| &h.handoffs_per_sec)),
+        mysql.map(|(h, _)| h.handoffs_per_sec.median >= 300.0),
+    );
+    for (backend, label, limit_ms) in [("mysql", "MySQL/MariaDB", 20.0), ("etcd", "etcd", 10.0)] {
+        let gaps = find(entries, backend, "dlock")
+            .and_then(|e| e.handoff.as_ref())
+            .and_then(|(h, _)| h.holder_gaps.as_ref());
+        row(
+            &format!("{label}: hand-off gap to another worker p99 < {limit_ms} ms, µs"),
+            opt_cell(gaps.map(|g| &g.p99_us)),
+            gaps.map(|g| g.p99_us.median < limit_ms * 1e3),
+        );
+    }
     let redlock = find(entries, "redlock", "dlock");
-    match redlock.and_then(|e| Some((e.uncontended.as_ref()?, e.floor.as_ref()?))) {
+    // One node is a reference beside the floor (before the Redlock floor existed, the floor).
+    let one_node = |e: &'a Entry| {
+        e.references
+            .iter()
+            .chain(&e.floor)
+            .find(|f| f.what.contains("one of the nodes"))
+    };
+    match redlock.and_then(|e| Some((e.uncontended.as_ref()?, one_node(e)?))) {
         Some(((u, _), one)) => {
             let ratio = u.p50_us.median / one.p50_us.median;
             row(
@@ -635,19 +721,17 @@ fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
         }
         _ => row("ZooKeeper ≥ 2x kazoo", "–".to_owned(), None),
     }
-    let zk_handoff = find(entries, "zk", "dlock").and_then(|e| e.handoff.as_ref());
-    let kazoo_handoff = peers(entries, "zk", "kazoo").find_map(|(_, e)| e.handoff.as_ref());
-    if let (Some((d, _)), Some((k, _))) = (zk_handoff, kazoo_handoff) {
-        let ratio = d.acquisitions_per_sec.median / k.acquisitions_per_sec.median;
+    if let Some((kazoo, _)) = peers(entries, "zk", "kazoo").find(|(_, e)| e.handoff.is_some()) {
+        let ratio = per_round_ratio(
+            per_round,
+            "zk",
+            &|r| per_round.get(&("zk".to_owned(), "dlock".to_owned()))?.get(&r)?.handoffs_per_sec,
+            &|r| per_round.get(&("zk".to_owned(), kazoo.to_owned()))?.get(&r)?.handoffs_per_sec,
+        );
         row(
-            "ZooKeeper ≥ 2x kazoo (hand-off acquisitions/s)",
-            format!(
-                "{}x ({} against {})",
-                num(ratio),
-                num(d.acquisitions_per_sec.median),
-                num(k.acquisitions_per_sec.median)
-            ),
-            Some(ratio >= 2.0),
+            "ZooKeeper ≥ 2x kazoo on hand-off (hand-offs to another worker per second, round by round)",
+            ratio.as_ref().map_or_else(|| "–".to_owned(), ratio_cell),
+            ratio.map(|r| r.median >= 2.0),
         );
     }
     for mode in ["sync", "asyncio"] {
@@ -691,6 +775,16 @@ fn targets(md: &mut String, entries: &Entries, per_round: &PerRound) {
             );
         }
     }
+    let mb = binary_bytes.map(|b| b as f64 / 1e6);
+    row(
+        &format!(
+            "release `dlock` binary without debug info ≤ {} MB (it was {} MB)",
+            num(BINARY_TARGET_MB),
+            num(UNSTRIPPED_MB)
+        ),
+        mb.map_or_else(|| "–".to_owned(), |mb| format!("{} MB", num(mb))),
+        mb.map(|mb| mb <= BINARY_TARGET_MB),
+    );
     md.push('\n');
 }
 
@@ -699,8 +793,12 @@ fn uncontended_table(md: &mut String, entries: &Entries) {
         md,
         "## Uncontended acquire + release (one task, one name)\n\n\
          The floor is the same client library doing plain store operations with no lock logic\n\
-         (Redis: `SET NX PX` + `DEL`; SQLite: two write transactions; Redlock: the lock on one\n\
-         of its nodes), measured in blocks alternating with the lock's.\n\n\
+         (Redis: `SET NX PX` + `DEL`; Redlock: those sent to every node at once, answered on the\n\
+         first majority; SQLite: two write transactions; ZooKeeper: an ephemeral sequential\n\
+         create + delete; etcd: a put with a lease granted once + delete; PostgreSQL and MySQL:\n\
+         the lease table's two statements without the lock logic), measured in blocks\n\
+         alternating with the lock's. References are measured the same way; their last column\n\
+         is dlock's rate over theirs.\n\n\
          | store | client | pairs/s | p50 µs | p99 µs | / floor | placement |\n|---|---|---:|---:|---:|---:|---|"
     );
     for ((backend, (_, library)), entry) in entries {
@@ -712,6 +810,17 @@ fn uncontended_table(md: &mut String, entries: &Entries) {
                 cell(&floor.pairs_per_sec),
                 cell(&floor.p50_us),
                 cell(&floor.p99_us)
+            );
+        }
+        for reference in &entry.references {
+            let _ = writeln!(
+                md,
+                "| `{backend}` | reference: {} | {} | {} | {} | dlock / this: {} | same |",
+                reference.what,
+                cell(&reference.pairs_per_sec),
+                cell(&reference.p50_us),
+                cell(&reference.p99_us),
+                opt_cell(reference.lock_ratio.as_ref())
             );
         }
         if let Some((u, place)) = &entry.uncontended {
@@ -768,21 +877,27 @@ fn handoff_table(md: &mut String, entries: &Entries, chart: Option<String>) {
     let _ = writeln!(
         md,
         "## Contended hand-off ({} worker processes, each holding {} ms with a busy loop)\n\n\
-         The gap is one holder's release to the next holder's acquisition on the machine's clock;\n\
-         hand-offs count only acquisitions by a different worker than the previous one; commands\n\
-         per acquisition are what every client sent the Redis server (`INFO commandstats`).\n\n\
-         | store | client | acquisitions/s | hand-offs/s | gap p50 µs | gap p99 µs | Jain | worst wait ms | commands/acq. | placement |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+         A hand-off is an acquisition by a different worker than the previous holder; its gap is\n\
+         that holder's release to this acquisition, on the machine's clock. A re-take (the\n\
+         releasing worker taking the lock straight back) is fast and is no hand-off: the re-take\n\
+         column is its share of acquisitions, and the last gap column counts every gap, re-takes\n\
+         too. Commands per acquisition are what every client sent the Redis server\n\
+         (`INFO commandstats`).\n\n\
+         | store | client | acquisitions/s | hand-offs/s | hand-off gap p50 µs | hand-off gap p99 µs | re-takes | every gap p99 µs | Jain | worst wait ms | commands/acq. | placement |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         first.processes,
         num(first.hold_ms)
     );
     for (backend, library, (h, place)) in rows {
+        let gaps = h.holder_gaps.as_ref();
         let _ = writeln!(
             md,
-            "| `{backend}` | {library} | {} | {} | {} | {} | {} | {} | {} | {place} |",
+            "| `{backend}` | {library} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {place} |",
             cell(&h.acquisitions_per_sec),
             cell(&h.handoffs_per_sec),
-            cell(&h.gap_p50_us),
+            opt_cell(gaps.map(|g| &g.p50_us)),
+            opt_cell(gaps.map(|g| &g.p99_us)),
+            opt_cell(gaps.and_then(|g| g.retake_share.as_ref())),
             cell(&h.gap_p99_us),
             cell(&h.fairness),
             cell(&h.worst_wait_ms),
@@ -996,6 +1111,7 @@ mod tests {
             uncontended: None,
             handoff: None,
             floor: None,
+            references: Vec::new(),
             many: None,
             watchdog: None,
         }
@@ -1024,6 +1140,7 @@ mod tests {
                     RoundFigures {
                         pairs_per_sec: Some(pairs),
                         holder_gap_p99_us: Some(1e6 / pairs),
+                        handoffs_per_sec: None,
                     },
                 );
         };

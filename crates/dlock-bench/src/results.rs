@@ -21,8 +21,12 @@ pub struct Report {
     pub uncontended: Option<Uncontended>,
     /// Hand-off results, if run.
     pub handoff: Option<Handoff>,
-    /// The floor (or, for Redlock, one node), if run.
+    /// The floor, if run (in reports of older versions, Redlock's was its one node).
     pub floor: Option<Floor>,
+    /// Measured beside the floor, the same way: Redlock's one node, etcd's floor with a lease
+    /// granted per pair.
+    #[serde(default)]
+    pub references: Vec<Floor>,
     /// Many distinct locks with concurrent tasks, if run.
     #[serde(default)]
     pub many: Option<ManyLocks>,
@@ -54,6 +58,10 @@ pub struct Environment {
     pub started_unix_s: u64,
     /// Runs per scenario.
     pub repeat: u32,
+    /// Size of the program that ran the bench (the `dlock` binary), bytes. Absent in reports
+    /// of older versions.
+    #[serde(default)]
+    pub binary_bytes: Option<u64>,
 }
 
 /// Results of the uncontended scenario.
@@ -118,13 +126,20 @@ pub struct HolderGaps {
     pub p99_us: Spread,
     /// Longest gap.
     pub max_us: Spread,
+    /// How many times the lock changed hands in a run. Absent in reports of older versions.
+    #[serde(default)]
+    pub count: Option<Spread>,
+    /// The share of acquisitions (after the first of a run) that went to the worker that had
+    /// just released the lock: those gaps are left out above. Absent in reports of older
+    /// versions.
+    #[serde(default)]
+    pub retake_share: Option<Spread>,
 }
 
-/// Results of the floor scenario: on SQLite, plain write-transaction pairs on a scratch
-/// database beside the lock file, through the same library and settings (WAL,
-/// synchronous=NORMAL); on Redis, plain `SET NX PX` + `DEL` pairs through redis-rs; on
-/// Redlock, the same acquire + release on one node.
-#[derive(Debug, Serialize, Deserialize)]
+/// Results of the floor scenario: store operations of the same kind as an acquire + release,
+/// with no lock logic, through the backend's client library and settings (see `what`), or a
+/// reference measured the same way.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Floor {
     /// What a pair is.
@@ -135,6 +150,10 @@ pub struct Floor {
     pub p50_us: Spread,
     /// 99th percentile pair latency, µs.
     pub p99_us: Spread,
+    /// The lock's pairs/s over this one's, run by run (their blocks alternate). Absent in
+    /// reports of older versions.
+    #[serde(default)]
+    pub lock_ratio: Option<Spread>,
 }
 
 /// Results of the many-locks scenario: C tasks of one process, each acquiring and releasing

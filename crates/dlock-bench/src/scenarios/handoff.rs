@@ -64,16 +64,49 @@ pub(crate) async fn worker(
     Ok(())
 }
 
-/// The gaps, µs and sorted, where the lock changed hands: one worker's release to another
-/// worker's acquisition. `holds` are in acquisition order.
-fn holder_gaps(holds: &[Hold]) -> Vec<f64> {
-    let mut gaps: Vec<f64> = holds
-        .windows(2)
-        .filter(|w| w[0].worker != w[1].worker)
-        .map(|w| (w[1].acquired.saturating_sub(w[0].released)) as f64 / 1e3)
-        .collect();
-    gaps.sort_by(f64::total_cmp);
-    gaps
+/// The gaps between consecutive holds, µs and sorted, split by whether the lock changed
+/// hands: a worker re-taking the lock it just released is fast and would flatter a library
+/// whose releasers win again, so hand-off figures come from `handoffs` alone.
+#[derive(Debug, Default, PartialEq)]
+struct GapSplit {
+    /// One worker's release to another worker's acquisition.
+    handoffs: Vec<f64>,
+    /// One worker's release to its own next acquisition.
+    retakes: Vec<f64>,
+}
+
+impl GapSplit {
+    /// `holds` in acquisition order.
+    fn of(holds: &[Hold]) -> GapSplit {
+        let mut split = GapSplit::default();
+        for w in holds.windows(2) {
+            let gap = (w[1].acquired.saturating_sub(w[0].released)) as f64 / 1e3;
+            if w[0].worker == w[1].worker {
+                split.retakes.push(gap);
+            } else {
+                split.handoffs.push(gap);
+            }
+        }
+        split.handoffs.sort_by(f64::total_cmp);
+        split.retakes.sort_by(f64::total_cmp);
+        split
+    }
+
+    /// The share of gaps that were re-takes (NaN without gaps).
+    fn retake_share(&self) -> f64 {
+        let all = self.handoffs.len() + self.retakes.len();
+        if all == 0 {
+            return f64::NAN;
+        }
+        self.retakes.len() as f64 / all as f64
+    }
+
+    /// Every gap, sorted.
+    fn all(&self) -> Vec<f64> {
+        let mut all: Vec<f64> = self.handoffs.iter().chain(&self.retakes).copied().collect();
+        all.sort_by(f64::total_cmp);
+        all
+    }
 }
 
 /// Runs the hand-off `args.repeat` times with `client`'s workers.
@@ -83,8 +116,8 @@ pub(crate) async fn handoff(
     args: &BenchArgs,
 ) -> anyhow::Result<Handoff> {
     let mut m: [Vec<f64>; 6] = Default::default();
-    // Hand-off gaps between different holders: p50, p99, max.
-    let mut h: [Vec<f64>; 3] = Default::default();
+    // Hand-off gaps between different holders: p50, p99, max, count; and the re-take share.
+    let mut h: [Vec<f64>; 5] = Default::default();
     let mut commands_per_acquisition = Vec::new();
     let mut all_gaps = Vec::new();
     let redis = redis_server(url);
@@ -135,18 +168,16 @@ pub(crate) async fn handoff(
             bail!("only {} acquisitions in a hand-off run", holds.len());
         }
         let span_s = (holds[holds.len() - 1].released - holds[0].acquired) as f64 / 1e9;
-        let mut gaps: Vec<f64> = holds
-            .windows(2)
-            .map(|w| (w[1].acquired.saturating_sub(w[0].released)) as f64 / 1e3)
-            .collect();
-        gaps.sort_by(f64::total_cmp);
-        let holder_gaps = holder_gaps(&holds);
-        let handoffs = holder_gaps.len();
-        if let Some(&longest) = holder_gaps.last() {
-            h[0].push(percentile(&holder_gaps, 0.50));
-            h[1].push(percentile(&holder_gaps, 0.99));
+        let split = GapSplit::of(&holds);
+        let gaps = split.all();
+        let handoffs = split.handoffs.len();
+        if let Some(&longest) = split.handoffs.last() {
+            h[0].push(percentile(&split.handoffs, 0.50));
+            h[1].push(percentile(&split.handoffs, 0.99));
             h[2].push(longest);
         }
+        h[3].push(handoffs as f64);
+        h[4].push(split.retake_share());
         let mut counts = vec![0f64; args.processes as usize];
         for h in &holds {
             counts[h.worker] += 1.0;
@@ -170,11 +201,13 @@ pub(crate) async fn handoff(
         gap_p50_us: Spread::of(p50),
         gap_p99_us: Spread::of(p99),
         holder_gaps: (!h[0].is_empty()).then(|| {
-            let [p50, p99, max] = h;
+            let [p50, p99, max, count, retake_share] = h;
             HolderGaps {
                 p50_us: Spread::of(p50),
                 p99_us: Spread::of(p99),
                 max_us: Spread::of(max),
+                count: Some(Spread::of(count)),
+                retake_share: Some(Spread::of(retake_share)),
             }
         }),
         fairness: Spread::of(fairness),
@@ -199,18 +232,25 @@ mod tests {
     }
 
     /// A worker that takes the lock straight back is not a hand-off: only the gaps before a
-    /// different worker's acquisition count.
+    /// different worker's acquisition count as hand-offs, the others as re-takes.
     #[test]
-    fn holder_gaps_count_only_changes_of_holder() {
+    fn gaps_split_into_handoffs_and_retakes() {
         let holds = [
             hold(0, 0, 10),
-            hold(0, 11, 20),     // the same worker again, 1 µs later: not a hand-off
+            hold(0, 11, 20),     // the same worker again, 1 µs later: a re-take
             hold(1, 120, 130),   // 100 µs after worker 0's release
             hold(2, 135, 140),   // 5 µs
             hold(2, 141, 150),   // the same worker again
             hold(0, 1150, 1160), // 1000 µs
         ];
-        assert_eq!(holder_gaps(&holds), vec![5.0, 100.0, 1000.0]);
-        assert!(holder_gaps(&holds[..2]).is_empty());
+        let split = GapSplit::of(&holds);
+        assert_eq!(split.handoffs, vec![5.0, 100.0, 1000.0]);
+        assert_eq!(split.retakes, vec![1.0, 1.0]);
+        assert_eq!(split.retake_share(), 0.4);
+        assert_eq!(split.all(), vec![1.0, 1.0, 5.0, 100.0, 1000.0]);
+        let one_worker = GapSplit::of(&holds[..2]);
+        assert!(one_worker.handoffs.is_empty());
+        assert_eq!(one_worker.retake_share(), 1.0);
+        assert!(GapSplit::of(&holds[..1]).retake_share().is_nan());
     }
 }

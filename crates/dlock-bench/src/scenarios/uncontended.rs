@@ -41,62 +41,76 @@ impl Runs {
     }
 }
 
-/// dlock's uncontended pairs, with the floor's (if any) measured in alternating blocks.
+/// dlock's uncontended pairs, with each floor's (the floor first, then the references)
+/// measured in blocks alternating with the lock's.
 pub(crate) async fn uncontended(
     locks: &dlock::Locks,
-    mut floor: Option<FloorPair>,
+    mut floors: Vec<FloorPair>,
     args: &BenchArgs,
-) -> anyhow::Result<(Uncontended, Option<Floor>)> {
+) -> anyhow::Result<(Uncontended, Vec<Floor>)> {
     let name = unique_name("uncontended");
     // Warm-up: connection, scripts or prepared statements, page cache.
     for _ in 0..50 {
         lock_pair(locks, &name).await?;
-        if let Some(floor) = &mut floor {
+        for floor in &mut floors {
             (floor.pair)().await?;
         }
     }
-    let (mut lock_runs, mut floor_runs) = (Runs::default(), Runs::default());
-    let mut ratios = Vec::new();
+    let mut lock_runs = Runs::default();
+    let mut floor_runs: Vec<Runs> = floors.iter().map(|_| Runs::default()).collect();
+    // Per floor, the lock's rate over the floor's, run by run.
+    let mut ratios: Vec<Vec<f64>> = floors.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeat.max(1) {
         let mut lock_latencies = Vec::with_capacity(args.pairs as usize);
-        let mut floor_latencies = Vec::with_capacity(args.pairs as usize);
+        let mut floor_latencies: Vec<Vec<f64>> = floors
+            .iter()
+            .map(|_| Vec::with_capacity(args.pairs as usize))
+            .collect();
         while lock_latencies.len() < args.pairs as usize {
             for _ in 0..BLOCK.min(args.pairs) {
                 let t = Instant::now();
                 lock_pair(locks, &name).await?;
                 lock_latencies.push(t.elapsed().as_secs_f64() * 1e6);
             }
-            if let Some(floor) = &mut floor {
+            for (floor, latencies) in floors.iter_mut().zip(&mut floor_latencies) {
                 for _ in 0..BLOCK.min(args.pairs) {
                     let t = Instant::now();
                     (floor.pair)().await?;
-                    floor_latencies.push(t.elapsed().as_secs_f64() * 1e6);
+                    latencies.push(t.elapsed().as_secs_f64() * 1e6);
                 }
             }
         }
         let rate = lock_runs.push(lock_latencies);
-        if floor.is_some() {
-            ratios.push(rate / floor_runs.push(floor_latencies));
+        for ((runs, latencies), ratios) in floor_runs.iter_mut().zip(floor_latencies).zip(&mut ratios)
+        {
+            ratios.push(rate / runs.push(latencies));
         }
     }
     let [pairs_per_sec, p50_us, p99_us] = lock_runs.spreads();
+    let floors: Vec<Floor> = floors
+        .iter()
+        .zip(floor_runs)
+        .zip(ratios)
+        .map(|((floor, runs), ratios)| {
+            let [pairs_per_sec, p50_us, p99_us] = runs.spreads();
+            Floor {
+                what: floor.what.to_owned(),
+                pairs_per_sec,
+                p50_us,
+                p99_us,
+                lock_ratio: Some(Spread::of(ratios)),
+            }
+        })
+        .collect();
     Ok((
         Uncontended {
             pairs: args.pairs,
             pairs_per_sec,
             p50_us,
             p99_us,
-            ratio_to_floor: (!ratios.is_empty()).then(|| Spread::of(ratios)),
+            ratio_to_floor: floors.first().and_then(|f| f.lock_ratio.clone()),
         },
-        floor.map(|floor| {
-            let [pairs_per_sec, p50_us, p99_us] = floor_runs.spreads();
-            Floor {
-                what: floor.what.to_owned(),
-                pairs_per_sec,
-                p50_us,
-                p99_us,
-            }
-        }),
+        floors,
     ))
 }
 
