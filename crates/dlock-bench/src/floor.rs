@@ -203,8 +203,8 @@ async fn redlock_floor(url: &str) -> anyhow::Result<FloorPair> {
     })
 }
 
-/// The ZooKeeper floor: an ephemeral sequential node created and deleted under a container
-/// node of the bench's own, through zookeeper-client with the backend's session timeout.
+/// The ZooKeeper floor: an ephemeral sequential node created and deleted under a persistent
+/// node of the bench's own (left behind: a container would be reaped between pairs), through zookeeper-client with the backend's session timeout.
 async fn zookeeper_floor(url: &str) -> anyhow::Result<FloorPair> {
     use zookeeper_client::{Acls, Client, CreateMode};
     let config = dlock::zookeeper::ZookeeperConfig::from_url(url)?;
@@ -220,13 +220,12 @@ async fn zookeeper_floor(url: &str) -> anyhow::Result<FloorPair> {
     } else {
         Acls::anyone_all()
     };
-    // A container goes away by itself once its last child is deleted.
     let parent = format!(
         "/{}",
         unique_name("floor").replace('/', "-").trim_start_matches('-')
     );
     client
-        .create(&parent, &[], &CreateMode::Container.with_acls(acls))
+        .create(&parent, &[], &CreateMode::Persistent.with_acls(acls))
         .await
         .with_context(|| format!("create {parent}"))?;
     let prefix = std::sync::Arc::new(format!("{parent}/n-"));
