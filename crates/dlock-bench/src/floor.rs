@@ -222,7 +222,9 @@ async fn zookeeper_floor(url: &str) -> anyhow::Result<FloorPair> {
     };
     let parent = format!(
         "/{}",
-        unique_name("floor").replace('/', "-").trim_start_matches('-')
+        unique_name("floor")
+            .replace('/', "-")
+            .trim_start_matches('-')
     );
     client
         .create(&parent, &[], &CreateMode::Persistent.with_acls(acls))
@@ -512,10 +514,16 @@ mod tests {
         let server = ServerProcess::start(Etcd::single()?)?;
         let url = format!("etcd://{}", server.addr());
         let mut floors = floor_pairs(&url, "etcd").await?;
-        assert_eq!(floors.len(), 2, "the floor and the lease-granting reference");
+        assert_eq!(
+            floors.len(),
+            2,
+            "the floor and the lease-granting reference"
+        );
         run_pairs(&mut floors).await?;
         let mut client = connect_etcd(&url).await?;
-        let options = etcd_client::GetOptions::new().with_prefix().with_count_only();
+        let options = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only();
         let left = client.get("dlock-bench/", Some(options)).await?.count();
         assert_eq!(left, 0);
         // The reference granted a lease per pair, the floor one for all.

@@ -436,7 +436,12 @@ pub(crate) fn write(results: &Path, out: &Path) -> anyhow::Result<()> {
             md.push('\n');
         }
     }
-    targets(&mut md, &entries, &per_round, binary.map(|(_, bytes)| bytes));
+    targets(
+        &mut md,
+        &entries,
+        &per_round,
+        binary.map(|(_, bytes)| bytes),
+    );
     uncontended_table(&mut md, &entries);
     many_table(
         &mut md,
@@ -575,7 +580,9 @@ fn ratio_cell(s: &Spread) -> String {
 }
 
 /// The stores with a floor, in the order the targets table lists them.
-const FLOOR_BACKENDS: [&str; 7] = ["sqlite", "redis", "redlock", "zk", "etcd", "postgres", "mysql"];
+const FLOOR_BACKENDS: [&str; 7] = [
+    "sqlite", "redis", "redlock", "zk", "etcd", "postgres", "mysql",
+];
 
 /// The size of the `dlock` binary before issue 22 stripped it, MB.
 const UNSTRIPPED_MB: f64 = 116.0;
@@ -584,7 +591,12 @@ const UNSTRIPPED_MB: f64 = 116.0;
 /// line tables it had are for the `profiling` profile).
 const BINARY_TARGET_MB: f64 = 32.0;
 
-fn targets<'a>(md: &mut String, entries: &'a Entries, per_round: &PerRound, binary_bytes: Option<u64>) {
+fn targets<'a>(
+    md: &mut String,
+    entries: &'a Entries,
+    per_round: &PerRound,
+    binary_bytes: Option<u64>,
+) {
     let _ = writeln!(
         md,
         "## Targets\n\n| target | measured (median, min – max) | verdict |\n|---|---|---|"
@@ -725,8 +737,18 @@ fn targets<'a>(md: &mut String, entries: &'a Entries, per_round: &PerRound, bina
         let ratio = per_round_ratio(
             per_round,
             "zk",
-            &|r| per_round.get(&("zk".to_owned(), "dlock".to_owned()))?.get(&r)?.handoffs_per_sec,
-            &|r| per_round.get(&("zk".to_owned(), kazoo.to_owned()))?.get(&r)?.handoffs_per_sec,
+            &|r| {
+                per_round
+                    .get(&("zk".to_owned(), "dlock".to_owned()))?
+                    .get(&r)?
+                    .handoffs_per_sec
+            },
+            &|r| {
+                per_round
+                    .get(&("zk".to_owned(), kazoo.to_owned()))?
+                    .get(&r)?
+                    .handoffs_per_sec
+            },
         );
         row(
             "ZooKeeper ≥ 2x kazoo on hand-off (hand-offs to another worker per second, round by round)",

@@ -81,7 +81,8 @@ pub(crate) async fn uncontended(
             }
         }
         let rate = lock_runs.push(lock_latencies);
-        for ((runs, latencies), ratios) in floor_runs.iter_mut().zip(floor_latencies).zip(&mut ratios)
+        for ((runs, latencies), ratios) in
+            floor_runs.iter_mut().zip(floor_latencies).zip(&mut ratios)
         {
             ratios.push(rate / runs.push(latencies));
         }
