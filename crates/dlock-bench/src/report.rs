@@ -606,12 +606,15 @@ fn targets<'a>(
     };
     for backend in FLOOR_BACKENDS {
         let entry = find(entries, backend, "dlock");
+        // Redlock's reports of older versions called its one node the floor: not a floor.
+        let floor = entry
+            .and_then(|e| e.floor.as_ref())
+            .filter(|f| !f.what.contains("one of the nodes"));
         let ratio = entry
             .and_then(|e| e.uncontended.as_ref())
-            .and_then(|(u, _)| u.ratio_to_floor.clone());
-        let what = entry
-            .and_then(|e| e.floor.as_ref())
-            .map_or_else(String::new, |f| format!(": {}", f.what));
+            .and_then(|(u, _)| u.ratio_to_floor.clone())
+            .filter(|_| floor.is_some());
+        let what = floor.map_or_else(String::new, |f| format!(": {}", f.what));
         row(
             &format!("uncontended ≥ 0.85 of the floor (`{backend}`{what})"),
             opt_cell(ratio.as_ref()),
