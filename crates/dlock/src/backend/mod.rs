@@ -13,6 +13,8 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+pub(crate) mod url;
+
 /// A lock store: Redis, SQLite, memory, …
 ///
 /// Users never call it directly; they wrap it in [`Locks`](crate::Locks), which adds validation,
