@@ -31,7 +31,7 @@ const WAIT_SLICE: Duration = Duration::from_secs(5);
 
 /// The session-lock store of one client.
 #[derive(Debug)]
-pub(super) struct SessionStore {
+pub(crate) struct SessionStore {
     shared: Arc<Shared>,
 }
 

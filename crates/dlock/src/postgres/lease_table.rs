@@ -184,7 +184,7 @@ impl Statements {
 
 /// The lease-table store of one client.
 #[derive(Debug)]
-pub(super) struct LeaseStore {
+pub(crate) struct LeaseStore {
     shared: Arc<Shared>,
 }
 

@@ -13,17 +13,12 @@ pub use config::{POSTGRES_SCHEMES, PostgresConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned,
-};
+use crate::backend::{BackendInfo, Capabilities};
 use crate::error::Result;
-use crate::name::LockName;
 
-use crate::sql_common::SqlStore;
+use crate::sql_common::{SqlBackend, SqlParts, SqlStore};
 use error::BACKEND;
 use lease_table::LeaseStore;
 use session::SessionStore;
@@ -184,7 +179,7 @@ impl PostgresBuilder {
             }
         };
         Ok(PostgresBackend {
-            inner: Arc::new(Inner {
+            inner: Arc::new(SqlParts {
                 config,
                 store,
                 values,
@@ -208,17 +203,10 @@ impl PostgresBuilder {
 /// ```
 #[derive(Clone, Debug)]
 pub struct PostgresBackend {
-    inner: Arc<Inner>,
+    inner: Arc<Parts>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    config: PostgresConfig,
-    store: Store,
-    values: PgValues,
-}
-
-type Store = SqlStore<LeaseStore, SessionStore>;
+type Parts = SqlParts<PostgresConfig, LeaseStore, SessionStore, PgValues>;
 
 impl PostgresBackend {
     /// Connects to the database named by a `postgres://` URL; see
@@ -253,57 +241,19 @@ impl PostgresBackend {
     }
 }
 
-#[async_trait]
-impl Backend for PostgresBackend {
-    fn info(&self) -> &BackendInfo {
-        self.inner.store.info(&LEASE_INFO, &SESSION_INFO)
+impl SqlBackend for PostgresBackend {
+    type Config = PostgresConfig;
+    type LeaseTable = LeaseStore;
+    type SessionLocks = SessionStore;
+    type Values = PgValues;
+
+    const NAME: &'static str = BACKEND;
+
+    fn infos() -> (&'static BackendInfo, &'static BackendInfo) {
+        (&LEASE_INFO, &SESSION_INFO)
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
-        self.inner.store.acquire(req).await
-    }
-
-    fn monitor(&self) -> Option<&dyn MonitorStore> {
-        self.inner.store.monitor()
-    }
-
-    fn values(&self) -> Option<&dyn ValueStore> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl ValueStore for PostgresBackend {
-    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
-        self.inner.values.get(name.as_str()).await
-    }
-
-    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
-        self.inner.values.put(name.as_str(), expect, value).await
-    }
-}
-
-#[async_trait]
-impl MonitorStore for PostgresBackend {
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        self.inner.store.inspection(BACKEND)?.inspect(name).await
-    }
-
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
-        let store = self.inner.store.inspection(BACKEND)?;
-        store.list_page(prefix, cursor, limit).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner
-            .store
-            .inspection(BACKEND)?
-            .force_release(name)
-            .await
+    fn parts(&self) -> &Parts {
+        &self.inner
     }
 }

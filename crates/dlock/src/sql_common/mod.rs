@@ -3,6 +3,7 @@
 //! that keeps a session lock's connection.
 
 mod attempt;
+mod backend;
 mod error;
 mod options;
 mod queue;
@@ -14,6 +15,7 @@ mod sweep;
 pub use options::Mode;
 
 pub(crate) use attempt::{detached_attempt, fence, ms};
+pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
 pub(crate) use error::{ServerFailure, from_driver};
 pub(crate) use options::{DLOCK_OPTIONS, Options, default_max_connections, split_url};
 pub(crate) use queue::{
