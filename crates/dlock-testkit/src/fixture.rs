@@ -103,11 +103,11 @@ impl Fixture for MinimalFixture {
     fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
         Box::pin(async move {
             let inner = dlock::connect(&self.url).await?;
-            let mut capabilities = dlock::Capabilities::none();
+            let mut capabilities = dlock::backend::Capabilities::none();
             capabilities.native_wait = true;
             Ok(Locks::new(Masked {
                 inner: inner.backend().clone(),
-                info: dlock::BackendInfo::new("minimal", capabilities),
+                info: dlock::backend::BackendInfo::new("minimal", capabilities),
             }))
         })
     }
@@ -120,25 +120,25 @@ impl Fixture for MinimalFixture {
 /// A backend that forwards to another but claims fewer capabilities.
 #[derive(Debug)]
 struct Masked {
-    inner: dlock::DynBackend,
-    info: dlock::BackendInfo,
+    inner: dlock::backend::DynBackend,
+    info: dlock::backend::BackendInfo,
 }
 
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl dlock::Backend for Masked {
-    fn info(&self) -> &dlock::BackendInfo {
+impl dlock::backend::Backend for Masked {
+    fn info(&self) -> &dlock::backend::BackendInfo {
         &self.info
     }
 
     async fn acquire(
         &self,
-        req: &dlock::AcquireRequest,
-    ) -> dlock::Result<Option<Arc<dyn dlock::Lease>>> {
+        req: &dlock::backend::AcquireRequest,
+    ) -> dlock::Result<Option<Arc<dyn dlock::backend::Lease>>> {
         self.inner.acquire(req).await
     }
 
-    fn monitor(&self) -> Option<&dyn dlock::MonitorStore> {
+    fn monitor(&self) -> Option<&dyn dlock::backend::MonitorStore> {
         if self.info.capabilities.monitor {
             self.inner.monitor()
         } else {
@@ -148,12 +148,12 @@ impl dlock::Backend for Masked {
 
     async fn try_acquire_all(
         &self,
-        reqs: &[dlock::AcquireRequest],
-    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::Lease>>>>> {
+        reqs: &[dlock::backend::AcquireRequest],
+    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::backend::Lease>>>>> {
         self.inner.try_acquire_all(reqs).await
     }
 
-    fn values(&self) -> Option<&dyn dlock::ValueStore> {
+    fn values(&self) -> Option<&dyn dlock::backend::ValueStore> {
         if self.info.capabilities.values {
             self.inner.values()
         } else {

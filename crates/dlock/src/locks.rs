@@ -138,7 +138,7 @@ impl Locks {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
+    /// [`Error::InvalidArgument`] outside [`MIN_TTL`](crate::limits::MIN_TTL)..=[`MAX_TTL`](crate::limits::MAX_TTL).
     ///
     /// # Examples
     ///

@@ -14,6 +14,7 @@ use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
 pub(crate) mod url;
+pub mod wait;
 
 /// A lock store: Redis, SQLite, memory, …
 ///
@@ -37,7 +38,7 @@ pub(crate) mod url;
 ///   broken; they never silently succeed.
 /// - **Waiting**: `acquire` honours [`AcquireRequest::wait`] using the store's native wake-up
 ///   where it has one, falling back to polling with jittered backoff
-///   ([`wait::acquire_loop`](crate::wait::acquire_loop)).
+///   ([`wait::acquire_loop`]).
 /// - **Cancellation**: dropping the future returned by `acquire` never leaves the lock held
 ///   beyond its TTL, and releases it at once where the store allows.
 ///
@@ -252,6 +253,28 @@ pub enum Wait {
 }
 
 impl Wait {
+    /// Time left (zero once passed), or `None` for no deadline.
+    pub(crate) fn remaining(self) -> Option<Duration> {
+        match self {
+            Wait::No => Some(Duration::ZERO),
+            Wait::Until(at) => Some(at.saturating_duration_since(Instant::now())),
+            Wait::Forever => None,
+        }
+    }
+
+    pub(crate) fn passed(self) -> bool {
+        self.remaining().is_some_and(|left| left.is_zero())
+    }
+
+    /// The earlier of this wait's deadline and `at`.
+    pub(crate) fn cap(self, at: Instant) -> Wait {
+        match self {
+            Wait::No => Wait::No,
+            Wait::Until(own) => Wait::Until(own.min(at)),
+            Wait::Forever => Wait::Until(at),
+        }
+    }
+
     /// The deadline, if any (`No` is "now").
     pub fn deadline(self) -> Option<Instant> {
         match self {

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
     MonitorStore, ValueStore, Versioned,
@@ -18,7 +19,6 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 
 /// URL schemes served by this backend: `memory://` (the process-wide store) and
 /// `memory://NAME` (a separate process-wide store per name).
@@ -359,7 +359,7 @@ impl Store {
         let Some(expires_at) = now.checked_add(req.ttl) else {
             return Err(Error::invalid_argument("ttl", "overflows the clock"));
         };
-        let waits = req.wait != crate::Wait::No;
+        let waits = req.wait != crate::backend::Wait::No;
         if slot.holder.is_none() && slot.waiter_first(&req.token, req.fair, now) {
             if waits {
                 slot.enqueue(&req.token, now);
@@ -420,7 +420,7 @@ impl Backend for MemoryBackend {
         let mut leave = LeaveQueue {
             store,
             req,
-            armed: req.wait != crate::Wait::No,
+            armed: req.wait != crate::backend::Wait::No,
         };
         let acquired = acquire_loop(
             req.wait,

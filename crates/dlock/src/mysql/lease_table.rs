@@ -15,6 +15,7 @@ use sqlx::{AssertSqlSafe, MySqlPool, Row};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -23,7 +24,6 @@ use crate::sql_common::{
     LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
     detached_attempt, fence, ms, queued_hint,
 };
-use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use super::error::{from_sqlx, number};
 
@@ -361,7 +361,7 @@ async fn try_acquire(
     let _gate = spot.gate.lock().await;
     let start = Instant::now();
     let name = req.name.as_str();
-    let waits = req.wait != crate::Wait::No;
+    let waits = req.wait != crate::backend::Wait::No;
     let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
     let taken = take(&shared, &req, &mut conn).await?;
     let granted = |conn: sqlx::pool::PoolConnection<sqlx::MySql>, fence: i64| {

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use sqlx::mysql::MySqlPoolOptions;
 
+use crate::backend::wait::Backoff;
 use crate::backend::{BackendInfo, Capabilities};
 use crate::error::Result;
-use crate::wait::Backoff;
 
 use crate::sql_common::{SqlBackend, SqlParts, SqlStore};
 use error::BACKEND;

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::backend::wait::{Attempt, acquire_loop};
 use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -23,7 +24,6 @@ use crate::sql_common::{
     LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
     detached_attempt, fence, ms, queued_hint,
 };
-use crate::wait::{Attempt, acquire_loop};
 
 use super::error::from_sqlx;
 
@@ -421,7 +421,7 @@ async fn try_acquire(
 ) -> Result<Attempt> {
     let _gate = spot.gate.lock().await;
     let start = Instant::now();
-    let waits = req.wait != crate::Wait::No;
+    let waits = req.wait != crate::backend::Wait::No;
     let row = sqlx::query(AssertSqlSafe(shared.sql.acquire.clone()))
         .bind(req.name.as_str())
         .bind(&req.token)

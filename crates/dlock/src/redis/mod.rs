@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
     MonitorStore, ValueStore, Versioned, Wait,
@@ -26,7 +27,6 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use error::{BACKEND, bad_reply, map_timed};
 use node::Node;

@@ -17,13 +17,13 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{AcquireRequest, Backend, BackendInfo, Capabilities, Lease, Wait};
 use crate::error::{Error, Result};
 use crate::redis::error::{bad_reply, map};
 use crate::redis::node::Node;
 use crate::redis::wake::Waiter;
 use crate::redis::{ms, owner_field};
-use crate::wait::{Attempt, Backoff, acquire_loop};
 use lease::RedlockLease;
 
 /// URL schemes served by this backend.

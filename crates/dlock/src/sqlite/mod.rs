@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
     MonitorStore, ValueStore, Versioned,
@@ -30,7 +31,6 @@ use crate::backend::{
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::LockName;
-use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use client::Shared;
 use error::Error;
