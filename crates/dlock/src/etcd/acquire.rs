@@ -19,9 +19,10 @@ use super::error::{BACKEND, bad_reply, lease_gone, map};
 use super::first_by_create;
 use super::lease::EtcdLease;
 use super::lease_secs;
-use super::queue_rules::{Shape, Wanted};
+use super::queue_rules::{Wanted, key_base, queue_key};
 use super::revision;
 use super::{EtcdBackend, Inner, RETRY_MAX, RETRY_MIN};
+use crate::backend::queue_rules::QueueKind;
 
 /// Leases an acquire call has granted and not handed over yet; revoked (which deletes their
 /// keys) if the call ends without the lock, including when its future is dropped.
@@ -118,16 +119,16 @@ impl EtcdBackend {
         pending: &Pending,
     ) -> Result<Option<EtcdLease>> {
         let inner = &self.inner;
-        let shape = Shape::of(req.kind);
-        let prefix = shape.base(&inner.config.prefix, req.name.as_str());
+        let shape = QueueKind::of(req.kind);
+        let prefix = key_base(shape, &inner.config.prefix, req.name.as_str());
         let secs = lease_secs(req.ttl);
         let start = Instant::now();
         let (hold, granted) = inner.grant(secs).await?;
         pending.track(hold);
-        let key = shape.key(&prefix, hold);
+        let key = queue_key(shape, &prefix, hold);
         let put = || PutOptions::new().with_lease(hold);
 
-        if req.wait == Wait::No && matches!(shape, Shape::Exclusive) {
+        if req.wait == Wait::No && matches!(shape, QueueKind::Exclusive) {
             // Create the key only if the lock has no key at all: a busy try leaves nothing.
             let reply = inner
                 .raw_txn(
@@ -320,7 +321,7 @@ impl EtcdBackend {
     /// keeping our queue lease alive meanwhile.
     async fn wait_turn(
         &self,
-        shape: Shape,
+        shape: QueueKind,
         prefix: &[u8],
         my_rev: i64,
         queue_lease: i64,

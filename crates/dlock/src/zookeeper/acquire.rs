@@ -12,8 +12,7 @@ use crate::error::{Error, Result};
 
 use super::error::{BACKEND, map, session_lost};
 use super::lease::ZkLease;
-use super::queue_rules::Decision;
-use super::queue_rules::Turn;
+use super::queue_rules::decide;
 use super::queue_rules::node_data;
 use super::queue_rules::queue;
 use super::queue_rules::sequence;
@@ -21,6 +20,8 @@ use super::queue_rules::unix_ms;
 use super::session::Session;
 use super::session::sleep_until_opt;
 use super::{Inner, NODE_INFIX, NODE_PREFIX, RETRY_MAX, RETRY_MIN};
+use crate::backend::queue_rules::Decision;
+use crate::backend::queue_rules::QueueKind;
 
 /// Deletes a node, retrying through a suspended connection until the server has ended the
 /// session. A session this client gave up on (suspended past the safe window) may come back
@@ -63,9 +64,9 @@ pub(super) struct Node {
 pub(super) struct Waiter {
     pub(super) inner: Arc<Inner>,
     pub(super) dir: String,
-    /// Unique per acquire call; its first letter says the kind of hold (see [`Turn`]).
+    /// Unique per acquire call; its first letter says the kind of hold (see [`QueueKind`]).
     pub(super) tag: String,
-    pub(super) turn: Turn,
+    pub(super) turn: QueueKind,
     pub(super) node: Option<Node>,
     /// A create was sent in this session and its reply not read: the node may exist.
     pub(super) uncertain: Option<Arc<Session>>,
@@ -295,7 +296,7 @@ async fn attempt_in(
                 source: "the waiter's node disappeared".into(),
             });
         };
-        let watched = match waiter.turn.decide(&queue, position) {
+        let watched = match decide(waiter.turn, &queue, position) {
             Decision::SizeMismatch { asked, held_with } => {
                 waiter.leave().await;
                 return Err(Error::SizeMismatch {
@@ -310,7 +311,7 @@ async fn attempt_in(
                 };
                 return Ok(Some(ZkLease::start(node, req, checked)));
             }
-            Decision::WatchNode(_) | Decision::WatchChildren
+            Decision::WaitFor(_) | Decision::WaitForAnyLeave
                 if deadline.is_some_and(|at| at <= Instant::now()) =>
             {
                 waiter.leave().await;
@@ -318,7 +319,7 @@ async fn attempt_in(
             }
             // Watch only the node that must go: its end wakes one waiter, not the herd. If
             // that node was a waiter that gave up, the next listing finds the next one.
-            Decision::WatchNode(index) => {
+            Decision::WaitFor(index) => {
                 let ahead = format!("{}/{}", waiter.dir, queue[index].1);
                 let (stat, watcher) = session
                     .client
@@ -331,7 +332,7 @@ async fn attempt_in(
                 watcher
             }
             // Any node ahead leaving may be our turn (a permit or a reader place came free).
-            Decision::WatchChildren => {
+            Decision::WaitForAnyLeave => {
                 let (children, watcher) = session
                     .client
                     .list_and_watch_children(&waiter.dir)

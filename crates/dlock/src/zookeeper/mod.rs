@@ -24,12 +24,14 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
+use crate::backend::queue_rules::QueueKind;
 use acquire::Waiter;
 use acquire::attempt;
 use acquire::is_session_expired;
 use error::{BACKEND, map};
-use queue_rules::Turn;
+use queue_rules::dir_name;
 use queue_rules::encode_name;
+use queue_rules::new_tag;
 use session::Session;
 
 /// URL schemes served by this backend.
@@ -288,11 +290,11 @@ impl Backend for ZookeeperBackend {
             });
         }
         let deadline = req.wait.deadline();
-        let turn = Turn::of(req.kind);
+        let turn = QueueKind::of(req.kind);
         let mut waiter = Waiter {
             inner: self.inner.clone(),
-            dir: self.inner.dir(&turn.dir_name(req.name.as_str())),
-            tag: turn.new_tag(),
+            dir: self.inner.dir(&dir_name(turn, req.name.as_str())),
+            tag: new_tag(turn),
             turn,
             node: None,
             uncertain: None,

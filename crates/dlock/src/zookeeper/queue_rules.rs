@@ -3,42 +3,36 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::backend::LockKind;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
+use crate::backend::queue_rules::{Ahead, Decision, QueueKind};
 use crate::name::Owner;
 
 use super::{NODE_INFIX, NODE_PREFIX};
 
+/// Bytes a node name keeps as they are: `[A-Za-z0-9._~-]`; every other byte is `%XX`.
+const ESCAPED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'.');
+
 /// A lock name as one ZooKeeper node name: bytes outside `[A-Za-z0-9._~-]` as `%XX`, so
 /// slashes, spaces and characters ZooKeeper refuses in paths (emoji, controls) all fit, and
-/// names differing in case stay distinct.
+/// names differing in case stay distinct. A name of dots only (`.`, `..`) is escaped whole.
 pub(super) fn encode_name(name: &str) -> String {
-    let all_dots = name.bytes().all(|b| b == b'.');
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~') || (b == b'.' && !all_dots)
-        {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+    if name.bytes().all(|b| b == b'.') {
+        return "%2E".repeat(name.len());
     }
-    out
+    utf8_percent_encode(name, ESCAPED).to_string()
 }
 
+/// The lock name of a node name made by [`encode_name`]; `None` for one that is not.
 pub(super) fn decode_name(node: &str) -> Option<String> {
-    let bytes = node.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            out.push(u8::from_str_radix(node.get(i + 1..i + 3)?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_decode_str(node)
+        .decode_utf8()
+        .ok()
+        .map(|name| name.into_owned())
 }
 
 /// The sequence number of a dlock node name, `None` for anything else.
@@ -60,105 +54,44 @@ pub(super) fn queue(children: Vec<String>) -> Vec<(i64, String)> {
     queue
 }
 
-/// What an acquire call waits for in its directory's queue: the rule of the lock's kind.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Turn {
-    /// A mutex, or the write side of a read-write lock: first in line.
-    Exclusive,
-    /// A reader: no writer ahead (so a waiting writer holds back later readers), and fewer
-    /// than `max_readers` readers ahead.
-    Read { max_readers: u32 },
-    /// A writer of a read-write lock: first in line.
-    Write,
-    /// A permit: among the first `permits` in line.
-    Permit { permits: u32 },
+/// The first letter of a node's tag. Mutex tags are hex, so never `r`, `w` or `p`.
+fn tag_letter(kind: QueueKind) -> &'static str {
+    match kind {
+        QueueKind::Exclusive => "",
+        QueueKind::Read { .. } => "r",
+        QueueKind::Write => "w",
+        QueueKind::Permit { .. } => "p",
+    }
 }
 
-/// What to do after looking at the queue.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Decision {
-    Granted,
-    /// Wait for the node at this index to go.
-    WatchNode(usize),
-    /// Wait for any change of the directory.
-    WatchChildren,
-    /// A semaphore's earlier node asks for another number of permits.
-    SizeMismatch {
-        asked: u32,
-        held_with: u32,
-    },
+/// The directory of the lock: read-write locks and semaphores live beside the mutexes of the
+/// same name (a NUL, never part of a lock name, keeps them apart).
+pub(super) fn dir_name(kind: QueueKind, name: &str) -> String {
+    match kind.family() {
+        None => name.to_owned(),
+        Some(family) => format!("{name}\0{family}"),
+    }
 }
 
-impl Turn {
-    pub(super) fn of(kind: LockKind) -> Turn {
-        match kind {
-            LockKind::Read { max_readers } => Turn::Read { max_readers },
-            LockKind::Write => Turn::Write,
-            LockKind::Permit { permits } => Turn::Permit { permits },
-            _ => Turn::Exclusive,
-        }
-    }
+/// The queue rule of `kind` for the node at `position` of `queue`.
+pub(super) fn decide(kind: QueueKind, queue: &[(i64, String)], position: usize) -> Decision {
+    let ahead: Vec<Ahead> = queue[..position]
+        .iter()
+        .map(|(_, child)| Ahead {
+            writer: is_writer(child),
+            permit_size: permit_size(child),
+        })
+        .collect();
+    kind.decide(&ahead)
+}
 
-    /// The first letter of a node's tag. Mutex tags are hex, so never `r`, `w` or `p`.
-    fn tag_letter(self) -> &'static str {
-        match self {
-            Turn::Exclusive => "",
-            Turn::Read { .. } => "r",
-            Turn::Write => "w",
-            Turn::Permit { .. } => "p",
-        }
-    }
-
-    /// The directory of the lock: read-write locks and semaphores live beside the mutexes of
-    /// the same name (a NUL, never part of a lock name, keeps them apart).
-    pub(super) fn dir_name(self, name: &str) -> String {
-        match self {
-            Turn::Exclusive => name.to_owned(),
-            Turn::Read { .. } | Turn::Write => format!("{name}\0rw"),
-            Turn::Permit { .. } => format!("{name}\0sem"),
-        }
-    }
-
-    pub(super) fn decide(self, queue: &[(i64, String)], position: usize) -> Decision {
-        let limit = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
-        match self {
-            Turn::Exclusive | Turn::Write if position == 0 => Decision::Granted,
-            Turn::Exclusive | Turn::Write => Decision::WatchNode(position - 1),
-            Turn::Read { max_readers } => {
-                let writer = queue[..position]
-                    .iter()
-                    .rposition(|(_, child)| is_writer(child));
-                match writer {
-                    Some(index) => Decision::WatchNode(index),
-                    None if position < limit(max_readers) => Decision::Granted,
-                    None => Decision::WatchChildren,
-                }
-            }
-            Turn::Permit { permits } => {
-                // Of two calls with different sizes the later sees the earlier's node.
-                let other = queue[..position]
-                    .iter()
-                    .find_map(|(_, child)| permit_size(child).filter(|&size| size != permits));
-                match other {
-                    Some(held_with) => Decision::SizeMismatch {
-                        asked: permits,
-                        held_with,
-                    },
-                    None if position < limit(permits) => Decision::Granted,
-                    None => Decision::WatchChildren,
-                }
-            }
-        }
-    }
-
-    /// A fresh tag for one acquire call: the kind's letter, a unique id, and for a permit
-    /// its semaphore's size (`p<uuid>n<permits>`), so every call can check the others'.
-    pub(super) fn new_tag(self) -> String {
-        let id = uuid::Uuid::new_v4().simple();
-        match self {
-            Turn::Permit { permits } => format!("p{id}n{permits}"),
-            _ => format!("{}{id}", self.tag_letter()),
-        }
+/// A fresh tag for one acquire call: the kind's letter, a unique id, and for a permit its
+/// semaphore's size (`p<uuid>n<permits>`), so every call can check the others'.
+pub(super) fn new_tag(kind: QueueKind) -> String {
+    let id = uuid::Uuid::new_v4().simple();
+    match kind {
+        QueueKind::Permit { permits } => format!("p{id}n{permits}"),
+        _ => format!("{}{id}", tag_letter(kind)),
     }
 }
 
