@@ -440,6 +440,25 @@ impl std::fmt::Display for HoldKind {
     }
 }
 
+/// What [`MonitorStore::list_page`] is asked for: held locks whose names start with `prefix`,
+/// after `cursor` (the previous page's [`ListPage::cursor`]), at most `limit` of them.
+///
+/// # Examples
+///
+/// ```
+/// let query = dlock::backend::ListQuery { prefix: "jobs/", cursor: None, limit: 100 };
+/// assert_eq!(query.limit, 100);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListQuery<'a> {
+    /// Names starting with this.
+    pub prefix: &'a str,
+    /// Where the previous page ended; `None` for the first page.
+    pub cursor: Option<&'a str>,
+    /// The most entries this page may hold.
+    pub limit: usize,
+}
+
 /// One page of [`MonitorStore::list_page`].
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
@@ -481,8 +500,7 @@ pub trait MonitorStore: Send + Sync {
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
-    async fn list_page(&self, prefix: &str, cursor: Option<&str>, limit: usize)
-    -> Result<ListPage>;
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage>;
 
     /// Frees the lock whoever holds it; the fence counter is kept, so the next holder still
     /// gets a greater token. Returns whether it was held.

@@ -5,7 +5,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
 
-use crate::backend::{ListPage, LockInfo, MonitorStore};
+use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
@@ -71,12 +71,12 @@ impl MonitorStore for EtcdBackend {
         }
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let ListQuery {
+            prefix,
+            cursor,
+            limit,
+        } = query;
         let root = self.inner.config.prefix.as_bytes();
         let mut scan_from = root.to_vec();
         scan_from.extend_from_slice(prefix.as_bytes());

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
+    LockInfo, MonitorStore, ValueStore, Versioned,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -509,12 +509,12 @@ impl MonitorStore for MemoryBackend {
         }))
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let ListQuery {
+            prefix,
+            cursor,
+            limit,
+        } = query;
         let mut slots = self.store.slots();
         let now = Instant::now();
         let mut names: Vec<&String> = slots

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::wait::{Attempt, acquire_loop};
-use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo, MonitorStore};
+use crate::backend::{AcquireRequest, Lease, ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
@@ -265,12 +265,12 @@ impl MonitorStore for LeaseStore {
         row.map(|r| to_info(&r)).transpose()
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let ListQuery {
+            prefix,
+            cursor,
+            limit,
+        } = query;
         let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
         let rows = sqlx::query(AssertSqlSafe(self.shared.sql.list.clone()))
             .bind(prefix)

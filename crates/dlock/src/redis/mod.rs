@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
+    LockInfo, MonitorStore, ValueStore, Versioned, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -633,12 +633,12 @@ impl MonitorStore for RedisBackend {
         lock_info(name.as_str().to_owned(), reply)
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let ListQuery {
+            prefix,
+            cursor,
+            limit,
+        } = query;
         let mut conn = self.inner.conn.clone();
         let pattern = scripts::scan_pattern(&self.inner.config.prefix, prefix);
         let key_prefix = scripts::lock_key(&self.inner.config.prefix, "");

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Expect, Lease, ListPage, LockInfo, MonitorStore,
-    ValueStore, Versioned,
+    AcquireRequest, Backend, BackendInfo, Expect, Lease, ListPage, ListQuery, LockInfo,
+    MonitorStore, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::name::LockName;
@@ -83,14 +83,9 @@ impl<T: SqlBackend> MonitorStore for T {
         self.parts().store.inspection(T::NAME)?.inspect(name).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
         let store = self.parts().store.inspection(T::NAME)?;
-        store.list_page(prefix, cursor, limit).await
+        store.list_page(query).await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {

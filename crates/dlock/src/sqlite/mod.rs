@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
+    LockInfo, MonitorStore, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::fence::FencingToken;
@@ -408,12 +408,12 @@ impl MonitorStore for SqliteBackend {
             .await?)
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let ListQuery {
+            prefix,
+            cursor,
+            limit,
+        } = query;
         let prefix = prefix.to_owned();
         let cursor = cursor.unwrap_or_default().to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use crate::backend::{ListPage, LockInfo, MonitorStore};
+use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
@@ -81,12 +81,12 @@ impl MonitorStore for ZookeeperBackend {
         inspect_dir(&session, name.as_str(), &self.inner.dir(name.as_str())).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let ListQuery {
+            prefix,
+            cursor,
+            limit,
+        } = query;
         let session = self.inner.session().await?;
         let root = &self.inner.config.chroot;
         // ZooKeeper lists a node's children in one reply; the page is cut from it here.
