@@ -72,11 +72,7 @@ impl MonitorStore for EtcdBackend {
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let ListQuery {
-            prefix,
-            cursor,
-            limit,
-        } = query;
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let root = self.inner.config.prefix.as_bytes();
         let mut scan_from = root.to_vec();
         scan_from.extend_from_slice(prefix.as_bytes());

@@ -282,11 +282,7 @@ impl MonitorStore for LeaseStore {
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let ListQuery {
-            prefix,
-            cursor,
-            limit,
-        } = query;
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
         let rows = sqlx::query(AssertSqlSafe(self.shared.sql.list.clone()))
             .bind(prefix)

@@ -634,11 +634,7 @@ impl MonitorStore for RedisBackend {
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let ListQuery {
-            prefix,
-            cursor,
-            limit,
-        } = query;
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let mut conn = self.inner.conn.clone();
         let pattern = scripts::scan_pattern(&self.inner.config.prefix, prefix);
         let key_prefix = scripts::lock_key(&self.inner.config.prefix, "");

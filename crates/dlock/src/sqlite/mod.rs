@@ -409,11 +409,7 @@ impl MonitorStore for SqliteBackend {
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let ListQuery {
-            prefix,
-            cursor,
-            limit,
-        } = query;
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let prefix = prefix.to_owned();
         let cursor = cursor.unwrap_or_default().to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);

@@ -82,11 +82,7 @@ impl MonitorStore for ZookeeperBackend {
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let ListQuery {
-            prefix,
-            cursor,
-            limit,
-        } = query;
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let session = self.inner.session().await?;
         let root = &self.inner.config.chroot;
         // ZooKeeper lists a node's children in one reply; the page is cut from it here.
