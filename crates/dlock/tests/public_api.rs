@@ -78,6 +78,10 @@ fn collect(module: &str, items: &[Item], out: &mut BTreeSet<String>) {
                     {
                         out.insert(format!("{module} impl {target} {}", signature(&f.sig)));
                     }
+                    // Methods a macro writes: the call here, the macro's text below.
+                    if let ImplItem::Macro(m) = item {
+                        out.insert(format!("{module} impl {target} {}", text(&m.mac)));
+                    }
                     if let ImplItem::Const(c) = item
                         && is_pub(&c.vis)
                     {
@@ -99,10 +103,24 @@ fn collect(module: &str, items: &[Item], out: &mut BTreeSet<String>) {
                 if exported {
                     out.insert(format!("{module} macro {}", text(&m.ident)));
                 }
+                // A macro may write public methods (builder setters): any change to its text
+                // changes this line.
+                out.insert(format!(
+                    "{module} macro_rules {} {:016x}",
+                    text(&m.ident),
+                    fnv1a(&text(&m.mac.tokens))
+                ));
             }
             _ => {}
         }
     }
+}
+
+/// FNV-1a: a digest that stays the same across Rust releases (std's hasher does not promise to).
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The module path of a source file: `src/redis/mod.rs` → `dlock::redis`.

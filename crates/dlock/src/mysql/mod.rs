@@ -77,56 +77,12 @@ pub struct MysqlBuilder {
 }
 
 impl MysqlBuilder {
-    /// A builder for the database at `url` (a driver URL: no dlock options), other options
-    /// at their defaults.
-    pub fn new(url: impl Into<String>) -> MysqlBuilder {
-        MysqlBuilder {
-            config: MysqlConfig {
-                url: url.into(),
-                ..MysqlConfig::default()
-            },
-        }
-    }
-
-    /// A builder from a full config.
-    pub fn from_config(config: MysqlConfig) -> MysqlBuilder {
-        MysqlBuilder { config }
-    }
-
-    /// See [`MysqlConfig::mode`].
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.config.mode = mode;
-        self
-    }
-
-    /// See [`MysqlConfig::table`].
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.config.table = Some(table.into());
-        self
-    }
-
-    /// See [`MysqlConfig::max_connections`].
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.config.max_connections = Some(max);
-        self
-    }
-
-    /// See [`MysqlConfig::connect_timeout`].
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
+    crate::sql_common::sql_builder_setters!(MysqlConfig);
 
     /// See [`MysqlConfig::poll_min`] and [`MysqlConfig::poll_max`].
     pub fn poll(mut self, min: Duration, max: Duration) -> Self {
         self.config.poll_min = min;
         self.config.poll_max = max;
-        self
-    }
-
-    /// See [`MysqlConfig::check_interval`].
-    pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.config.check_interval = interval;
         self
     }
 

@@ -76,51 +76,7 @@ pub struct PostgresBuilder {
 }
 
 impl PostgresBuilder {
-    /// A builder for the database at `url` (a driver URL: no dlock options), other options
-    /// at their defaults.
-    pub fn new(url: impl Into<String>) -> PostgresBuilder {
-        PostgresBuilder {
-            config: PostgresConfig {
-                url: url.into(),
-                ..PostgresConfig::default()
-            },
-        }
-    }
-
-    /// A builder from a full config.
-    pub fn from_config(config: PostgresConfig) -> PostgresBuilder {
-        PostgresBuilder { config }
-    }
-
-    /// See [`PostgresConfig::mode`].
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.config.mode = mode;
-        self
-    }
-
-    /// See [`PostgresConfig::table`].
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.config.table = Some(table.into());
-        self
-    }
-
-    /// See [`PostgresConfig::max_connections`].
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.config.max_connections = Some(max);
-        self
-    }
-
-    /// See [`PostgresConfig::connect_timeout`].
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
-
-    /// See [`PostgresConfig::check_interval`].
-    pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.config.check_interval = interval;
-        self
-    }
+    crate::sql_common::sql_builder_setters!(PostgresConfig);
 
     /// Connects, and creates the table if it is missing (or checks that it is dlock's).
     ///
