@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod queue_rules;
 pub(crate) mod url;
 pub mod wait;

@@ -7,6 +7,18 @@
 //!   `max_readers` readers ahead; it waits for the nearest writer ahead, or else any leave;
 //! - a permit: fewer than `permits` entries ahead; it waits for any leave. Every permit entry
 //!   carries its semaphore's size, and an entry ahead with another size refuses the call.
+// Shared by etcd and ZooKeeper, each using part of it (the full build uses all of it).
+#![cfg_attr(
+    not(all(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "etcd",
+        feature = "zookeeper"
+    )),
+    allow(dead_code, unused_imports)
+)]
 
 use crate::backend::LockKind;
 

@@ -17,7 +17,9 @@ pub use options::Mode;
 pub(crate) use attempt::{detached_attempt, fence, ms};
 pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
 pub(crate) use error::{ServerFailure, from_driver};
-pub(crate) use options::{DLOCK_OPTIONS, Options, default_max_connections, split_url};
+#[cfg(feature = "mysql")]
+pub(crate) use options::DLOCK_OPTIONS;
+pub(crate) use options::{Options, default_max_connections, split_url};
 pub(crate) use queue::{
     LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
 };
