@@ -5,6 +5,11 @@ use std::sync::Arc;
 use dlock::Locks;
 use futures::future::BoxFuture;
 
+use crate::server::{
+    Etcd, EtcdCluster, Redis, RedisNodes, RedisReplicaSet, ServerProcess, Zookeeper,
+    ZookeeperEnsemble,
+};
+
 /// One backend under test. Each call to [`connect`](Fixture::connect) must return a new,
 /// independent client (its own connection, keeper and reentrancy identity) of the same store.
 pub trait Fixture: Send + Sync + 'static {
@@ -103,11 +108,11 @@ impl Fixture for MinimalFixture {
     fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
         Box::pin(async move {
             let inner = dlock::connect(&self.url).await?;
-            let mut capabilities = dlock::Capabilities::none();
+            let mut capabilities = dlock::backend::Capabilities::none();
             capabilities.native_wait = true;
             Ok(Locks::new(Masked {
                 inner: inner.backend().clone(),
-                info: dlock::BackendInfo::new("minimal", capabilities),
+                info: dlock::backend::BackendInfo::new("minimal", capabilities),
             }))
         })
     }
@@ -120,25 +125,25 @@ impl Fixture for MinimalFixture {
 /// A backend that forwards to another but claims fewer capabilities.
 #[derive(Debug)]
 struct Masked {
-    inner: dlock::DynBackend,
-    info: dlock::BackendInfo,
+    inner: dlock::backend::DynBackend,
+    info: dlock::backend::BackendInfo,
 }
 
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl dlock::Backend for Masked {
-    fn info(&self) -> &dlock::BackendInfo {
+impl dlock::backend::Backend for Masked {
+    fn info(&self) -> &dlock::backend::BackendInfo {
         &self.info
     }
 
     async fn acquire(
         &self,
-        req: &dlock::AcquireRequest,
-    ) -> dlock::Result<Option<Arc<dyn dlock::Lease>>> {
+        req: &dlock::backend::AcquireRequest,
+    ) -> dlock::Result<Option<Arc<dyn dlock::backend::Lease>>> {
         self.inner.acquire(req).await
     }
 
-    fn monitor(&self) -> Option<&dyn dlock::MonitorStore> {
+    fn monitor(&self) -> Option<&dyn dlock::backend::MonitorStore> {
         if self.info.capabilities.monitor {
             self.inner.monitor()
         } else {
@@ -148,12 +153,12 @@ impl dlock::Backend for Masked {
 
     async fn try_acquire_all(
         &self,
-        reqs: &[dlock::AcquireRequest],
-    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::Lease>>>>> {
+        reqs: &[dlock::backend::AcquireRequest],
+    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::backend::Lease>>>>> {
         self.inner.try_acquire_all(reqs).await
     }
 
-    fn values(&self) -> Option<&dyn dlock::ValueStore> {
+    fn values(&self) -> Option<&dyn dlock::backend::ValueStore> {
         if self.info.capabilities.values {
             self.inner.values()
         } else {
@@ -282,114 +287,6 @@ impl<K: SqlServer> Fixture for SqlFixture<K> {
     }
 }
 
-/// A real `redis-server` started by the test kit on a free loopback port.
-#[derive(Debug)]
-pub struct RedisFixture {
-    server: std::sync::Mutex<crate::server::ServerProcess>,
-    url: String,
-}
-
-impl RedisFixture {
-    /// Starts a server; `Ok(None)` when `redis-server` is not installed and not required
-    /// (`DLOCK_TEST_REQUIRE`), so the caller can say it skipped the backend.
-    ///
-    /// # Errors
-    ///
-    /// The server could not start, or is required and missing.
-    pub fn start() -> anyhow::Result<Option<Arc<RedisFixture>>> {
-        use crate::server::{Redis, ServerProcess};
-        Ok(
-            unless_missing("redis", ServerProcess::start(Redis::default()))?.map(|server| {
-                let url = format!("redis://{}", server.addr());
-                Arc::new(RedisFixture {
-                    server: std::sync::Mutex::new(server),
-                    url,
-                })
-            }),
-        )
-    }
-
-    /// The server's address.
-    pub fn addr(&self) -> std::net::SocketAddr {
-        self.server().addr()
-    }
-
-    /// The server process, for fault injection (pause, kill, restart).
-    pub fn server(&self) -> std::sync::MutexGuard<'_, crate::server::ServerProcess> {
-        self.server
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl Fixture for RedisFixture {
-    fn backend(&self) -> &'static str {
-        "redis"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-}
-
-/// A real Redis primary with a real replica behind one stable address (the test kit's
-/// [`RedisReplicaSet`](crate::server::RedisReplicaSet)): the Redis fixture for faults that
-/// lose only part of the data, a failover to a lagging replica and a restart from an older
-/// snapshot.
-#[derive(Debug)]
-pub struct RedisReplicaFixture {
-    set: std::sync::Mutex<crate::server::RedisReplicaSet>,
-    url: String,
-}
-
-impl RedisReplicaFixture {
-    /// Starts both servers; `Ok(None)` when `redis-server` is not installed and not required.
-    ///
-    /// # Errors
-    ///
-    /// A server could not start, the replica did not sync, or Redis is required and missing.
-    pub fn start() -> anyhow::Result<Option<Arc<RedisReplicaFixture>>> {
-        let set = unless_missing("redis", crate::server::RedisReplicaSet::start())?;
-        Ok(set.map(|set| {
-            let url = format!("redis://{}", set.addr());
-            Arc::new(RedisReplicaFixture {
-                set: std::sync::Mutex::new(set),
-                url,
-            })
-        }))
-    }
-
-    /// The stable address clients use.
-    pub fn addr(&self) -> std::net::SocketAddr {
-        self.set().addr()
-    }
-
-    /// The servers, for faults.
-    pub fn set(&self) -> std::sync::MutexGuard<'_, crate::server::RedisReplicaSet> {
-        self.set
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl Fixture for RedisReplicaFixture {
-    fn backend(&self) -> &'static str {
-        "redis"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-}
-
 /// A started server, or `None` when its binary is missing and the run does not require the
 /// backend (`DLOCK_TEST_REQUIRE`): the caller then reports the backend as not tested.
 fn unless_missing<T>(
@@ -400,6 +297,7 @@ fn unless_missing<T>(
     let server = match backend {
         "redlock" => "redis",
         "etcd-cluster" => "etcd",
+        "zookeeper-ensemble" => "zookeeper",
         other => other,
     };
     match started {
@@ -414,36 +312,132 @@ fn unless_missing<T>(
     }
 }
 
-/// Redlock over five real `redis-server` processes started by the test kit.
-#[derive(Debug)]
-pub struct RedlockFixture {
-    nodes: std::sync::Mutex<crate::server::RedisNodes>,
+/// A store the test kit started as child processes: the processes (`H`: one server, or a
+/// cluster), the URL its clients use, and the backend's name. `K` names the store, so the
+/// fixtures of one kind of handle are distinct types. One generic fixture for every server
+/// store; each gets its own `start`.
+pub struct ServerFixture<K, H = ServerProcess> {
+    backend: &'static str,
+    servers: std::sync::Mutex<H>,
     url: String,
+    store: std::marker::PhantomData<fn() -> K>,
 }
 
-impl RedlockFixture {
-    /// Starts `n` servers; `Ok(None)` when `redis-server` is not installed and not required.
+impl<K, H: std::fmt::Debug> std::fmt::Debug for ServerFixture<K, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerFixture")
+            .field("backend", &self.backend)
+            .field("servers", &self.servers)
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl<K, H> ServerFixture<K, H> {
+    fn new(backend: &'static str, servers: H, url: String) -> Arc<Self> {
+        Arc::new(ServerFixture {
+            backend,
+            servers: std::sync::Mutex::new(servers),
+            url,
+            store: std::marker::PhantomData,
+        })
+    }
+
+    /// The processes, for fault injection (pause, kill, restart, fail over).
+    pub fn server(&self) -> std::sync::MutexGuard<'_, H> {
+        self.servers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl<K: 'static, H: Send + 'static> Fixture for ServerFixture<K, H> {
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
+/// A real `redis-server` on a free loopback port.
+pub type RedisFixture = ServerFixture<Redis>;
+/// A real Redis primary with a real replica behind one stable address
+/// ([`RedisReplicaSet`]): for faults that lose part of the data (a failover to a lagging
+/// replica, a restart from an older snapshot).
+pub type RedisReplicaFixture = ServerFixture<RedisReplicaSet, RedisReplicaSet>;
+/// Redlock over real `redis-server` processes.
+pub type RedlockFixture = ServerFixture<RedisNodes, RedisNodes>;
+/// A real single-member etcd on free loopback ports.
+pub type EtcdFixture = ServerFixture<Etcd>;
+/// A real 3-member etcd cluster on loopback; clients get every member's address.
+pub type EtcdClusterFixture = ServerFixture<EtcdCluster, EtcdCluster>;
+/// A standalone ZooKeeper server; locks under a chroot of their own.
+pub type ZookeeperFixture = ServerFixture<Zookeeper>;
+/// A 3-node ZooKeeper ensemble on loopback ports; clients get all three addresses.
+pub type ZookeeperEnsembleFixture = ServerFixture<ZookeeperEnsemble, ZookeeperEnsemble>;
+
+// Each `start` returns `Ok(None)` when the store's server is not installed and the run does not
+// require it (`DLOCK_TEST_REQUIRE`), so the caller can say it skipped the backend; an error when
+// a server could not start, or is required and missing.
+
+impl RedisFixture {
+    /// Starts a server.
     ///
     /// # Errors
     ///
-    /// A server could not start, or is required and missing.
-    pub fn start(n: usize) -> anyhow::Result<Option<Arc<RedlockFixture>>> {
-        use crate::server::RedisNodes;
-        let Some(nodes) = unless_missing("redlock", RedisNodes::start(n))? else {
-            return Ok(None);
-        };
-        let url = redlock_url(&nodes.addrs());
-        Ok(Some(Arc::new(RedlockFixture {
-            nodes: std::sync::Mutex::new(nodes),
-            url,
-        })))
+    /// See above.
+    pub fn start() -> anyhow::Result<Option<Arc<RedisFixture>>> {
+        let server = unless_missing("redis", ServerProcess::start(Redis::default()))?;
+        Ok(server.map(|server| {
+            let url = format!("redis://{}", server.addr());
+            ServerFixture::new("redis", server, url)
+        }))
     }
 
-    /// The servers, for fault injection (pause, kill, restart one node).
-    pub fn nodes(&self) -> std::sync::MutexGuard<'_, crate::server::RedisNodes> {
-        self.nodes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The server's address.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.server().addr()
+    }
+}
+
+impl RedisReplicaFixture {
+    /// Starts both servers and waits for the replica to sync.
+    ///
+    /// # Errors
+    ///
+    /// See above; also a replica that did not sync.
+    pub fn start() -> anyhow::Result<Option<Arc<RedisReplicaFixture>>> {
+        let set = unless_missing("redis", RedisReplicaSet::start())?;
+        Ok(set.map(|set| {
+            let url = format!("redis://{}", set.addr());
+            ServerFixture::new("redis", set, url)
+        }))
+    }
+
+    /// The stable address clients use.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.server().addr()
+    }
+}
+
+impl RedlockFixture {
+    /// Starts `n` servers.
+    ///
+    /// # Errors
+    ///
+    /// See above.
+    pub fn start(n: usize) -> anyhow::Result<Option<Arc<RedlockFixture>>> {
+        let nodes = unless_missing("redlock", RedisNodes::start(n))?;
+        Ok(nodes.map(|nodes| {
+            let url = redlock_url(&nodes.addrs());
+            ServerFixture::new("redlock", nodes, url)
+        }))
     }
 }
 
@@ -453,112 +447,33 @@ pub fn redlock_url(addrs: &[std::net::SocketAddr]) -> String {
     format!("redlock://{}", nodes.join(","))
 }
 
-impl Fixture for RedlockFixture {
-    fn backend(&self) -> &'static str {
-        "redlock"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-}
-
-/// A real single-member etcd started by the test kit on free loopback ports.
-#[derive(Debug)]
-pub struct EtcdFixture {
-    server: std::sync::Mutex<crate::server::ServerProcess>,
-    url: String,
-}
-
 impl EtcdFixture {
-    /// Starts a member; `Ok(None)` when `etcd` is not installed and not required
-    /// (`DLOCK_TEST_REQUIRE`), so the caller can say it skipped the backend.
+    /// Starts a member.
     ///
     /// # Errors
     ///
-    /// The server could not start, or is required and missing.
+    /// See above.
     pub fn start() -> anyhow::Result<Option<Arc<EtcdFixture>>> {
-        use crate::server::{Etcd, ServerProcess};
-        let Some(server) = unless_missing("etcd", ServerProcess::start(Etcd::single()?))? else {
-            return Ok(None);
-        };
-        let url = format!("etcd://{}", server.addr());
-        Ok(Some(Arc::new(EtcdFixture {
-            server: std::sync::Mutex::new(server),
-            url,
-        })))
+        let server = unless_missing("etcd", ServerProcess::start(Etcd::single()?))?;
+        Ok(server.map(|server| {
+            let url = format!("etcd://{}", server.addr());
+            ServerFixture::new("etcd", server, url)
+        }))
     }
-
-    /// The server process, for fault injection (pause, kill, restart).
-    pub fn server(&self) -> std::sync::MutexGuard<'_, crate::server::ServerProcess> {
-        self.server
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl Fixture for EtcdFixture {
-    fn backend(&self) -> &'static str {
-        "etcd"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-}
-
-/// A real 3-member etcd cluster on loopback; clients get every member's address.
-#[derive(Debug)]
-pub struct EtcdClusterFixture {
-    cluster: std::sync::Mutex<crate::server::EtcdCluster>,
-    url: String,
 }
 
 impl EtcdClusterFixture {
-    /// Starts three members; `Ok(None)` when `etcd` is not installed and not required.
+    /// Starts three members.
     ///
     /// # Errors
     ///
-    /// A member could not start, or `etcd` is required and missing.
+    /// See above.
     pub fn start() -> anyhow::Result<Option<Arc<EtcdClusterFixture>>> {
-        use crate::server::EtcdCluster;
-        let Some(cluster) = unless_missing("etcd-cluster", EtcdCluster::start(3))? else {
-            return Ok(None);
-        };
-        let url = cluster.url();
-        Ok(Some(Arc::new(EtcdClusterFixture {
-            cluster: std::sync::Mutex::new(cluster),
-            url,
-        })))
-    }
-
-    /// The members, for fault injection (kill the leader, pause one).
-    pub fn cluster(&self) -> std::sync::MutexGuard<'_, crate::server::EtcdCluster> {
-        self.cluster
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl Fixture for EtcdClusterFixture {
-    fn backend(&self) -> &'static str {
-        "etcd-cluster"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
+        let cluster = unless_missing("etcd-cluster", EtcdCluster::start(3))?;
+        Ok(cluster.map(|cluster| {
+            let url = cluster.url();
+            ServerFixture::new("etcd-cluster", cluster, url)
+        }))
     }
 }
 
@@ -568,141 +483,56 @@ impl Fixture for EtcdClusterFixture {
 /// lost (after 2/5 of it) and reports watchdog locks uncertain, then lost.
 pub const ZOOKEEPER_TEST_SESSION: &str = "3s";
 
-/// A standalone ZooKeeper server started by the test kit; locks under a chroot of their own.
-#[derive(Debug)]
-pub struct ZookeeperFixture {
-    server: std::sync::Mutex<crate::server::ServerProcess>,
-    url: String,
+/// The URL of a ZooKeeper fixture whose servers answer at `connect_string`.
+fn zookeeper_url(connect_string: &str) -> String {
+    format!("zk://{connect_string}/dlock-test?session_timeout={ZOOKEEPER_TEST_SESSION}")
+}
+
+/// ZooKeeper needs its jar (and a JVM) besides a binary: a missing jar is "not installed" too.
+fn unless_zookeeper_missing<T>(
+    backend: &str,
+    start: impl FnOnce() -> Result<T, crate::server::ServerError>,
+) -> anyhow::Result<Option<T>> {
+    if !crate::server::zookeeper_installed() {
+        if crate::server::required("zookeeper") {
+            anyhow::bail!("zookeeper is required but its jar is not installed");
+        }
+        eprintln!(
+            "{backend}: not tested (its jar is not installed: apt-get install zookeeper); \
+             set DLOCK_TEST_REQUIRE=zookeeper to fail instead"
+        );
+        return Ok(None);
+    }
+    unless_missing(backend, start())
 }
 
 impl ZookeeperFixture {
-    /// Starts a server; `Ok(None)` when ZooKeeper (or a JVM) is not installed and not required
-    /// (`DLOCK_TEST_REQUIRE`), so the caller can say it skipped the backend.
+    /// Starts a server.
     ///
     /// # Errors
     ///
-    /// The server could not start, or is required and missing.
+    /// See above.
     pub fn start() -> anyhow::Result<Option<Arc<ZookeeperFixture>>> {
-        use crate::server::{ServerProcess, Zookeeper, required, zookeeper_installed};
-        let missing = |reason: String| -> anyhow::Result<Option<Arc<ZookeeperFixture>>> {
-            if required("zookeeper") {
-                anyhow::bail!("zookeeper is required but {reason}");
-            }
-            eprintln!(
-                "zookeeper: not tested ({reason}); set DLOCK_TEST_REQUIRE=zookeeper to fail instead"
-            );
-            Ok(None)
-        };
-        if !zookeeper_installed() {
-            return missing("its jar is not installed (apt-get install zookeeper)".into());
-        }
-        match ServerProcess::start(Zookeeper::default()) {
-            Ok(server) => {
-                let url = format!(
-                    "zk://{}/dlock-test?session_timeout={ZOOKEEPER_TEST_SESSION}",
-                    server.addr()
-                );
-                Ok(Some(Arc::new(ZookeeperFixture {
-                    server: std::sync::Mutex::new(server),
-                    url,
-                })))
-            }
-            Err(error) if error.is_not_found() => missing(error.to_string()),
-            Err(error) => Err(error.into()),
-        }
+        let server =
+            unless_zookeeper_missing("zookeeper", || ServerProcess::start(Zookeeper::default()))?;
+        Ok(server.map(|server| {
+            let url = zookeeper_url(&server.addr().to_string());
+            ServerFixture::new("zookeeper", server, url)
+        }))
     }
-
-    /// The server process, for fault injection (pause, kill, restart).
-    pub fn server(&self) -> std::sync::MutexGuard<'_, crate::server::ServerProcess> {
-        self.server
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The fixture's URL.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-}
-
-impl Fixture for ZookeeperFixture {
-    fn backend(&self) -> &'static str {
-        "zookeeper"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-}
-
-/// A 3-node ZooKeeper ensemble on loopback ports; clients get all three addresses.
-#[derive(Debug)]
-pub struct ZookeeperEnsembleFixture {
-    ensemble: std::sync::Mutex<crate::server::ZookeeperEnsemble>,
-    url: String,
 }
 
 impl ZookeeperEnsembleFixture {
-    /// Starts the ensemble; `Ok(None)` when ZooKeeper is not installed and not required.
+    /// Starts the ensemble.
     ///
     /// # Errors
     ///
-    /// The servers could not start, or are required and missing.
+    /// See above.
     pub fn start() -> anyhow::Result<Option<Arc<ZookeeperEnsembleFixture>>> {
-        use crate::server::{ZookeeperEnsemble, required, zookeeper_installed};
-        let missing = |reason: String| -> anyhow::Result<Option<Arc<ZookeeperEnsembleFixture>>> {
-            if required("zookeeper") {
-                anyhow::bail!("zookeeper is required but {reason}");
-            }
-            eprintln!("zookeeper-ensemble: not tested ({reason})");
-            Ok(None)
-        };
-        if !zookeeper_installed() {
-            return missing("its jar is not installed (apt-get install zookeeper)".into());
-        }
-        match ZookeeperEnsemble::start() {
-            Ok(ensemble) => {
-                let url = format!(
-                    "zk://{}/dlock-test?session_timeout={ZOOKEEPER_TEST_SESSION}",
-                    ensemble.connect_string()
-                );
-                Ok(Some(Arc::new(ZookeeperEnsembleFixture {
-                    ensemble: std::sync::Mutex::new(ensemble),
-                    url,
-                })))
-            }
-            Err(error) if error.is_not_found() => missing(error.to_string()),
-            Err(error) => Err(error.into()),
-        }
-    }
-
-    /// The ensemble, for fault injection (kill the leader, pause a member).
-    pub fn ensemble(&self) -> std::sync::MutexGuard<'_, crate::server::ZookeeperEnsemble> {
-        self.ensemble
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The fixture's URL.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-}
-
-impl Fixture for ZookeeperEnsembleFixture {
-    fn backend(&self) -> &'static str {
-        "zookeeper-ensemble"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
-        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
+        let ensemble = unless_zookeeper_missing("zookeeper-ensemble", ZookeeperEnsemble::start)?;
+        Ok(ensemble.map(|ensemble| {
+            let url = zookeeper_url(&ensemble.connect_string());
+            ServerFixture::new("zookeeper-ensemble", ensemble, url)
+        }))
     }
 }

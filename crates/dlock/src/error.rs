@@ -258,6 +258,7 @@ impl Error {
     /// What went wrong without the backend's name and the variant's words: the store's error
     /// (and its causes) where there is one, else the whole message. For errors that gather
     /// several stores' errors (a Redlock round).
+    #[cfg(feature = "redis")]
     pub(crate) fn cause_text(&self) -> String {
         struct Causes<'a>(&'a (dyn std::error::Error + 'static));
         impl std::fmt::Display for Causes<'_> {

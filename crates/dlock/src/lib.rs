@@ -133,10 +133,11 @@
 //! * `zookeeper`: the ZooKeeper backend (zookeeper-client, pure Rust).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod backend;
+pub mod backend;
 mod error;
 mod fence;
 mod lease;
+pub mod limits;
 mod locks;
 mod mutex;
 mod name;
@@ -166,7 +167,6 @@ mod sql_common;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
-pub mod wait;
 #[cfg(feature = "zookeeper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub mod zookeeper;
@@ -175,24 +175,19 @@ pub mod zookeeper;
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 
-pub use backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, DynBackend, Expect, HoldKind, Lease,
-    ListPage, LockInfo, LockKind, MonitorStore, ValueStore, Versioned, Wait,
-};
+pub use backend::{HoldKind, LockInfo, Versioned};
 pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
 pub use lease::Lost;
 pub use lease::keeper::LostReason;
 pub use locks::Locks;
 pub use mutex::{MutexBuilder, MutexGuard};
-pub use name::{LockName, MAX_LABEL_LEN, MAX_NAME_LEN, Owner};
+pub use name::{LockName, Owner};
 pub use primitives::{
-    DEFAULT_MAX_READERS, MAX_MULTI_LOCK_NAMES, MAX_SLOTS, MultiGuard, MultiLockBuilder, Permit,
-    ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
+    MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
 };
 pub use registry::enabled_schemes;
-pub use ttl::{DEFAULT_WATCHDOG_LEASE, MAX_TTL, MIN_TTL};
-pub use value::{DEFAULT_UPDATE_ATTEMPTS, MAX_VALUE_LEN, VersionedValue};
+pub use value::VersionedValue;
 
 /// The owned lost signal returned by `lost_token()` on every guard (tokio-util's
 /// `CancellationToken`, re-exported so it can be named without depending on tokio-util).

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use crate::backend::{Backend, BackendInfo, DynBackend, LockInfo, MonitorStore};
+use crate::backend::{Backend, BackendInfo, DynBackend, ListQuery, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::lease::keeper::Keeper;
 use crate::mutex::MutexBuilder;
@@ -138,7 +138,7 @@ impl Locks {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
+    /// [`Error::InvalidArgument`] outside [`MIN_TTL`](crate::limits::MIN_TTL)..=[`MAX_TTL`](crate::limits::MAX_TTL).
     ///
     /// # Examples
     ///
@@ -425,7 +425,11 @@ impl Locks {
             let page = state
                 .locks
                 .monitor()?
-                .list_page(&state.prefix, state.cursor.as_deref(), LIST_PAGE)
+                .list_page(ListQuery {
+                    prefix: &state.prefix,
+                    cursor: state.cursor.as_deref(),
+                    limit: LIST_PAGE,
+                })
                 .await?;
             state.done = page.cursor.is_none();
             state.cursor = page.cursor;

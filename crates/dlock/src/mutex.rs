@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -14,7 +13,7 @@ use crate::lease::keeper::KeepPolicy;
 use crate::lease::{HeldLease, Lost};
 use crate::locks::Locks;
 use crate::name::{LockName, Owner};
-use crate::ttl::{WaitSpec, validate_ttl};
+use crate::ttl::{WaitSpec, validate_max_hold, validate_ttl};
 
 /// Options for one exclusive lock; made by [`Locks::mutex`].
 ///
@@ -67,7 +66,7 @@ impl MutexBuilder {
     /// [`MutexGuard::extend`] is called; the watchdog does not renew it, but asks the store
     /// every third of `ttl` whether the lock is still held (without extending it), so
     /// [`MutexGuard::lost`] fires within a third of `ttl` of a break or of a store that lost
-    /// its data. Between [`MIN_TTL`](crate::MIN_TTL) and [`MAX_TTL`](crate::MAX_TTL).
+    /// its data. Between [`MIN_TTL`](crate::limits::MIN_TTL) and [`MAX_TTL`](crate::limits::MAX_TTL).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -143,17 +142,7 @@ impl MutexBuilder {
             Some(ttl) => (validate_ttl("ttl", ttl)?, false),
             None => (self.locks.watchdog_lease(), true),
         };
-        if let Some(max) = self.max_hold {
-            if max.is_zero() {
-                return Err(Error::invalid_argument(
-                    "max_hold",
-                    "must be greater than zero",
-                ));
-            }
-            Instant::now()
-                .checked_add(max)
-                .ok_or_else(|| Error::invalid_argument("max_hold", "overflows the clock"))?;
-        }
+        validate_max_hold(self.max_hold)?;
         let wait_spec = self.wait.unwrap_or(default_wait);
         let wait = wait_spec.to_wait()?;
         // Unique per acquisition, reentrant or not: only the guard re-enters (with this token).

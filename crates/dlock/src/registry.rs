@@ -6,6 +6,23 @@ use std::sync::Arc;
 use crate::backend::DynBackend;
 use crate::error::{Error, Result, redact_url, scrub_secrets};
 
+/// Every scheme dlock knows and the cargo feature of its backend, so a build without that
+/// backend names the feature to turn on.
+const FEATURE_OF_SCHEME: &[(&str, &str)] = &[
+    ("sqlite", "sqlite"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redlock", "redis"),
+    ("redlocks", "redis"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
+    ("etcd", "etcd"),
+    ("zk", "zookeeper"),
+    ("zookeeper", "zookeeper"),
+];
+
 /// The schemes this build can connect to.
 pub fn enabled_schemes() -> Vec<&'static str> {
     #[allow(unused_mut)] // extended by each enabled feature
@@ -61,11 +78,6 @@ async fn connect_scheme(url: &str) -> Result<DynBackend> {
         "sqlite" => Ok(Arc::new(
             crate::sqlite::SqliteBackend::connect_url(url).await?,
         )),
-        #[cfg(not(feature = "sqlite"))]
-        "sqlite" => Err(invalid(format!(
-            "the sqlite backend is not part of this build (cargo feature `sqlite`); enabled: {}",
-            enabled_schemes().join(", ")
-        ))),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(
             crate::redis::RedisBackend::connect_url(url).await?,
@@ -74,48 +86,33 @@ async fn connect_scheme(url: &str) -> Result<DynBackend> {
         "redlock" | "redlocks" => Ok(Arc::new(
             crate::redlock::RedlockBackend::connect_url(url).await?,
         )),
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redlock" | "redlocks" => Err(invalid(format!(
-            "the redis backend is not part of this build (cargo feature `redis`); enabled: {}",
-            enabled_schemes().join(", ")
-        ))),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(
             crate::postgres::PostgresBackend::connect_url(url).await?,
         )),
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => Err(invalid(format!(
-            "the postgres backend is not part of this build (cargo feature `postgres`); enabled: {}",
-            enabled_schemes().join(", ")
-        ))),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => Ok(Arc::new(
             crate::mysql::MysqlBackend::connect_url(url).await?,
         )),
-        #[cfg(not(feature = "mysql"))]
-        "mysql" | "mariadb" => Err(invalid(format!(
-            "the mysql backend is not part of this build (cargo feature `mysql`); enabled: {}",
-            enabled_schemes().join(", ")
-        ))),
         #[cfg(feature = "etcd")]
         "etcd" => Ok(Arc::new(crate::etcd::EtcdBackend::connect_url(url).await?)),
-        #[cfg(not(feature = "etcd"))]
-        "etcd" => Err(invalid(format!(
-            "the etcd backend is not part of this build (cargo feature `etcd`); enabled: {}",
-            enabled_schemes().join(", ")
-        ))),
         #[cfg(feature = "zookeeper")]
         "zk" | "zookeeper" => Ok(Arc::new(
             crate::zookeeper::ZookeeperBackend::connect_url(url).await?,
         )),
-        #[cfg(not(feature = "zookeeper"))]
-        "zk" | "zookeeper" => Err(invalid(format!(
-            "the zookeeper backend is not part of this build (cargo feature `zookeeper`); enabled: {}",
-            enabled_schemes().join(", ")
-        ))),
-        other => Err(invalid(format!(
-            "unknown scheme {other:?}; enabled: {}",
-            enabled_schemes().join(", ")
-        ))),
+        other => Err(invalid(
+            match FEATURE_OF_SCHEME.iter().find(|(s, _)| *s == other) {
+                // Known, but its backend was left out of this build.
+                Some((_, feature)) => format!(
+                    "the {feature} backend is not part of this build (cargo feature `{feature}`); \
+                 enabled: {}",
+                    enabled_schemes().join(", ")
+                ),
+                None => format!(
+                    "unknown scheme {other:?}; enabled: {}",
+                    enabled_schemes().join(", ")
+                ),
+            },
+        )),
     }
 }

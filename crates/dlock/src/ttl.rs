@@ -37,6 +37,24 @@ pub(crate) fn validate_ttl(what: &'static str, ttl: Duration) -> Result<Duration
     Ok(ttl)
 }
 
+/// Checks a hold's `max_hold`: above zero and within the clock's range. The one check of it,
+/// for mutexes and for the primitives built on them.
+pub(crate) fn validate_max_hold(max_hold: Option<Duration>) -> Result<()> {
+    let Some(max) = max_hold else {
+        return Ok(());
+    };
+    if max.is_zero() {
+        return Err(Error::invalid_argument(
+            "max_hold",
+            "must be greater than zero",
+        ));
+    }
+    Instant::now()
+        .checked_add(max)
+        .map(|_| ())
+        .ok_or_else(|| Error::invalid_argument("max_hold", "overflows the clock"))
+}
+
 /// How long a caller is willing to wait, before it is turned into a deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WaitSpec {

@@ -12,7 +12,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use dlock::{Error, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
+use dlock::Error;
+use dlock::limits::{MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 use dlock_testkit::fixture::{Fixture, MemoryFixture, SqliteFixture};
 use futures::TryStreamExt;
 

@@ -129,7 +129,7 @@ mod redis {
         let Some(fx) = RedlockFixture::start(3)? else {
             return Ok(());
         };
-        let addrs = fx.nodes().addrs();
+        let addrs = fx.server().addrs();
         a_lost_reply_does_not_orphan_the_grant(&fx.url().unwrap(), &addrs, Hold::Mutex).await
     }
 }

@@ -204,7 +204,7 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             // A primary with a real replica, behind one address: the partial-loss faults.
             let fixture = RedisReplicaFixture::start()?.ok_or_else(missing)?;
             let fx = fixture.clone();
-            let with: WithServer = Arc::new(move |f| f(fx.set().primary()));
+            let with: WithServer = Arc::new(move |f| f(fx.server().primary()));
             let mut stand = ServerStand {
                 url: fixture.url().unwrap(),
                 addrs: vec![fixture.addr()],
@@ -221,8 +221,8 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             let (detach, fail_over): (Action, Action) = {
                 let (a, b) = (fixture.clone(), fixture);
                 (
-                    Arc::new(move || Ok(a.set().detach_replica()?)),
-                    Arc::new(move || Ok(b.set().fail_over()?)),
+                    Arc::new(move || Ok(a.server().detach_replica()?)),
+                    Arc::new(move || Ok(b.server().fail_over()?)),
                 )
             };
             stand.fail_over = Some((detach, fail_over));
@@ -231,10 +231,10 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
         "redlock" => {
             let fixture = RedlockFixture::start(5)?.ok_or_else(missing)?;
             let fx = fixture.clone();
-            let with: WithServer = Arc::new(move |f| fx.nodes().nodes.iter_mut().try_for_each(f));
+            let with: WithServer = Arc::new(move |f| fx.server().nodes.iter_mut().try_for_each(f));
             let mut stand = ServerStand {
                 url: fixture.url().unwrap(),
-                addrs: fixture.nodes().addrs(),
+                addrs: fixture.server().addrs(),
                 with: with.clone(),
                 workload,
                 holder_pause: DEFAULT_PAUSE,
@@ -248,7 +248,7 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             // Two of five nodes: a minority, so the quorum stands.
             let minority: WithServer = {
                 let fx = fixture.clone();
-                Arc::new(move |f| fx.nodes().nodes[..2].iter_mut().try_for_each(f))
+                Arc::new(move |f| fx.server().nodes[..2].iter_mut().try_for_each(f))
             };
             stand.leader_kill = Some((on_server(&minority, kill), on_server(&minority, restart)));
             Ok(stand)
@@ -301,7 +301,7 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             let addr = fixture.server().addr();
             // A killed or frozen holder keeps its lock until its session (3 s) expires.
             ServerStand {
-                url: fixture.url().to_owned(),
+                url: fixture.url().unwrap_or_default(),
                 addrs: vec![addr],
                 with: Arc::new(move |f| f(&mut fx.server())),
                 workload: Workload {
@@ -319,15 +319,15 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
             let killed = Arc::new(Mutex::new(None::<usize>));
             let (fx, k) = (fixture.clone(), killed.clone());
             let kill: Action = Arc::new(move || {
-                let leader = wait_for(|| fx.cluster().leader())?;
-                fx.cluster().nodes[leader].kill()?;
+                let leader = wait_for(|| fx.server().leader())?;
+                fx.server().nodes[leader].kill()?;
                 *k.lock().unwrap() = Some(leader);
                 Ok(())
             });
             let (fx, k) = (fixture.clone(), killed);
             let back: Action = Arc::new(move || {
                 if let Some(node) = k.lock().unwrap().take() {
-                    fx.cluster().nodes[node].restart()?;
+                    fx.server().nodes[node].restart()?;
                 }
                 Ok(())
             });
@@ -342,19 +342,19 @@ fn start(backend: &str) -> anyhow::Result<Stand> {
         }
         "zookeeper-ensemble" => {
             let fixture = ZookeeperEnsembleFixture::start()?.ok_or_else(missing)?;
-            let url = fixture.url().to_owned();
+            let url = fixture.url().unwrap_or_default();
             let killed = Arc::new(Mutex::new(None::<usize>));
             let (fx, k) = (fixture.clone(), killed.clone());
             let kill: Action = Arc::new(move || {
-                let leader = wait_for(|| fx.ensemble().leader())?;
-                fx.ensemble().nodes[leader].kill()?;
+                let leader = wait_for(|| fx.server().leader())?;
+                fx.server().nodes[leader].kill()?;
                 *k.lock().unwrap() = Some(leader);
                 Ok(())
             });
             let (fx, k) = (fixture.clone(), killed);
             let back: Action = Arc::new(move || {
                 if let Some(node) = k.lock().unwrap().take() {
-                    fx.ensemble().nodes[node].restart()?;
+                    fx.server().nodes[node].restart()?;
                 }
                 Ok(())
             });

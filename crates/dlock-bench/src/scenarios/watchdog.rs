@@ -13,54 +13,54 @@ use crate::{BenchArgs, unique_name};
 /// Counts the renewals that reach the store, by wrapping every lease.
 #[derive(Debug)]
 struct Counting {
-    inner: dlock::DynBackend,
+    inner: dlock::backend::DynBackend,
     extends: Arc<AtomicU64>,
 }
 
 #[derive(Debug)]
 struct CountingLease {
-    inner: Arc<dyn dlock::Lease>,
+    inner: Arc<dyn dlock::backend::Lease>,
     extends: Arc<AtomicU64>,
 }
 
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl dlock::Backend for Counting {
-    fn info(&self) -> &dlock::BackendInfo {
+impl dlock::backend::Backend for Counting {
+    fn info(&self) -> &dlock::backend::BackendInfo {
         self.inner.info()
     }
 
     async fn acquire(
         &self,
-        req: &dlock::AcquireRequest,
-    ) -> dlock::Result<Option<Arc<dyn dlock::Lease>>> {
+        req: &dlock::backend::AcquireRequest,
+    ) -> dlock::Result<Option<Arc<dyn dlock::backend::Lease>>> {
         Ok(self.inner.acquire(req).await?.map(|inner| {
             Arc::new(CountingLease {
                 inner,
                 extends: self.extends.clone(),
-            }) as Arc<dyn dlock::Lease>
+            }) as Arc<dyn dlock::backend::Lease>
         }))
     }
 
-    fn monitor(&self) -> Option<&dyn dlock::MonitorStore> {
+    fn monitor(&self) -> Option<&dyn dlock::backend::MonitorStore> {
         self.inner.monitor()
     }
 
     async fn try_acquire_all(
         &self,
-        _reqs: &[dlock::AcquireRequest],
-    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::Lease>>>>> {
+        _reqs: &[dlock::backend::AcquireRequest],
+    ) -> Option<dlock::Result<Option<Vec<Arc<dyn dlock::backend::Lease>>>>> {
         None // counted one by one
     }
 
-    fn values(&self) -> Option<&dyn dlock::ValueStore> {
+    fn values(&self) -> Option<&dyn dlock::backend::ValueStore> {
         self.inner.values()
     }
 }
 
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
-impl dlock::Lease for CountingLease {
+impl dlock::backend::Lease for CountingLease {
     fn fence(&self) -> dlock::FencingToken {
         self.inner.fence()
     }

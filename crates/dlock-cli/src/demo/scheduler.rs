@@ -75,7 +75,7 @@ pub(super) async fn work(locks: &dlock::Locks, params: Params) -> anyhow::Result
             // The lease lasts at most the period: a crashed runner frees the job for the next.
             let Some(guard) = locks
                 .mutex(format!("{}/job-{job}", params.prefix))
-                .ttl(period.max(dlock::MIN_TTL))
+                .ttl(period.max(dlock::limits::MIN_TTL))
                 .try_acquire()
                 .await?
             else {
@@ -109,7 +109,11 @@ pub(super) async fn work(locks: &dlock::Locks, params: Params) -> anyhow::Result
 }
 
 pub(super) async fn run(url: &str, args: SchedulerArgs) -> anyhow::Result<bool> {
-    if args.workers == 0 || args.jobs == 0 || args.periods == 0 || args.period < dlock::MIN_TTL {
+    if args.workers == 0
+        || args.jobs == 0
+        || args.periods == 0
+        || args.period < dlock::limits::MIN_TTL
+    {
         bail!("--workers, --jobs and --periods must be at least 1 and --period at least 10ms");
     }
     let locks = dlock::connect(url).await?;

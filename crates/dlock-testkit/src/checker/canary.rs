@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock::{
-    AcquireRequest, Backend, BackendInfo, DynBackend, FencingToken, Lease, MonitorStore, ValueStore,
+use dlock::FencingToken;
+use dlock::backend::{
+    AcquireRequest, Backend, BackendInfo, DynBackend, Lease, MonitorStore, ValueStore,
 };
 use tokio_util::sync::CancellationToken;
 

@@ -24,7 +24,8 @@ mod values;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::{Capabilities, Locks};
+use dlock::Locks;
+use dlock::backend::Capabilities;
 use futures::future::BoxFuture;
 use libtest_mimic::{Arguments, Failed, Trial};
 

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
-use dlock::{AcquireRequest, Error, LockName, Owner, Wait};
+use dlock::backend::{AcquireRequest, Wait};
+use dlock::{Error, LockName, Owner};
 
 use super::{Ctx, Needs, cases, expect_err, spawn_waiter};
 use crate::checker::FencedResource;

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use dlock::{Error, MAX_NAME_LEN, MAX_TTL};
+use dlock::Error;
+use dlock::limits::{MAX_NAME_LEN, MAX_TTL};
 use futures::TryStreamExt;
 
 use super::{Ctx, Needs, cases, expect_err};

@@ -294,7 +294,7 @@ async fn bad_value_input_is_rejected(cx: Ctx) -> anyhow::Result<()> {
     expect_err!(
         locks
             .value(&name)
-            .set(vec![0u8; dlock::MAX_VALUE_LEN + 1])
+            .set(vec![0u8; dlock::limits::MAX_VALUE_LEN + 1])
             .await,
         Error::InvalidArgument { .. }
     );
@@ -319,7 +319,7 @@ async fn bad_value_input_is_rejected(cx: Ctx) -> anyhow::Result<()> {
     for bytes in [
         Vec::new(),
         vec![0, 255, 0, 1],
-        vec![7u8; dlock::MAX_VALUE_LEN],
+        vec![7u8; dlock::limits::MAX_VALUE_LEN],
     ] {
         locks.value(&name).set(&bytes).await?;
         let read = locks.value(&name).get().await?.map(|r| r.value);

@@ -4,7 +4,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{Error, Result, redact_url};
+use crate::backend::url::StoreUrl;
+use crate::error::{Error, Result};
 
 /// How long a waiter's place in a lock's queue lasts without a keep-alive, in seconds: the
 /// longest a crashed waiter can hold up the queue (plus etcd's expiry check, ½ s). Two seconds
@@ -98,74 +99,36 @@ impl EtcdConfig {
     /// assert!(config.tls);
     /// ```
     pub fn from_url(url: &str) -> Result<EtcdConfig> {
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: redact_url(url),
-            reason,
-        };
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(invalid("expected etcd://host:port[,host:port…]".into()));
-        };
-        if !scheme.eq_ignore_ascii_case("etcd") {
-            return Err(invalid("expected etcd://".into()));
-        }
-        let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let address = address.strip_suffix('/').unwrap_or(address);
-        if address.contains('/') {
-            return Err(invalid(
-                "etcd URLs have no path; use ?prefix= for a namespace".into(),
-            ));
+        let parsed = StoreUrl::parse(url, &["etcd"], "etcd://host:port[,host:port…]")?;
+        if parsed.fragment.is_some() || !matches!(parsed.path(), "" | "/") {
+            return Err(
+                parsed.invalid("etcd URLs have no path or fragment; use ?prefix= for a namespace")
+            );
         }
         let mut config = EtcdConfig::default();
-        let hosts = match address.rsplit_once('@') {
-            Some((userinfo, hosts)) => {
-                let (user, password) = match userinfo.split_once(':') {
-                    Some((user, password)) => (user, Some(password)),
-                    None => (userinfo, None),
-                };
-                if user.is_empty() {
-                    return Err(invalid("empty user name before '@'".into()));
-                }
-                config.user = Some(percent_decode(user).map_err(invalid)?);
-                config.password = password
-                    .map(|p| percent_decode(p).map_err(invalid))
-                    .transpose()?;
-                hosts
-            }
-            None => address,
-        };
-        config.endpoints = hosts
-            .split(',')
-            .map(|host| check_endpoint(host).map_err(invalid))
-            .collect::<Result<_>>()?;
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let duration = || {
-                humantime::parse_duration(value)
-                    .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 500ms or 2s)")))
-            };
-            match key {
-                "prefix" => config.prefix = percent_decode(value).map_err(invalid)?,
-                "tls" => {
-                    config.tls = match value {
-                        "true" | "1" | "" => true,
-                        "false" | "0" => false,
-                        _ => return Err(invalid(format!("option tls={value:?}: true or false"))),
-                    }
-                }
+        if let Some((user, password)) = parsed.credentials()? {
+            config.user = Some(user);
+            config.password = password;
+        }
+        config.endpoints = parsed
+            .endpoints(true)?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        for option in parsed.options() {
+            match option.key {
+                "prefix" => config.prefix = option.text()?,
+                "tls" => config.tls = option.flag()?,
                 "ca" => {
-                    config.ca_file = Some(PathBuf::from(percent_decode(value).map_err(invalid)?));
+                    config.ca_file = Some(PathBuf::from(option.text()?));
                     config.tls = true;
                 }
-                "timeout" => config.timeout = duration()?,
-                "connect_timeout" => config.connect_timeout = duration()?,
-                _ => {
-                    return Err(invalid(format!(
-                        "unknown option {key:?} (known: {OPTIONS})"
-                    )));
-                }
+                "timeout" => config.timeout = option.duration("500ms or 2s")?,
+                "connect_timeout" => config.connect_timeout = option.duration("500ms or 2s")?,
+                _ => return Err(option.unknown(OPTIONS)),
             }
         }
-        config.validate().map_err(|e| invalid(e.to_string()))?;
+        parsed.checked(config.validate())?;
         Ok(config)
     }
 
@@ -174,7 +137,14 @@ impl EtcdConfig {
             return Err(Error::invalid_argument("endpoints", "none given"));
         }
         for endpoint in &self.endpoints {
-            check_endpoint(endpoint).map_err(|e| Error::invalid_argument("endpoints", e))?;
+            // A config built in code is checked by the same rules as one read from a URL.
+            StoreUrl::parse(&format!("etcd://{endpoint}"), &["etcd"], "host:port")
+                .and_then(|url| url.endpoints(true))
+                .ok()
+                .filter(|parsed| parsed.len() == 1)
+                .ok_or_else(|| {
+                    Error::invalid_argument("endpoints", format!("{endpoint:?} is not host:port"))
+                })?;
         }
         for (what, timeout) in [
             ("timeout", self.timeout),
@@ -201,49 +171,6 @@ impl EtcdConfig {
             .map(|e| format!("{scheme}://{e}"))
             .collect()
     }
-}
-
-/// Checks one `host:port` (or `[v6]:port`) and returns it as given.
-fn check_endpoint(host: &str) -> std::result::Result<String, String> {
-    let Some((name, port)) = host.rsplit_once(':') else {
-        return Err(format!("endpoint {host:?} has no port (host:2379)"));
-    };
-    if name.is_empty() {
-        return Err(format!("endpoint {host:?} has no host"));
-    }
-    if name.contains(['[', ']']) && !(name.starts_with('[') && name.ends_with(']')) {
-        return Err(format!("endpoint {host:?}: bad IPv6 brackets"));
-    }
-    if name.contains(|c: char| c.is_whitespace() || matches!(c, '@' | '?' | '#' | '%')) {
-        return Err(format!("endpoint {host:?}: bad host"));
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(host.to_owned()),
-        _ => Err(format!(
-            "endpoint {host:?}: port {port:?} is not a number in 1..65535"
-        )),
-    }
-}
-
-/// Decodes `%XX` escapes (for prefixes, passwords and paths with reserved characters).
-fn percent_decode(value: &str) -> std::result::Result<String, String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = value
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "bad %-escape".to_owned())?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "not UTF-8 once %-decoded".to_owned())
 }
 
 #[cfg(test)]

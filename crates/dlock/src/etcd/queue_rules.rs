@@ -1,28 +1,14 @@
-//! The queue rules of each kind of hold. Every acquire puts one key under its lock's base and
-//! waits by create revision; what it waits for depends on the kind (after etcd's own `recipes`
-//! and Curator):
-//! - a mutex or a writer: no key ahead of it; it watches the key just ahead;
-//! - a reader: no writer ahead (so a waiting writer holds back later readers) and fewer than
-//!   `max_readers` readers ahead; it watches the nearest writer ahead, or else any deletion;
-//! - a permit: fewer than `permits` keys ahead; it watches any deletion. A permit's key
-//!   carries its semaphore's size, and a key ahead with another size refuses the call.
+//! How etcd queues the holds of a lock: the key layout of each kind of hold, and the range
+//! reads by create revision that apply the queue rules of `backend::queue_rules` (a waiter
+//! watches the key it waits for; etcd reads only the keys a rule needs, not the whole queue).
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
-use crate::backend::LockKind;
+use crate::backend::queue_rules::QueueKind;
 use crate::error::{Error, Result};
 
 use super::error::map;
 use super::{Inner, revision};
-
-/// The kind of hold an acquire asks for.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Shape {
-    Exclusive,
-    Read { max_readers: u32 },
-    Write,
-    Permit { permits: u32 },
-}
 
 /// What a queued key waits for.
 #[derive(PartialEq, Eq)]
@@ -35,55 +21,39 @@ pub(super) enum Wanted {
     AnyDeletion,
 }
 
-impl Shape {
-    pub(super) fn of(kind: LockKind) -> Shape {
-        match kind {
-            LockKind::Read { max_readers } => Shape::Read { max_readers },
-            LockKind::Write => Shape::Write,
-            LockKind::Permit { permits } => Shape::Permit { permits },
-            _ => Shape::Exclusive,
-        }
-    }
-
-    /// The start of every key of the lock `name`: `prefix name NUL` for a mutex, and for
-    /// read-write locks and semaphores `prefix NUL kind NUL name NUL`, outside every mutex's
-    /// range (lock names are never empty and never contain NUL).
-    pub(super) fn base(self, prefix: &str, name: &str) -> Vec<u8> {
-        let mut base = Vec::with_capacity(prefix.len() + name.len() + 6);
-        base.extend_from_slice(prefix.as_bytes());
-        match self {
-            Shape::Exclusive => {}
-            Shape::Read { .. } | Shape::Write => base.extend_from_slice(b"\0rw\0"),
-            Shape::Permit { .. } => base.extend_from_slice(b"\0sem\0"),
-        }
-        base.extend_from_slice(name.as_bytes());
+/// The start of every key of the lock `name`: `prefix name NUL` for a mutex, and for
+/// read-write locks and semaphores `prefix NUL family NUL name NUL`, outside every mutex's range
+/// (lock names are never empty and never contain NUL).
+pub(super) fn key_base(kind: QueueKind, prefix: &str, name: &str) -> Vec<u8> {
+    let mut base = Vec::with_capacity(prefix.len() + name.len() + 6);
+    base.extend_from_slice(prefix.as_bytes());
+    if let Some(family) = kind.family() {
         base.push(0);
-        base
+        base.extend_from_slice(family.as_bytes());
+        base.push(0);
     }
+    base.extend_from_slice(name.as_bytes());
+    base.push(0);
+    base
+}
 
-    /// What follows the base in a key before the lease id: a read-write lock key's side, or
-    /// a permit's semaphore size (`n<permits>.`).
-    fn letter(self) -> Vec<u8> {
-        match self {
-            Shape::Read { .. } => b"r".to_vec(),
-            Shape::Write => b"w".to_vec(),
-            Shape::Exclusive => Vec::new(),
-            Shape::Permit { permits } => format!("n{permits}.").into_bytes(),
-        }
+/// What follows the base in a key before the lease id: a read-write lock key's side, or a
+/// permit's semaphore size (`n<permits>.`).
+fn letter(kind: QueueKind) -> Vec<u8> {
+    match kind {
+        QueueKind::Read { .. } => b"r".to_vec(),
+        QueueKind::Write => b"w".to_vec(),
+        QueueKind::Exclusive => Vec::new(),
+        QueueKind::Permit { permits } => format!("n{permits}.").into_bytes(),
     }
+}
 
-    /// This acquire's key: the base, the side or size, the hold's lease id.
-    pub(super) fn key(self, base: &[u8], hold: i64) -> Vec<u8> {
-        let mut key = base.to_vec();
-        key.extend_from_slice(&self.letter());
-        key.extend_from_slice(format!("{hold:016x}").as_bytes());
-        key
-    }
-
-    /// Whether the first key under the base (by create revision) decides the turn alone.
-    pub(super) fn first_in_line_wins(self) -> bool {
-        matches!(self, Shape::Exclusive | Shape::Write)
-    }
+/// This acquire's key: the base, the side or size, the hold's lease id.
+pub(super) fn queue_key(kind: QueueKind, base: &[u8], hold: i64) -> Vec<u8> {
+    let mut key = base.to_vec();
+    key.extend_from_slice(&letter(kind));
+    key.extend_from_slice(format!("{hold:016x}").as_bytes());
+    key
 }
 
 /// The semaphore size in a permit key's tail after the base (`n<permits>.<lease id>`).
@@ -104,17 +74,17 @@ impl Inner {
     /// the answer was read at (a watch starts after it, so no deletion is missed).
     pub(super) async fn wanted(
         &self,
-        shape: Shape,
+        shape: QueueKind,
         base: &[u8],
         my_rev: i64,
     ) -> Result<(Wanted, i64)> {
         let limit = |n: u32| i64::from(n);
         match shape {
-            Shape::Exclusive | Shape::Write => {
+            QueueKind::Exclusive | QueueKind::Write => {
                 let (before, at) = self.last_before(base, my_rev).await?;
                 Ok((before.map_or(Wanted::Nothing, Wanted::Key), at))
             }
-            Shape::Read { max_readers } => {
+            QueueKind::Read { max_readers } => {
                 let (writer, at) = self.last_before(&with_side(base, b"w"), my_rev).await?;
                 if let Some(writer) = writer {
                     return Ok((Wanted::Key(writer), at));
@@ -128,7 +98,7 @@ impl Inner {
                     Ok((Wanted::AnyDeletion, at))
                 }
             }
-            Shape::Permit { permits } => {
+            QueueKind::Permit { permits } => {
                 let (ahead, at) = self.first_before(base, my_rev, limit(permits)).await?;
                 // Of two calls with different sizes the later sees the earlier's key.
                 if let Some(held_with) = ahead
@@ -182,9 +152,9 @@ impl Inner {
         ))
     }
 
-    /// The lock name inside a base made by [`Shape::base`], for errors.
-    fn name_in(&self, base: &[u8], shape: Shape) -> String {
-        let start = Shape::base(shape, &self.config.prefix, "").len() - 1;
+    /// The lock name inside a base made by [`QueueKind::base`], for errors.
+    fn name_in(&self, base: &[u8], shape: QueueKind) -> String {
+        let start = key_base(shape, &self.config.prefix, "").len() - 1;
         let name = base.get(start..base.len() - 1).unwrap_or_default();
         String::from_utf8_lossy(name).into_owned()
     }

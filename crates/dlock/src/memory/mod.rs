@@ -11,14 +11,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
+    LockInfo, MonitorStore, ValueStore, Versioned,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 
 /// URL schemes served by this backend: `memory://` (the process-wide store) and
 /// `memory://NAME` (a separate process-wide store per name).
@@ -359,7 +359,7 @@ impl Store {
         let Some(expires_at) = now.checked_add(req.ttl) else {
             return Err(Error::invalid_argument("ttl", "overflows the clock"));
         };
-        let waits = req.wait != crate::Wait::No;
+        let waits = req.wait != crate::backend::Wait::No;
         if slot.holder.is_none() && slot.waiter_first(&req.token, req.fair, now) {
             if waits {
                 slot.enqueue(&req.token, now);
@@ -420,7 +420,7 @@ impl Backend for MemoryBackend {
         let mut leave = LeaveQueue {
             store,
             req,
-            armed: req.wait != crate::Wait::No,
+            armed: req.wait != crate::backend::Wait::No,
         };
         let acquired = acquire_loop(
             req.wait,
@@ -509,12 +509,8 @@ impl MonitorStore for MemoryBackend {
         }))
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let mut slots = self.store.slots();
         let now = Instant::now();
         let mut names: Vec<&String> = slots

@@ -13,18 +13,13 @@ pub use config::{MYSQL_SCHEMES, MysqlConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned,
-};
+use crate::backend::wait::Backoff;
+use crate::backend::{BackendInfo, Capabilities};
 use crate::error::Result;
-use crate::name::LockName;
-use crate::wait::Backoff;
 
-use crate::sql_common::SqlStore;
+use crate::sql_common::{SqlBackend, SqlParts, SqlStore};
 use error::BACKEND;
 use lease_table::LeaseStore;
 use session::SessionStore;
@@ -82,56 +77,12 @@ pub struct MysqlBuilder {
 }
 
 impl MysqlBuilder {
-    /// A builder for the database at `url` (a driver URL: no dlock options), other options
-    /// at their defaults.
-    pub fn new(url: impl Into<String>) -> MysqlBuilder {
-        MysqlBuilder {
-            config: MysqlConfig {
-                url: url.into(),
-                ..MysqlConfig::default()
-            },
-        }
-    }
-
-    /// A builder from a full config.
-    pub fn from_config(config: MysqlConfig) -> MysqlBuilder {
-        MysqlBuilder { config }
-    }
-
-    /// See [`MysqlConfig::mode`].
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.config.mode = mode;
-        self
-    }
-
-    /// See [`MysqlConfig::table`].
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.config.table = Some(table.into());
-        self
-    }
-
-    /// See [`MysqlConfig::max_connections`].
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.config.max_connections = Some(max);
-        self
-    }
-
-    /// See [`MysqlConfig::connect_timeout`].
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
+    crate::sql_common::sql_builder_setters!(MysqlConfig);
 
     /// See [`MysqlConfig::poll_min`] and [`MysqlConfig::poll_max`].
     pub fn poll(mut self, min: Duration, max: Duration) -> Self {
         self.config.poll_min = min;
         self.config.poll_max = max;
-        self
-    }
-
-    /// See [`MysqlConfig::check_interval`].
-    pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.config.check_interval = interval;
         self
     }
 
@@ -196,7 +147,7 @@ impl MysqlBuilder {
             }
         };
         Ok(MysqlBackend {
-            inner: Arc::new(Inner {
+            inner: Arc::new(SqlParts {
                 config,
                 store,
                 values,
@@ -220,17 +171,10 @@ impl MysqlBuilder {
 /// ```
 #[derive(Clone, Debug)]
 pub struct MysqlBackend {
-    inner: Arc<Inner>,
+    inner: Arc<Parts>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    config: MysqlConfig,
-    store: Store,
-    values: MysqlValues,
-}
-
-type Store = SqlStore<LeaseStore, SessionStore>;
+type Parts = SqlParts<MysqlConfig, LeaseStore, SessionStore, MysqlValues>;
 
 impl MysqlBackend {
     /// Connects to the database named by a `mysql://` or `mariadb://` URL; see
@@ -265,57 +209,19 @@ impl MysqlBackend {
     }
 }
 
-#[async_trait]
-impl Backend for MysqlBackend {
-    fn info(&self) -> &BackendInfo {
-        self.inner.store.info(&LEASE_INFO, &SESSION_INFO)
+impl SqlBackend for MysqlBackend {
+    type Config = MysqlConfig;
+    type LeaseTable = LeaseStore;
+    type SessionLocks = SessionStore;
+    type Values = MysqlValues;
+
+    const NAME: &'static str = BACKEND;
+
+    fn infos() -> (&'static BackendInfo, &'static BackendInfo) {
+        (&LEASE_INFO, &SESSION_INFO)
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
-        self.inner.store.acquire(req).await
-    }
-
-    fn monitor(&self) -> Option<&dyn MonitorStore> {
-        self.inner.store.monitor()
-    }
-
-    fn values(&self) -> Option<&dyn ValueStore> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl ValueStore for MysqlBackend {
-    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
-        self.inner.values.get(name.as_str()).await
-    }
-
-    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
-        self.inner.values.put(name.as_str(), expect, value).await
-    }
-}
-
-#[async_trait]
-impl MonitorStore for MysqlBackend {
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        self.inner.store.inspection(BACKEND)?.inspect(name).await
-    }
-
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
-        let store = self.inner.store.inspection(BACKEND)?;
-        store.list_page(prefix, cursor, limit).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner
-            .store
-            .inspection(BACKEND)?
-            .force_release(name)
-            .await
+    fn parts(&self) -> &Parts {
+        &self.inner
     }
 }

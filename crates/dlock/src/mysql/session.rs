@@ -12,13 +12,13 @@ use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Connection, MySql, MySqlConnection, MySqlPool};
 use tokio::time::Instant;
 
+use crate::backend::wait::{Attempt, acquire_loop};
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
 use crate::sql_common::{
     ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing,
     detached_attempt,
 };
-use crate::wait::{Attempt, acquire_loop};
 
 use super::error::from_sqlx;
 
@@ -31,7 +31,7 @@ const WAIT_SLICE: Duration = Duration::from_secs(5);
 
 /// The session-lock store of one client.
 #[derive(Debug)]
-pub(super) struct SessionStore {
+pub(crate) struct SessionStore {
     shared: Arc<Shared>,
 }
 

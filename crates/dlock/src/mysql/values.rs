@@ -4,9 +4,11 @@
 
 use sqlx::{AssertSqlSafe, MySqlPool};
 
+use async_trait::async_trait;
+
 use crate::backend::{Expect, Versioned};
 use crate::error::Result;
-use crate::sql_common::Shape;
+use crate::sql_common::{Shape, SqlValues};
 
 use super::error::from_sqlx;
 
@@ -31,7 +33,7 @@ const ER_DUP_ENTRY: &str = "23000";
 
 /// The statements of one values table, formatted once.
 #[derive(Debug)]
-pub(super) struct MysqlValues {
+pub(crate) struct MysqlValues {
     pool: MySqlPool,
     table: String,
     /// Created on first use, so a deployment that never uses values needs no extra table.
@@ -68,8 +70,11 @@ impl MysqlValues {
             .await
             .map(|_| ())
     }
+}
 
-    pub(super) async fn get(&self, name: &str) -> Result<Option<Versioned>> {
+#[async_trait]
+impl SqlValues for MysqlValues {
+    async fn get(&self, name: &str) -> Result<Option<Versioned>> {
         self.ensure_table().await?;
         let row: Option<(Vec<u8>, i64)> = sqlx::query_as(AssertSqlSafe(self.get.as_str()))
             .bind(name.as_bytes())
@@ -79,12 +84,7 @@ impl MysqlValues {
         Ok(row.map(|(value, version)| Versioned::new(value, u64::try_from(version).unwrap_or(0))))
     }
 
-    pub(super) async fn put(
-        &self,
-        name: &str,
-        expect: Expect,
-        value: &[u8],
-    ) -> Result<Option<u64>> {
+    async fn put(&self, name: &str, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
         self.ensure_table().await?;
         match expect {
             Expect::Any => {

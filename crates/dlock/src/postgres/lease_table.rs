@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backend::{AcquireRequest, Lease, ListPage, LockInfo, MonitorStore};
+use crate::backend::wait::{Attempt, acquire_loop};
+use crate::backend::{AcquireRequest, Lease, ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
@@ -23,7 +24,6 @@ use crate::sql_common::{
     LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
     detached_attempt, fence, ms, queued_hint,
 };
-use crate::wait::{Attempt, acquire_loop};
 
 use super::error::from_sqlx;
 
@@ -184,7 +184,7 @@ impl Statements {
 
 /// The lease-table store of one client.
 #[derive(Debug)]
-pub(super) struct LeaseStore {
+pub(crate) struct LeaseStore {
     shared: Arc<Shared>,
 }
 
@@ -265,12 +265,8 @@ impl MonitorStore for LeaseStore {
         row.map(|r| to_info(&r)).transpose()
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
         let rows = sqlx::query(AssertSqlSafe(self.shared.sql.list.clone()))
             .bind(prefix)
@@ -421,7 +417,7 @@ async fn try_acquire(
 ) -> Result<Attempt> {
     let _gate = spot.gate.lock().await;
     let start = Instant::now();
-    let waits = req.wait != crate::Wait::No;
+    let waits = req.wait != crate::backend::Wait::No;
     let row = sqlx::query(AssertSqlSafe(shared.sql.acquire.clone()))
         .bind(req.name.as_str())
         .bind(&req.token)

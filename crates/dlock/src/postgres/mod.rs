@@ -13,17 +13,12 @@ pub use config::{POSTGRES_SCHEMES, PostgresConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned,
-};
+use crate::backend::{BackendInfo, Capabilities};
 use crate::error::Result;
-use crate::name::LockName;
 
-use crate::sql_common::SqlStore;
+use crate::sql_common::{SqlBackend, SqlParts, SqlStore};
 use error::BACKEND;
 use lease_table::LeaseStore;
 use session::SessionStore;
@@ -81,51 +76,7 @@ pub struct PostgresBuilder {
 }
 
 impl PostgresBuilder {
-    /// A builder for the database at `url` (a driver URL: no dlock options), other options
-    /// at their defaults.
-    pub fn new(url: impl Into<String>) -> PostgresBuilder {
-        PostgresBuilder {
-            config: PostgresConfig {
-                url: url.into(),
-                ..PostgresConfig::default()
-            },
-        }
-    }
-
-    /// A builder from a full config.
-    pub fn from_config(config: PostgresConfig) -> PostgresBuilder {
-        PostgresBuilder { config }
-    }
-
-    /// See [`PostgresConfig::mode`].
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.config.mode = mode;
-        self
-    }
-
-    /// See [`PostgresConfig::table`].
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.config.table = Some(table.into());
-        self
-    }
-
-    /// See [`PostgresConfig::max_connections`].
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.config.max_connections = Some(max);
-        self
-    }
-
-    /// See [`PostgresConfig::connect_timeout`].
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
-
-    /// See [`PostgresConfig::check_interval`].
-    pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.config.check_interval = interval;
-        self
-    }
+    crate::sql_common::sql_builder_setters!(PostgresConfig);
 
     /// Connects, and creates the table if it is missing (or checks that it is dlock's).
     ///
@@ -184,7 +135,7 @@ impl PostgresBuilder {
             }
         };
         Ok(PostgresBackend {
-            inner: Arc::new(Inner {
+            inner: Arc::new(SqlParts {
                 config,
                 store,
                 values,
@@ -208,17 +159,10 @@ impl PostgresBuilder {
 /// ```
 #[derive(Clone, Debug)]
 pub struct PostgresBackend {
-    inner: Arc<Inner>,
+    inner: Arc<Parts>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    config: PostgresConfig,
-    store: Store,
-    values: PgValues,
-}
-
-type Store = SqlStore<LeaseStore, SessionStore>;
+type Parts = SqlParts<PostgresConfig, LeaseStore, SessionStore, PgValues>;
 
 impl PostgresBackend {
     /// Connects to the database named by a `postgres://` URL; see
@@ -253,57 +197,19 @@ impl PostgresBackend {
     }
 }
 
-#[async_trait]
-impl Backend for PostgresBackend {
-    fn info(&self) -> &BackendInfo {
-        self.inner.store.info(&LEASE_INFO, &SESSION_INFO)
+impl SqlBackend for PostgresBackend {
+    type Config = PostgresConfig;
+    type LeaseTable = LeaseStore;
+    type SessionLocks = SessionStore;
+    type Values = PgValues;
+
+    const NAME: &'static str = BACKEND;
+
+    fn infos() -> (&'static BackendInfo, &'static BackendInfo) {
+        (&LEASE_INFO, &SESSION_INFO)
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
-        self.inner.store.acquire(req).await
-    }
-
-    fn monitor(&self) -> Option<&dyn MonitorStore> {
-        self.inner.store.monitor()
-    }
-
-    fn values(&self) -> Option<&dyn ValueStore> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl ValueStore for PostgresBackend {
-    async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
-        self.inner.values.get(name.as_str()).await
-    }
-
-    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
-        self.inner.values.put(name.as_str(), expect, value).await
-    }
-}
-
-#[async_trait]
-impl MonitorStore for PostgresBackend {
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        self.inner.store.inspection(BACKEND)?.inspect(name).await
-    }
-
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
-        let store = self.inner.store.inspection(BACKEND)?;
-        store.list_page(prefix, cursor, limit).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner
-            .store
-            .inspection(BACKEND)?
-            .force_release(name)
-            .await
+    fn parts(&self) -> &Parts {
+        &self.inner
     }
 }

@@ -2,9 +2,11 @@
 
 use sqlx::{AssertSqlSafe, PgPool};
 
+use async_trait::async_trait;
+
 use crate::backend::{Expect, Versioned};
 use crate::error::Result;
-use crate::sql_common::Shape;
+use crate::sql_common::{Shape, SqlValues};
 
 use super::error::from_sqlx;
 
@@ -22,7 +24,7 @@ pub(super) fn ddl(table: &str) -> String {
 
 /// The statements of one values table, formatted once.
 #[derive(Debug)]
-pub(super) struct PgValues {
+pub(crate) struct PgValues {
     pool: PgPool,
     table: String,
     /// Created on first use, so a deployment that never uses values needs no extra table.
@@ -64,8 +66,11 @@ impl PgValues {
             .await
             .map(|_| ())
     }
+}
 
-    pub(super) async fn get(&self, name: &str) -> Result<Option<Versioned>> {
+#[async_trait]
+impl SqlValues for PgValues {
+    async fn get(&self, name: &str) -> Result<Option<Versioned>> {
         self.ensure_table().await?;
         let row: Option<(Vec<u8>, i64)> = sqlx::query_as(AssertSqlSafe(self.get.as_str()))
             .bind(name)
@@ -75,12 +80,7 @@ impl PgValues {
         Ok(row.map(|(value, version)| Versioned::new(value, u64::try_from(version).unwrap_or(0))))
     }
 
-    pub(super) async fn put(
-        &self,
-        name: &str,
-        expect: Expect,
-        value: &[u8],
-    ) -> Result<Option<u64>> {
+    async fn put(&self, name: &str, expect: Expect, value: &[u8]) -> Result<Option<u64>> {
         self.ensure_table().await?;
         let query = match expect {
             Expect::Any => sqlx::query_scalar(AssertSqlSafe(self.put_any.as_str())),

@@ -3,13 +3,14 @@
 use std::collections::BTreeSet;
 
 use crate::backend::AcquireRequest;
+use crate::backend::Wait;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
-use crate::primitives::options::{Deadline, HoldOptions, hold_option_setters};
+use crate::primitives::options::{HoldOptions, hold_option_setters};
 use crate::ttl::WaitSpec;
 
 /// The most names one multi-lock may take.
@@ -99,7 +100,7 @@ impl MultiLockBuilder {
         for name in names {
             match self
                 .options
-                .mutex(&self.locks, name, Deadline::Now)
+                .mutex(&self.locks, name, Wait::No)
                 .request(WaitSpec::No)
             {
                 Ok((request, policy, _)) => prepared.push((request, policy)),

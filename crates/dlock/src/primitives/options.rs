@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
+use crate::backend::Wait;
 use crate::error::{Error, Result};
 use crate::locks::Locks;
 use crate::mutex::MutexBuilder;
 use crate::name::{LockName, MAX_NAME_LEN};
-use crate::ttl::{WaitSpec, validate_ttl};
+use crate::ttl::{WaitSpec, validate_max_hold, validate_ttl};
 
 /// The lease and wait setters every composed primitive's builder has (it has an `options:
 /// HoldOptions` field); `$what` names what is waited for in the docs.
@@ -59,31 +58,16 @@ pub(crate) struct HoldOptions {
 
 impl HoldOptions {
     /// Checks every option before any store is contacted and fixes the deadline.
-    pub(crate) fn start(&self, default_wait: WaitSpec) -> Result<Deadline> {
+    pub(crate) fn start(&self, default_wait: WaitSpec) -> Result<Wait> {
         if let Some(ttl) = self.ttl {
             validate_ttl("ttl", ttl)?;
         }
-        if self.max_hold.is_some_and(|max| max.is_zero()) {
-            return Err(Error::invalid_argument(
-                "max_hold",
-                "must be greater than zero",
-            ));
-        }
-        let wait = self.wait.unwrap_or(default_wait);
-        Ok(match wait {
-            WaitSpec::No => Deadline::Now,
-            WaitSpec::Forever => Deadline::Never,
-            WaitSpec::For(d) if d.is_zero() => Deadline::Now,
-            WaitSpec::For(d) => Deadline::At(
-                Instant::now()
-                    .checked_add(d)
-                    .ok_or_else(|| Error::invalid_argument("wait", "overflows the clock"))?,
-            ),
-        })
+        validate_max_hold(self.max_hold)?;
+        self.wait.unwrap_or(default_wait).to_wait()
     }
 
     /// A builder for one of the primitive's exclusive locks, waiting until `deadline`.
-    pub(crate) fn mutex(&self, locks: &Locks, name: &LockName, deadline: Deadline) -> MutexBuilder {
+    pub(crate) fn mutex(&self, locks: &Locks, name: &LockName, deadline: Wait) -> MutexBuilder {
         let mut builder = locks.mutex(name.as_str());
         if let Some(ttl) = self.ttl {
             builder = builder.ttl(ttl);
@@ -101,38 +85,6 @@ impl HoldOptions {
     /// The wait the caller asked for, for the timeout error.
     pub(crate) fn waited(&self, default_wait: WaitSpec) -> Duration {
         self.wait.unwrap_or(default_wait).duration()
-    }
-}
-
-/// One deadline shared by every step of an acquisition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Deadline {
-    Now,
-    At(Instant),
-    Never,
-}
-
-impl Deadline {
-    /// Time left (zero once passed), or `None` for no deadline.
-    pub(crate) fn remaining(self) -> Option<Duration> {
-        match self {
-            Deadline::Now => Some(Duration::ZERO),
-            Deadline::At(at) => Some(at.saturating_duration_since(Instant::now())),
-            Deadline::Never => None,
-        }
-    }
-
-    pub(crate) fn passed(self) -> bool {
-        self.remaining().is_some_and(|left| left.is_zero())
-    }
-
-    /// The earlier of this deadline and `at`.
-    pub(crate) fn cap(self, at: Instant) -> Deadline {
-        match self {
-            Deadline::Now => Deadline::Now,
-            Deadline::At(own) => Deadline::At(own.min(at)),
-            Deadline::Never => Deadline::At(at),
-        }
     }
 }
 

@@ -3,15 +3,14 @@
 use futures::future::join_all;
 
 use crate::backend::LockKind;
+use crate::backend::Wait;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
-use crate::primitives::options::{
-    Deadline, HoldOptions, base_name, hold_option_setters, part_name,
-};
+use crate::primitives::options::{HoldOptions, base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
 
@@ -80,7 +79,7 @@ impl RwLockBuilder {
     hold_option_setters!("the lock");
 
     /// Checks the options and fixes the deadline, before any store call.
-    fn start(&self, default_wait: WaitSpec) -> Result<(LockName, Deadline)> {
+    fn start(&self, default_wait: WaitSpec) -> Result<(LockName, Wait)> {
         let base = base_name(&self.name)?;
         if self.max_readers == 0 || self.max_readers > MAX_SLOTS {
             return Err(Error::invalid_argument(
@@ -95,7 +94,7 @@ impl RwLockBuilder {
     async fn acquire_native(
         &self,
         base: &LockName,
-        deadline: Deadline,
+        deadline: Wait,
         kind: LockKind,
     ) -> Result<Option<MutexGuard>> {
         let (mut request, policy, _) = self
@@ -123,7 +122,7 @@ impl RwLockBuilder {
     async fn enter(
         &self,
         base: &LockName,
-        deadline: Deadline,
+        deadline: Wait,
     ) -> Result<Option<(MutexGuard, Vec<LockName>)>> {
         let places = (0..self.max_readers)
             .map(|i| part_name(base, &format!("r{i}")))

@@ -1,15 +1,14 @@
 //! [`SemaphoreBuilder`]: a counting semaphore whose permits are leased like locks.
 
 use crate::backend::LockKind;
+use crate::backend::Wait;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::guard_set::hold_methods;
-use crate::primitives::options::{
-    Deadline, HoldOptions, base_name, hold_option_setters, part_name,
-};
+use crate::primitives::options::{HoldOptions, base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
 
@@ -141,7 +140,7 @@ impl SemaphoreBuilder {
     }
 
     /// One permit of the store's own semaphore (Redis): one request, woken by releases.
-    async fn acquire_native(&self, base: &LockName, deadline: Deadline) -> Result<Option<Permit>> {
+    async fn acquire_native(&self, base: &LockName, deadline: Wait) -> Result<Option<Permit>> {
         let (mut request, policy, _) = self
             .options
             .mutex(&self.locks, base, deadline)

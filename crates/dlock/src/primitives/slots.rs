@@ -12,11 +12,12 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+use crate::backend::Wait;
 use crate::error::Result;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
-use crate::primitives::options::{Deadline, HoldOptions};
+use crate::primitives::options::HoldOptions;
 
 /// The longest a gate holder waits on one slot before it rescans the others.
 pub(crate) const RESCAN_MAX: Duration = Duration::from_millis(100);
@@ -36,11 +37,7 @@ pub(crate) async fn try_any(
     let start = rand::rng().random_range(0..slots.len());
     for offset in 0..slots.len() {
         let slot = &slots[(start + offset) % slots.len()];
-        if let Some(guard) = options
-            .mutex(locks, slot, Deadline::Now)
-            .try_acquire()
-            .await?
-        {
+        if let Some(guard) = options.mutex(locks, slot, Wait::No).try_acquire().await? {
             return Ok(Some(guard));
         }
     }
@@ -52,7 +49,7 @@ pub(crate) async fn wait_any(
     locks: &Locks,
     options: &HoldOptions,
     slots: &[LockName],
-    deadline: Deadline,
+    deadline: Wait,
 ) -> Result<Option<MutexGuard>> {
     let mut pause = RESCAN_MIN;
     let mut next = rand::rng().random_range(0..slots.len());

@@ -4,6 +4,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::REDIS_SCHEMES;
+use crate::backend::url::StoreUrl;
 use crate::error::{Error, Result, redact_url};
 
 /// Options of the Redis backend; every field but the server address has a default.
@@ -98,86 +100,50 @@ impl RedisConfig {
     /// assert_eq!(config.ca_file.as_deref(), Some(std::path::Path::new("/etc/ssl/ca.pem")));
     /// ```
     pub fn from_url(url: &str) -> Result<RedisConfig> {
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: redact_url(url),
-            reason,
-        };
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(invalid("expected redis://host[:port][/db]".into()));
-        };
-        if !matches!(scheme.to_ascii_lowercase().as_str(), "redis" | "rediss") {
-            return Err(invalid("expected redis:// or rediss://".into()));
-        }
-        let (rest, fragment) = match rest.split_once('#') {
-            Some((rest, fragment)) => (rest, Some(fragment)),
-            None => (rest, None),
-        };
-        let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, db) = address.split_once('/').unwrap_or((address, ""));
-        let host = authority
-            .rsplit_once('@')
-            .map_or(authority, |(_, host)| host);
-        if host.is_empty() || host.starts_with(':') {
-            return Err(invalid("missing host".into()));
-        }
-        // The port follows the last `:` outside an IPv6 address's brackets.
-        let port = match host.rsplit_once(']') {
-            Some((_, after)) => after.strip_prefix(':'),
-            None => host.rsplit_once(':').map(|(_, port)| port),
-        };
-        if let Some(port) = port.filter(|port| port.parse::<u16>().is_err()) {
-            return Err(invalid(format!(
-                "port {port:?} is not a number from 0 to 65535 (redis://host:PORT)"
-            )));
-        }
-        if db.contains('@') {
-            return Err(invalid(
-                "a `/` in the user name or password must be written as %2F".into(),
+        let parsed = StoreUrl::parse(url, REDIS_SCHEMES, "redis://host[:port][/db]")?;
+        let hosts = parsed.hosts();
+        if hosts.len() > 1 {
+            return Err(parsed.invalid(
+                "one server per redis:// URL (several nodes: redlock://a:6379,b:6379,…)",
             ));
         }
+        parsed.endpoint(hosts[0], false)?;
+        let db = parsed.path().strip_prefix('/').unwrap_or("");
+        if db.contains('@') {
+            return Err(parsed.invalid("a `/` in the user name or password must be written as %2F"));
+        }
         if !db.is_empty() && db.parse::<u16>().is_err() {
-            return Err(invalid(format!(
+            return Err(parsed.invalid(format!(
                 "database {db:?} is not a number (redis://host:port/DB)"
             )));
         }
         let mut config = RedisConfig::default();
         let mut passed = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let duration = || {
-                humantime::parse_duration(value)
-                    .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 250ms or 2s)")))
-            };
-            match key {
-                "prefix" => config.prefix = percent_decode(value).map_err(invalid)?,
-                "ca" => {
-                    config.ca_file = Some(PathBuf::from(percent_decode(value).map_err(invalid)?))
-                }
-                "timeout" => config.response_timeout = duration()?,
-                "connect_timeout" => config.connect_timeout = duration()?,
-                "poll_min" => config.poll_min = duration()?,
-                "poll_max" => config.poll_max = duration()?,
-                "protocol" => passed.push(pair),
-                _ => {
-                    return Err(invalid(format!(
-                        "unknown option {key:?} (known: {OPTIONS})"
-                    )));
-                }
+        for option in parsed.options() {
+            match option.key {
+                "prefix" => config.prefix = option.text()?,
+                "ca" => config.ca_file = Some(PathBuf::from(option.text()?)),
+                "timeout" => config.response_timeout = option.duration("250ms or 2s")?,
+                "connect_timeout" => config.connect_timeout = option.duration("250ms or 2s")?,
+                "poll_min" => config.poll_min = option.duration("250ms or 2s")?,
+                "poll_max" => config.poll_max = option.duration("250ms or 2s")?,
+                "protocol" => passed.push(option.pair),
+                _ => return Err(option.unknown(OPTIONS)),
             }
         }
-        config.server = format!("{scheme}://{address}");
+        config.server = format!("{}://{}", parsed.scheme, parsed.address);
         if !passed.is_empty() {
             config.server = format!("{}?{}", config.server, passed.join("&"));
         }
-        if let Some(fragment) = fragment {
+        if let Some(fragment) = parsed.fragment {
             config.server = format!("{}#{fragment}", config.server);
         }
-        config.validate().map_err(|e| invalid(e.to_string()))?;
-        // Let redis-rs reject what it cannot read (ports, IPv6 forms, protocol values) now.
+        parsed.checked(config.validate())?;
+        // Let redis-rs reject what it cannot read (IPv6 forms, protocol values) now.
         ::redis::parse_redis_url(&config.server)
-            .ok_or_else(|| invalid("not a valid redis URL".into()))?;
+            .ok_or_else(|| parsed.invalid("not a valid redis URL"))?;
         ::redis::IntoConnectionInfo::into_connection_info(config.server.as_str())
-            .map_err(|e| invalid(e.to_string()))?;
+            .map_err(|e| parsed.invalid(e.to_string()))?;
         Ok(config)
     }
 
@@ -204,27 +170,6 @@ impl RedisConfig {
         }
         Ok(())
     }
-}
-
-/// Decodes `%XX` escapes (for prefixes and paths with reserved characters).
-fn percent_decode(value: &str) -> std::result::Result<String, String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = value
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad %-escape in {value:?}"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("{value:?} is not UTF-8 once decoded"))
 }
 
 #[cfg(test)]

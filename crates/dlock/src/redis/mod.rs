@@ -19,14 +19,14 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
+    LockInfo, MonitorStore, ValueStore, Versioned, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
-use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use error::{BACKEND, bad_reply, map_timed};
 use node::Node;
@@ -633,12 +633,8 @@ impl MonitorStore for RedisBackend {
         lock_info(name.as_str().to_owned(), reply)
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let mut conn = self.inner.conn.clone();
         let pattern = scripts::scan_pattern(&self.inner.config.prefix, prefix);
         let key_prefix = scripts::lock_key(&self.inner.config.prefix, "");

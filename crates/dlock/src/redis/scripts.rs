@@ -11,7 +11,7 @@ fn script(body: &str) -> Script {
     Script::new(&format!(
         "local WAITER_TTL = {}\nlocal STARVATION = {}\n{}\n{body}",
         super::config::WAITER_TTL.as_millis(),
-        crate::wait::STARVATION_THRESHOLD.as_millis(),
+        crate::backend::wait::STARVATION_THRESHOLD.as_millis(),
         include_str!("scripts/common.lua"),
     ))
 }

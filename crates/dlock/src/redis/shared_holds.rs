@@ -13,10 +13,10 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{AcquireRequest, Lease, LockKind, Wait};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use super::error::bad_reply;
 use super::scripts::{self, SharedKeys};

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result, redact_url};
+use super::REDLOCK_SCHEMES;
+use crate::backend::url::StoreUrl;
+use crate::error::{Error, Result};
 use crate::redis::RedisConfig;
 
 /// Options of the Redlock backend: the nodes, and how long one node may take.
@@ -62,76 +64,51 @@ impl RedlockConfig {
     /// [`Error::InvalidUrl`] for another scheme, no node, a node listed twice, or anything
     /// `redis://` would refuse.
     pub fn from_url(url: &str) -> Result<RedlockConfig> {
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: redact_url(url),
-            reason,
-        };
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| invalid("expected redlock://host:port,host:port,…".into()))?;
-        let node_scheme = match scheme.to_ascii_lowercase().as_str() {
-            "redlock" => "redis",
-            "redlocks" => "rediss",
-            _ => return Err(invalid("expected redlock:// or redlocks://".into())),
-        };
-        let (rest, fragment) = match rest.split_once('#') {
-            Some((rest, fragment)) => (rest, Some(fragment)),
-            None => (rest, None),
-        };
-        let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, db) = match address.split_once('/') {
-            Some((authority, db)) => (authority, Some(db)),
-            None => (address, None),
-        };
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, authority),
+        let parsed = StoreUrl::parse(url, REDLOCK_SCHEMES, "redlock://host:port,host:port,…")?;
+        let node_scheme = if parsed.scheme == "redlocks" {
+            "rediss"
+        } else {
+            "redis"
         };
         let mut config = RedlockConfig::default();
         let mut passed = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("node_timeout", value)) => {
-                    config.node_timeout = humantime::parse_duration(value).map_err(|e| {
-                        invalid(format!("option node_timeout={value:?}: {e} (try 50ms)"))
-                    })?;
-                }
-                _ => passed.push(pair),
+        for option in parsed.options() {
+            match option.key {
+                "node_timeout" => config.node_timeout = option.duration("50ms")?,
+                _ => passed.push(option.pair),
             }
         }
+        // Every node gets the URL's credentials, database, options and fragment.
+        let userinfo = parsed.userinfo().map(|userinfo| format!("{userinfo}@"));
+        let query = if passed.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", passed.join("&"))
+        };
+        let fragment = parsed.fragment.map(|f| format!("#{f}"));
         let mut seen = std::collections::HashSet::new();
-        for host in hosts.split(',') {
+        for host in parsed.hosts() {
             if host.is_empty() {
-                return Err(invalid("an empty node in the list".into()));
+                return Err(parsed.invalid("an empty node in the list"));
             }
             if !seen.insert(host.to_ascii_lowercase()) {
-                return Err(invalid(format!("node {host} is listed twice")));
+                return Err(parsed.invalid(format!("node {host} is listed twice")));
             }
-            let mut node = format!("{node_scheme}://");
-            if let Some(userinfo) = userinfo {
-                node.push_str(userinfo);
-                node.push('@');
-            }
-            node.push_str(host);
-            if let Some(db) = db {
-                node.push('/');
-                node.push_str(db);
-            }
-            if !passed.is_empty() {
-                node.push('?');
-                node.push_str(&passed.join("&"));
-            }
-            if let Some(fragment) = fragment {
-                node.push('#');
-                node.push_str(fragment);
-            }
+            let node = format!(
+                "{node_scheme}://{}{host}{}{query}{}",
+                userinfo.as_deref().unwrap_or(""),
+                parsed.path(),
+                fragment.as_deref().unwrap_or(""),
+            );
             let node = RedisConfig::from_url(&node).map_err(|e| match e {
-                Error::InvalidUrl { reason, .. } => invalid(format!("node {host}: {reason}")),
+                Error::InvalidUrl { reason, .. } => {
+                    parsed.invalid(format!("node {host}: {reason}"))
+                }
                 other => other,
             })?;
             config.nodes.push(node);
         }
-        config.validate().map_err(|e| invalid(e.to_string()))?;
+        parsed.checked(config.validate())?;
         Ok(config)
     }
 

@@ -1,6 +1,7 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod lease;
 
 pub use config::{MAX_NODES, RedlockConfig};
 
@@ -16,14 +17,14 @@ use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{AcquireRequest, Backend, BackendInfo, Capabilities, Lease, Wait};
 use crate::error::{Error, Result};
-use crate::fence::FencingToken;
 use crate::redis::error::{bad_reply, map};
 use crate::redis::node::Node;
 use crate::redis::wake::Waiter;
 use crate::redis::{ms, owner_field};
-use crate::wait::{Attempt, Backoff, acquire_loop};
+use lease::RedlockLease;
 
 /// URL schemes served by this backend.
 pub const REDLOCK_SCHEMES: &[&str] = &["redlock", "redlocks"];
@@ -684,131 +685,5 @@ impl Drop for Abandon {
             let timeout = inner.node_timeout(Duration::from_secs(1));
             inner.release_on(&inner.all(), &keys, &token, timeout).await;
         });
-    }
-}
-
-/// One hold of a Redlock lock.
-#[derive(Debug)]
-struct RedlockLease {
-    inner: Arc<Inner>,
-    keys: Keys,
-    token: String,
-    owner: String,
-    fence: i64,
-    lost: CancellationToken,
-    start: Instant,
-}
-
-impl RedlockLease {
-    fn name(&self) -> &str {
-        self.keys
-            .lock
-            .split_once("rlock:")
-            .map_or(self.keys.lock.as_str(), |(_, name)| name)
-    }
-}
-
-impl RedlockLease {
-    /// Releases the hold through `inner`'s connections to the nodes.
-    async fn release_via(&self, inner: &Inner) -> Result<()> {
-        let timeout = inner.node_timeout(Duration::from_secs(1));
-        let (released, refused, errors) = inner
-            .release_on(&inner.all(), &self.keys, &self.token, timeout)
-            .await;
-        if released > 0 && refused <= inner.nodes.len() - inner.quorum() {
-            return Ok(());
-        }
-        if refused > inner.nodes.len() - inner.quorum() || errors.is_empty() {
-            return Err(Error::not_owned(self.name()));
-        }
-        Err(no_quorum(
-            format!(
-                "only {released} of {} nodes released the lock",
-                inner.nodes.len()
-            ),
-            &errors,
-        ))
-    }
-}
-
-#[async_trait]
-impl Lease for RedlockLease {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(u64::try_from(self.fence).unwrap_or(0))
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
-    }
-
-    async fn extend(&self, ttl: Duration) -> Result<()> {
-        let inner = &self.inner;
-        let timeout = inner.node_timeout(ttl.max(Duration::from_millis(30)));
-        let invocation = |heal: bool| {
-            let mut invocation = EXTEND.key(&self.keys.lock);
-            invocation
-                .key(&self.keys.fence)
-                .arg(&self.token)
-                .arg(ms(ttl))
-                .arg(u8::from(heal))
-                .arg(self.fence)
-                .arg(&self.owner);
-            invocation
-        };
-        let (mut confirmed, mut refused, mut free, mut errors) = (0, 0, Vec::new(), Vec::new());
-        for (index, answer) in inner
-            .on_nodes::<i64>(&inner.all(), timeout, &self.keys.lock, || invocation(false))
-            .await
-            .into_iter()
-            .enumerate()
-        {
-            let Some(answer) = answer else { continue };
-            match answer {
-                Answer::Reply(1) => confirmed += 1,
-                Answer::Reply(0) => free.push(index),
-                Answer::Reply(_) => refused += 1,
-                Answer::Failed(error) => errors.push(error),
-            }
-        }
-        if confirmed >= inner.quorum() {
-            if !ttl.is_zero() && !free.is_empty() {
-                // Nodes that lost the lock (restarted, missed the acquire) take it back: safe
-                // while the quorum holds it, and they are not counted towards it.
-                inner
-                    .on_nodes::<i64>(&free, timeout, &self.keys.lock, || invocation(true))
-                    .await;
-            }
-            return Ok(());
-        }
-        if refused + free.len() > inner.nodes.len() - inner.quorum() {
-            return Err(Error::not_owned(self.name()));
-        }
-        Err(no_quorum(
-            format!(
-                "only {confirmed} of {} nodes confirmed the lock, {} needed",
-                inner.nodes.len(),
-                inner.quorum()
-            ),
-            &errors,
-        ))
-    }
-
-    async fn release(&self) -> Result<()> {
-        self.release_via(&self.inner).await
-    }
-
-    /// On fresh connections of the runtime this runs on: the client's belong to the runtime
-    /// that made them, which may be shutting down.
-    async fn release_elsewhere(&self) -> Result<()> {
-        let config = self.inner.config.clone();
-        let fresh = Inner {
-            nodes: connect_nodes(&config).await?,
-            config,
-        };
-        self.release_via(&fresh).await
     }
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Lease;
+use crate::backend::wait::Attempt;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::wait::Attempt;
 
 /// Milliseconds, saturating, for SQL parameters.
 pub(crate) fn ms(d: Duration) -> i64 {

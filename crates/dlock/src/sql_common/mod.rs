@@ -3,6 +3,7 @@
 //! that keeps a session lock's connection.
 
 mod attempt;
+mod backend;
 mod error;
 mod options;
 mod queue;
@@ -14,8 +15,11 @@ mod sweep;
 pub use options::Mode;
 
 pub(crate) use attempt::{detached_attempt, fence, ms};
+pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
 pub(crate) use error::{ServerFailure, from_driver};
-pub(crate) use options::{DLOCK_OPTIONS, Options, default_max_connections, split_url};
+#[cfg(feature = "mysql")]
+pub(crate) use options::DLOCK_OPTIONS;
+pub(crate) use options::{Options, default_max_connections, split_url};
 pub(crate) use queue::{
     LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
 };
@@ -23,3 +27,57 @@ pub(crate) use schema::{Shape, check_shape, values_table, waiters_table};
 pub(crate) use session::{SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing};
 pub(crate) use store::{ModeStore, SqlStore};
 pub(crate) use sweep::{SWEEP_BATCH, Sweeper};
+
+/// The builder methods both SQL backends share (their configs have the same option fields):
+/// `new`, `from_config`, `mode`, `table`, `max_connections`, `connect_timeout`,
+/// `check_interval`.
+macro_rules! sql_builder_setters {
+    ($config:ident) => {
+        /// A builder for the database at `url` (a driver URL: no dlock options), other options
+        /// at their defaults.
+        pub fn new(url: impl Into<String>) -> Self {
+            Self {
+                config: $config {
+                    url: url.into(),
+                    ..$config::default()
+                },
+            }
+        }
+
+        /// A builder from a full config.
+        pub fn from_config(config: $config) -> Self {
+            Self { config }
+        }
+
+        #[doc = concat!("See [`", stringify!($config), "::mode`].")]
+        pub fn mode(mut self, mode: Mode) -> Self {
+            self.config.mode = mode;
+            self
+        }
+
+        #[doc = concat!("See [`", stringify!($config), "::table`].")]
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.config.table = Some(table.into());
+            self
+        }
+
+        #[doc = concat!("See [`", stringify!($config), "::max_connections`].")]
+        pub fn max_connections(mut self, max: u32) -> Self {
+            self.config.max_connections = Some(max);
+            self
+        }
+
+        #[doc = concat!("See [`", stringify!($config), "::connect_timeout`].")]
+        pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+            self.config.connect_timeout = timeout;
+            self
+        }
+
+        #[doc = concat!("See [`", stringify!($config), "::check_interval`].")]
+        pub fn check_interval(mut self, interval: Duration) -> Self {
+            self.config.check_interval = interval;
+            self
+        }
+    };
+}
+pub(crate) use sql_builder_setters;

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result, redact_url};
+use crate::backend::url::StoreUrl;
+use crate::error::{Error, Result};
 
 /// How a SQL backend holds a lock; chosen per client with the URL option `mode`.
 ///
@@ -75,77 +76,50 @@ pub(crate) fn split_url(
     dlock_options: &[&str],
     driver_options: &[&str],
 ) -> Result<(Options, String)> {
-    let invalid = |reason: String| Error::InvalidUrl {
-        url: redact_url(url),
-        reason,
-    };
-    let (given, rest) = url
-        .split_once("://")
-        .ok_or_else(|| invalid(format!("expected {scheme}://USER@HOST:PORT/DATABASE")))?;
-    if !schemes.iter().any(|s| s.eq_ignore_ascii_case(given)) {
-        return Err(invalid(format!("expected one of the schemes {schemes:?}")));
+    let parsed = StoreUrl::parse(url, schemes, &format!("{scheme}://USER@HOST:PORT/DATABASE"))?;
+    if parsed.fragment.is_some() {
+        return Err(parsed.invalid("a fragment in the URL"));
     }
-    if rest.contains(['\0', '#']) {
-        return Err(invalid("a NUL byte or a fragment in the URL".into()));
-    }
-    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if base.is_empty() {
-        return Err(invalid("missing host".into()));
+    if parsed.address.is_empty() {
+        return Err(parsed.invalid("missing host"));
     }
     let mut options = Options::default();
     let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for option in parsed.options() {
+        let key = option.key;
         if DLOCK_OPTIONS.contains(&key) && !dlock_options.contains(&key) {
-            return Err(invalid(format!(
+            return Err(parsed.invalid(format!(
                 "option {key:?} has no meaning for the {scheme} backend (its options: {})",
                 dlock_options.join(", ")
             )));
         }
-        let duration = || {
-            humantime::parse_duration(value)
-                .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 250ms or 5s)")))
-        };
         match key {
             "mode" => {
-                options.mode = match value {
-                    "lease" => Mode::Lease,
-                    "session" => Mode::Session,
-                    _ => {
-                        return Err(invalid(format!(
-                            "option mode={value:?}: expected lease or session"
-                        )));
-                    }
-                }
+                options.mode =
+                    option.choice(&[("lease", Mode::Lease), ("session", Mode::Session)])?
             }
             "table" => {
-                check_identifier(value)
-                    .map_err(|reason| invalid(format!("option table: {reason}")))?;
-                options.table = Some(value.to_owned());
+                check_identifier(option.raw)
+                    .map_err(|reason| parsed.invalid(format!("option table: {reason}")))?;
+                options.table = Some(option.raw.to_owned());
             }
-            "connect_timeout" => options.connect_timeout = duration()?,
-            "check_interval" => options.check_interval = duration()?,
-            "poll_min" => options.poll_min = duration()?,
-            "poll_max" => options.poll_max = duration()?,
-            "max_connections" => {
-                options.max_connections = Some(value.parse().map_err(|_| {
-                    invalid(format!(
-                        "option max_connections={value:?}: expected a number"
-                    ))
-                })?);
-            }
-            _ if driver_options.contains(&key) => kept.push(pair),
+            "connect_timeout" => options.connect_timeout = option.duration("250ms or 5s")?,
+            "check_interval" => options.check_interval = option.duration("250ms or 5s")?,
+            "poll_min" => options.poll_min = option.duration("250ms or 5s")?,
+            "poll_max" => options.poll_max = option.duration("250ms or 5s")?,
+            "max_connections" => options.max_connections = Some(option.number()?),
+            _ if driver_options.contains(&key) => kept.push(option.pair),
             _ => {
-                return Err(invalid(format!(
-                    "unknown option {key:?} (dlock: {}; driver: {})",
+                return Err(option.unknown(&format!(
+                    "dlock: {}; driver: {}",
                     dlock_options.join(", "),
                     driver_options.join(", ")
                 )));
             }
         }
     }
-    options.validate().map_err(|e| invalid(e.to_string()))?;
-    let mut driver_url = format!("{scheme}://{base}");
+    parsed.checked(options.validate())?;
+    let mut driver_url = format!("{scheme}://{}", parsed.address);
     if !kept.is_empty() {
         driver_url.push('?');
         driver_url.push_str(&kept.join("&"));

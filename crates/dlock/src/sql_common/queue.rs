@@ -58,8 +58,8 @@ pub(crate) const WAITER_REFRESH: Duration = Duration::from_millis(300);
 /// [`WAITER_STALE`] in milliseconds, for SQL text.
 pub(crate) const WAITER_STALE_MS: u128 = WAITER_STALE.as_millis();
 
-/// [`STARVATION_THRESHOLD`](crate::wait::STARVATION_THRESHOLD) in microseconds, for SQL text.
-pub(crate) const STARVATION_US: u128 = crate::wait::STARVATION_THRESHOLD.as_micros();
+/// [`STARVATION_THRESHOLD`](crate::backend::wait::STARVATION_THRESHOLD) in microseconds, for SQL text.
+pub(crate) const STARVATION_US: u128 = crate::backend::wait::STARVATION_THRESHOLD.as_micros();
 
 /// One acquire call's place in a lease table's waiter queue.
 #[derive(Debug, Default)]

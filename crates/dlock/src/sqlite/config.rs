@@ -4,7 +4,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{Error, Result, redact_url};
+use super::SQLITE_SCHEMES;
+use crate::backend::url::StoreUrl;
+use crate::error::{Error, Result};
 
 /// The slowest polling allowed (see [`SqliteConfig::poll_max`]).
 pub const MAX_POLL: Duration = Duration::from_millis(250);
@@ -71,56 +73,27 @@ impl SqliteConfig {
     ///
     /// [`Error::InvalidUrl`] for another scheme, an empty path, an unknown option or a bad value.
     pub fn from_url(url: &str) -> Result<SqliteConfig> {
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: redact_url(url),
-            reason,
-        };
-        let rest = url
-            .strip_prefix("sqlite://")
-            .ok_or_else(|| invalid("expected sqlite://PATH".into()))?;
-        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let parsed = StoreUrl::parse_path(url, SQLITE_SCHEMES, "sqlite://PATH")?;
+        let path = parsed.address;
         if path.is_empty() {
-            return Err(invalid(
-                "missing database path: use sqlite:///absolute/path.db or sqlite://relative.db"
-                    .into(),
+            return Err(parsed.invalid(
+                "missing database path: use sqlite:///absolute/path.db or sqlite://relative.db",
             ));
-        }
-        if path.contains('\0') {
-            return Err(invalid("path contains a NUL byte".into()));
         }
         let mut config = SqliteConfig {
             path: PathBuf::from(path),
             ..SqliteConfig::default()
         };
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let duration = || {
-                humantime::parse_duration(value)
-                    .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 250ms or 5s)")))
-            };
-            match key {
-                "busy_timeout" => config.busy_timeout = duration()?,
-                "poll_min" => config.poll_min = duration()?,
-                "poll_max" => config.poll_max = duration()?,
-                "create_dirs" => {
-                    config.create_dirs = match value {
-                        "true" | "1" | "" => true,
-                        "false" | "0" => false,
-                        _ => {
-                            return Err(invalid(format!(
-                                "option create_dirs={value:?}: expected true or false"
-                            )));
-                        }
-                    }
-                }
-                _ => {
-                    return Err(invalid(format!(
-                        "unknown option {key:?} (known: busy_timeout, poll_min, poll_max, create_dirs)"
-                    )));
-                }
+        for option in parsed.options() {
+            match option.key {
+                "busy_timeout" => config.busy_timeout = option.duration("250ms or 5s")?,
+                "poll_min" => config.poll_min = option.duration("250ms or 5s")?,
+                "poll_max" => config.poll_max = option.duration("250ms or 5s")?,
+                "create_dirs" => config.create_dirs = option.flag()?,
+                _ => return Err(option.unknown("busy_timeout, poll_min, poll_max, create_dirs")),
             }
         }
-        config.validate().map_err(|e| invalid(e.to_string()))?;
+        parsed.checked(config.validate())?;
         Ok(config)
     }
 

@@ -23,14 +23,14 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, LockInfo,
-    MonitorStore, ValueStore, Versioned,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
+    LockInfo, MonitorStore, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::LockName;
-use crate::wait::{Attempt, Backoff, acquire_loop};
 
 use client::Shared;
 use error::Error;
@@ -408,12 +408,8 @@ impl MonitorStore for SqliteBackend {
             .await?)
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let prefix = prefix.to_owned();
         let cursor = cursor.unwrap_or_default().to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);

@@ -25,8 +25,8 @@ fn from_ms(ms: i64) -> SystemTime {
 /// paused, cancelled without cleanup) and no longer holds anyone back.
 pub(super) const WAITER_STALE_MS: i64 = 1000;
 
-/// [`STARVATION_THRESHOLD`](crate::wait::STARVATION_THRESHOLD) in the table's unit.
-const STARVATION_MS: i64 = crate::wait::STARVATION_THRESHOLD.as_millis() as i64;
+/// [`STARVATION_THRESHOLD`](crate::backend::wait::STARVATION_THRESHOLD) in the table's unit.
+const STARVATION_MS: i64 = crate::backend::wait::STARVATION_THRESHOLD.as_millis() as i64;
 
 /// The outcome of one attempt.
 pub(super) enum Tried {
@@ -333,7 +333,7 @@ impl Request {
             ttl_ms: ms(req.ttl),
             reentrant: req.reentrant,
             fair: req.fair,
-            waits: req.wait != crate::Wait::No,
+            waits: req.wait != crate::backend::Wait::No,
             attempts: AtomicU32::new(0),
             queued: AtomicBool::new(false),
             holder,

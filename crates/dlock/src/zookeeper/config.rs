@@ -3,7 +3,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::{Error, Result, redact_url};
+use super::ZOOKEEPER_SCHEMES;
+use crate::backend::url::StoreUrl;
+use crate::error::{Error, Result};
+
+/// ZooKeeper's client port, used for a host given without one.
+const DEFAULT_PORT: u16 = 2181;
 
 /// Options of the ZooKeeper backend; every field but the servers has a default.
 ///
@@ -114,90 +119,42 @@ impl ZookeeperConfig {
     /// assert_eq!(config.chroot, "/dlock");
     /// ```
     pub fn from_url(url: &str) -> Result<ZookeeperConfig> {
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: redact_url(url),
-            reason,
-        };
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(invalid(
-                "expected zk://host:port[,host:port…][/chroot]".into(),
-            ));
-        };
-        if !matches!(scheme.to_ascii_lowercase().as_str(), "zk" | "zookeeper") {
-            return Err(invalid("expected zk:// or zookeeper://".into()));
+        let parsed = StoreUrl::parse(
+            url,
+            ZOOKEEPER_SCHEMES,
+            "zk://host:port[,host:port…][/chroot]",
+        )?;
+        if parsed.fragment.is_some() {
+            return Err(parsed.invalid("zk URLs have no fragment"));
         }
-        let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, chroot) = match address.find('/') {
-            Some(at) => address.split_at(at),
-            None => (address, ""),
-        };
         let mut config = ZookeeperConfig::default();
-        let hosts = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => {
-                let (user, password) = userinfo.split_once(':').ok_or_else(|| {
-                    invalid("credentials must be user:password (digest auth)".into())
-                })?;
-                let user = percent_decode(user).map_err(invalid)?;
-                let password = percent_decode(password).map_err(invalid)?;
-                if user.is_empty() {
-                    return Err(invalid("empty user name".into()));
-                }
-                config.digest = Some(format!("{user}:{password}"));
-                config.acl = Acl::Creator;
-                hosts
-            }
-            None => authority,
-        };
-        let mut servers = Vec::new();
-        for host in hosts.split(',') {
-            let (name, port) = match host.rsplit_once(':') {
-                Some((name, port)) => {
-                    let port: u16 = port
-                        .parse()
-                        .ok()
-                        .filter(|p| *p != 0)
-                        .ok_or_else(|| invalid(format!("bad port in {host:?}")))?;
-                    (name, port)
-                }
-                None => (host, 2181),
-            };
-            if name.is_empty() || name.contains(['[', ']', ' ']) {
-                return Err(invalid(format!("missing or bad host in {host:?}")));
-            }
-            servers.push(format!("{name}:{port}"));
+        if let Some((user, password)) = parsed.credentials()? {
+            let password = password
+                .ok_or_else(|| parsed.invalid("credentials must be user:password (digest auth)"))?;
+            config.digest = Some(format!("{user}:{password}"));
+            config.acl = Acl::Creator;
         }
+        let servers: Vec<String> = parsed
+            .endpoints(false)?
+            .iter()
+            .map(|endpoint| endpoint.with_port(DEFAULT_PORT))
+            .collect();
         config.servers = servers.join(",");
+        let chroot = parsed.path();
         if !chroot.is_empty() && chroot != "/" {
-            config.chroot = percent_decode(chroot.trim_end_matches('/')).map_err(invalid)?;
+            config.chroot = parsed.decode("the chroot", chroot.trim_end_matches('/'))?;
         }
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let duration = || {
-                humantime::parse_duration(value)
-                    .map_err(|e| invalid(format!("option {key}={value:?}: {e} (try 6s)")))
-            };
-            match key {
-                "session_timeout" => config.session_timeout = duration()?,
-                "connect_timeout" => config.connect_timeout = duration()?,
+        for option in parsed.options() {
+            match option.key {
+                "session_timeout" => config.session_timeout = option.duration("6s")?,
+                "connect_timeout" => config.connect_timeout = option.duration("6s")?,
                 "acl" => {
-                    config.acl = match value {
-                        "open" => Acl::Open,
-                        "creator" => Acl::Creator,
-                        _ => {
-                            return Err(invalid(format!(
-                                "option acl={value:?}: expected open or creator"
-                            )));
-                        }
-                    }
+                    config.acl = option.choice(&[("open", Acl::Open), ("creator", Acl::Creator)])?
                 }
-                _ => {
-                    return Err(invalid(format!(
-                        "unknown option {key:?} (known: {OPTIONS})"
-                    )));
-                }
+                _ => return Err(option.unknown(OPTIONS)),
             }
         }
-        config.validate().map_err(|e| invalid(e.to_string()))?;
+        parsed.checked(config.validate())?;
         Ok(config)
     }
 
@@ -243,27 +200,6 @@ impl ZookeeperConfig {
         }
         Ok(())
     }
-}
-
-/// Decodes `%XX` escapes (for passwords and paths with reserved characters).
-fn percent_decode(value: &str) -> std::result::Result<String, String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = value
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "bad %-escape".to_owned())?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "not UTF-8 once decoded".to_owned())
 }
 
 #[cfg(test)]

@@ -13,6 +13,11 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod queue_rules;
+pub(crate) mod url;
+pub mod wait;
+
 /// A lock store: Redis, SQLite, memory, …
 ///
 /// Users never call it directly; they wrap it in [`Locks`](crate::Locks), which adds validation,
@@ -35,7 +40,7 @@ use crate::name::{LockName, Owner};
 ///   broken; they never silently succeed.
 /// - **Waiting**: `acquire` honours [`AcquireRequest::wait`] using the store's native wake-up
 ///   where it has one, falling back to polling with jittered backoff
-///   ([`wait::acquire_loop`](crate::wait::acquire_loop)).
+///   ([`wait::acquire_loop`]).
 /// - **Cancellation**: dropping the future returned by `acquire` never leaves the lock held
 ///   beyond its TTL, and releases it at once where the store allows.
 ///
@@ -250,6 +255,28 @@ pub enum Wait {
 }
 
 impl Wait {
+    /// Time left (zero once passed), or `None` for no deadline.
+    pub(crate) fn remaining(self) -> Option<Duration> {
+        match self {
+            Wait::No => Some(Duration::ZERO),
+            Wait::Until(at) => Some(at.saturating_duration_since(Instant::now())),
+            Wait::Forever => None,
+        }
+    }
+
+    pub(crate) fn passed(self) -> bool {
+        self.remaining().is_some_and(|left| left.is_zero())
+    }
+
+    /// The earlier of this wait's deadline and `at`.
+    pub(crate) fn cap(self, at: Instant) -> Wait {
+        match self {
+            Wait::No => Wait::No,
+            Wait::Until(own) => Wait::Until(own.min(at)),
+            Wait::Forever => Wait::Until(at),
+        }
+    }
+
     /// The deadline, if any (`No` is "now").
     pub fn deadline(self) -> Option<Instant> {
         match self {
@@ -414,6 +441,25 @@ impl std::fmt::Display for HoldKind {
     }
 }
 
+/// What [`MonitorStore::list_page`] is asked for: held locks whose names start with `prefix`,
+/// after `cursor` (the previous page's [`ListPage::cursor`]), at most `limit` of them.
+///
+/// # Examples
+///
+/// ```
+/// let query = dlock::backend::ListQuery { prefix: "jobs/", cursor: None, limit: 100 };
+/// assert_eq!(query.limit, 100);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListQuery<'a> {
+    /// Names starting with this.
+    pub prefix: &'a str,
+    /// Where the previous page ended; `None` for the first page.
+    pub cursor: Option<&'a str>,
+    /// The most entries this page may hold.
+    pub limit: usize,
+}
+
 /// One page of [`MonitorStore::list_page`].
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
@@ -455,8 +501,7 @@ pub trait MonitorStore: Send + Sync {
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
-    async fn list_page(&self, prefix: &str, cursor: Option<&str>, limit: usize)
-    -> Result<ListPage>;
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage>;
 
     /// Frees the lock whoever holds it; the fence counter is kept, so the next holder still
     /// gets a greater token. Returns whether it was held.

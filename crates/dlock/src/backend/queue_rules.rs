@@ -1,0 +1,191 @@
+//! The queue rules of each kind of hold, for the stores that queue every acquire in order
+//! (ZooKeeper by sequence number, etcd by create revision): one definition, exhaustive over
+//! [`LockKind`], so a new kind of hold cannot fall back to a wrong rule unnoticed.
+//!
+//! - a mutex or a writer: first in line; it waits for the entry just ahead;
+//! - a reader: no writer ahead (so a waiting writer holds back later readers) and fewer than
+//!   `max_readers` readers ahead; it waits for the nearest writer ahead, or else any leave;
+//! - a permit: fewer than `permits` entries ahead; it waits for any leave. Every permit entry
+//!   carries its semaphore's size, and an entry ahead with another size refuses the call.
+// Shared by etcd and ZooKeeper, each using part of it (the full build uses all of it).
+#![cfg_attr(
+    not(all(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "etcd",
+        feature = "zookeeper"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
+use crate::backend::LockKind;
+
+/// The kind of hold a queue entry stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QueueKind {
+    /// A mutex.
+    Exclusive,
+    /// A reader of a read-write lock.
+    Read { max_readers: u32 },
+    /// A writer of a read-write lock.
+    Write,
+    /// A permit of a semaphore of `permits`.
+    Permit { permits: u32 },
+}
+
+/// What an entry ahead in the queue is, as far as the rules care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ahead {
+    pub(crate) writer: bool,
+    /// The semaphore size a permit entry carries.
+    pub(crate) permit_size: Option<u32>,
+}
+
+/// What an entry does after looking at the queue ahead of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Granted,
+    /// Wait for the entry at this index (of those ahead) to leave.
+    WaitFor(usize),
+    /// Wait for any entry of the lock to leave.
+    WaitForAnyLeave,
+    /// An earlier permit entry asks for another semaphore size.
+    SizeMismatch {
+        asked: u32,
+        held_with: u32,
+    },
+}
+
+impl QueueKind {
+    pub(crate) fn of(kind: LockKind) -> QueueKind {
+        match kind {
+            LockKind::Exclusive => QueueKind::Exclusive,
+            LockKind::Read { max_readers } => QueueKind::Read { max_readers },
+            LockKind::Write => QueueKind::Write,
+            LockKind::Permit { permits } => QueueKind::Permit { permits },
+        }
+    }
+
+    /// The family a lock's entries live in beside the mutexes of the same name: `None` for a
+    /// mutex, `rw` for a read-write lock, `sem` for a semaphore.
+    pub(crate) fn family(self) -> Option<&'static str> {
+        match self {
+            QueueKind::Exclusive => None,
+            QueueKind::Read { .. } | QueueKind::Write => Some("rw"),
+            QueueKind::Permit { .. } => Some("sem"),
+        }
+    }
+
+    /// Whether the entry just ahead decides the turn alone.
+    pub(crate) fn first_in_line_wins(self) -> bool {
+        matches!(self, QueueKind::Exclusive | QueueKind::Write)
+    }
+
+    /// The rule, over every entry ahead of this one, oldest first.
+    pub(crate) fn decide(self, ahead: &[Ahead]) -> Decision {
+        let limit = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        match self {
+            QueueKind::Exclusive | QueueKind::Write => match ahead.len() {
+                0 => Decision::Granted,
+                n => Decision::WaitFor(n - 1),
+            },
+            QueueKind::Read { max_readers } => match ahead.iter().rposition(|a| a.writer) {
+                Some(writer) => Decision::WaitFor(writer),
+                None if ahead.len() < limit(max_readers) => Decision::Granted,
+                None => Decision::WaitForAnyLeave,
+            },
+            QueueKind::Permit { permits } => {
+                // Of two calls with different sizes the later sees the earlier's entry.
+                let other = ahead
+                    .iter()
+                    .find_map(|a| a.permit_size.filter(|&size| size != permits));
+                match other {
+                    Some(held_with) => Decision::SizeMismatch {
+                        asked: permits,
+                        held_with,
+                    },
+                    None if ahead.len() < limit(permits) => Decision::Granted,
+                    None => Decision::WaitForAnyLeave,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MUTEX: Ahead = Ahead {
+        writer: false,
+        permit_size: None,
+    };
+    const WRITER: Ahead = Ahead {
+        writer: true,
+        permit_size: None,
+    };
+    const READER: Ahead = MUTEX;
+
+    fn permit(size: u32) -> Ahead {
+        Ahead {
+            writer: false,
+            permit_size: Some(size),
+        }
+    }
+
+    #[test]
+    fn exclusive_holds_wait_for_the_entry_just_ahead() {
+        assert_eq!(QueueKind::Exclusive.decide(&[]), Decision::Granted);
+        assert_eq!(
+            QueueKind::Write.decide(&[MUTEX, MUTEX]),
+            Decision::WaitFor(1)
+        );
+    }
+
+    #[test]
+    fn readers_wait_for_the_nearest_writer_and_their_limit() {
+        let read = QueueKind::Read { max_readers: 2 };
+        assert_eq!(read.decide(&[READER]), Decision::Granted);
+        assert_eq!(read.decide(&[READER, READER]), Decision::WaitForAnyLeave);
+        assert_eq!(
+            read.decide(&[WRITER, READER, WRITER, READER]),
+            Decision::WaitFor(2)
+        );
+    }
+
+    #[test]
+    fn permits_count_and_check_the_size() {
+        let permit3 = QueueKind::Permit { permits: 3 };
+        assert_eq!(permit3.decide(&[permit(3), permit(3)]), Decision::Granted);
+        assert_eq!(
+            permit3.decide(&[permit(3), permit(3), permit(3)]),
+            Decision::WaitForAnyLeave
+        );
+        assert_eq!(
+            permit3.decide(&[permit(5)]),
+            Decision::SizeMismatch {
+                asked: 3,
+                held_with: 5
+            }
+        );
+    }
+
+    #[test]
+    fn every_lock_kind_has_a_rule() {
+        for kind in [
+            LockKind::Exclusive,
+            LockKind::Write,
+            LockKind::Read { max_readers: 1 },
+            LockKind::Permit { permits: 1 },
+        ] {
+            let queued = QueueKind::of(kind);
+            assert_eq!(queued.decide(&[]), Decision::Granted, "{kind:?}");
+            assert_eq!(
+                queued.first_in_line_wins(),
+                queued.family() != Some("sem") && !matches!(queued, QueueKind::Read { .. })
+            );
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Inspection of etcd locks: reading holders' keys, listing by prefix, force-release.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
+
+use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::error::Result;
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
+
+use super::error::{lease_gone, map};
+use super::{EtcdBackend, VALUE_TAG};
+
+/// Reads a holder's key into a [`LockInfo`]; `None` for a value that is not dlock's.
+fn lock_info(name: String, kv: &KeyValue, ttl_left: Option<Duration>) -> Option<LockInfo> {
+    let value = std::str::from_utf8(kv.value()).ok()?;
+    let mut parts = value.splitn(6, '\0');
+    if parts.next()? != VALUE_TAG {
+        return None;
+    }
+    let (_token, at, host, pid, label) = (
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next().unwrap_or_default(),
+    );
+    let owner = Owner::new(
+        (!label.is_empty()).then(|| label.to_owned()),
+        host,
+        pid.parse().unwrap_or(0),
+    );
+    Some(LockInfo::new(
+        name,
+        FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+        owner,
+        UNIX_EPOCH + Duration::from_millis(at.parse().unwrap_or(0)),
+        ttl_left,
+        1,
+    ))
+}
+
+impl EtcdBackend {
+    async fn ttl_left(&self, lease: i64) -> Result<Option<Duration>> {
+        if lease == 0 {
+            return Ok(None);
+        }
+        let reply = self
+            .inner
+            .resend(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await
+            .map_err(map)?;
+        Ok(u64::try_from(reply.ttl()).ok().map(Duration::from_secs))
+    }
+
+    async fn describe(&self, name: String, kv: &KeyValue) -> Result<Option<LockInfo>> {
+        let ttl_left = self.ttl_left(kv.lease()).await?;
+        Ok(lock_info(name, kv, ttl_left))
+    }
+}
+
+#[async_trait]
+impl MonitorStore for EtcdBackend {
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let prefix = self.inner.lock_prefix(name.as_str());
+        match self.inner.holder(&prefix).await? {
+            Some(kv) => self.describe(name.as_str().to_owned(), &kv).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
+        let root = self.inner.config.prefix.as_bytes();
+        let mut scan_from = root.to_vec();
+        scan_from.extend_from_slice(prefix.as_bytes());
+        let scan_end = etcd_prefix_end(&scan_from);
+        if let Some(after) = cursor {
+            // Strictly after every key of the lock named `after`: its keys continue with NUL,
+            // any other name with a byte of at least 1.
+            let mut from = root.to_vec();
+            from.extend_from_slice(after.as_bytes());
+            from.push(1);
+            scan_from = scan_from.max(from);
+        }
+        let limit = i64::try_from(limit.clamp(1, 10_000)).unwrap_or(256);
+        let (scan_from, scan_end) = (&scan_from, &scan_end);
+        let reply = self
+            .inner
+            .resend(|mut c| async move {
+                c.get(
+                    scan_from.as_slice(),
+                    Some(
+                        GetOptions::new()
+                            .with_range(scan_end.as_slice())
+                            .with_limit(limit)
+                            .with_keys_only(),
+                    ),
+                )
+                .await
+            })
+            .await
+            .map_err(map)?;
+        // Names in key order (a lock's keys are adjacent); each lock's holder is read on its
+        // own (the lowest create revision), since a page may cut a lock's keys in two.
+        let mut names: Vec<String> = Vec::new();
+        for kv in reply.kvs() {
+            let Some(rest) = kv.key().strip_prefix(root) else {
+                continue;
+            };
+            let Some(nul) = rest.iter().position(|b| *b == 0) else {
+                continue; // not one of our keys
+            };
+            if nul == 0 {
+                continue; // a versioned value (see values.rs), not a lock
+            }
+            let Ok(name) = std::str::from_utf8(&rest[..nul]) else {
+                continue;
+            };
+            if names.last().map(String::as_str) != Some(name) {
+                names.push(name.to_owned());
+            }
+        }
+        let infos = futures::future::join_all(names.iter().map(|name| async move {
+            let prefix = self.inner.lock_prefix(name);
+            match self.inner.holder(&prefix).await? {
+                Some(kv) => self.describe(name.clone(), &kv).await,
+                None => Ok(None),
+            }
+        }))
+        .await;
+        let mut locks = Vec::with_capacity(infos.len());
+        for info in infos {
+            if let Some(info) = info? {
+                locks.push(info);
+            }
+        }
+        let cursor = if reply.more() {
+            names.last().cloned()
+        } else {
+            None
+        };
+        Ok(ListPage::new(locks, cursor))
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let prefix = self.inner.lock_prefix(name.as_str());
+        let Some(holder) = self.inner.holder(&prefix).await? else {
+            return Ok(false);
+        };
+        let reply = self
+            .inner
+            .txn(
+                Txn::new()
+                    .when([Compare::create_revision(
+                        holder.key(),
+                        CompareOp::Equal,
+                        holder.create_revision(),
+                    )])
+                    .and_then([TxnOp::delete(holder.key(), None)]),
+            )
+            .await?;
+        if reply.succeeded() && holder.lease() != 0 {
+            // The holder's keep-alive now fails, so it learns at its next renewal.
+            let lease = holder.lease();
+            match self
+                .inner
+                .resend(|mut c| async move { c.lease_revoke(lease).await })
+                .await
+            {
+                Ok(_) => {}
+                Err(error) if lease_gone(&error) => {}
+                Err(error) => return Err(map(error)),
+            }
+        }
+        Ok(reply.succeeded())
+    }
+}
+
+/// The end of the range of keys starting with `prefix` (etcd's prefix rule).
+fn etcd_prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0] // every key from `prefix` on
+}

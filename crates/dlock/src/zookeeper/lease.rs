@@ -1,0 +1,294 @@
+//! One hold of a ZooKeeper lock: its ephemeral node, the keeper task that watches the session and
+//! the node, extend and release.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{EventType, WatchedEvent};
+
+use crate::backend::{AcquireRequest, Lease};
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::name::Owner;
+
+use super::acquire::Node;
+use super::acquire::delete_until_done;
+use super::acquire::watch_fired;
+use super::error::map;
+use super::queue_rules::node_data;
+use super::queue_rules::unix_ms;
+use super::session::Session;
+
+/// Deadline and release state of one hold, shared with its keeper task.
+struct HoldState {
+    /// When this client deletes the node if it is not extended (the TTL, kept by the client:
+    /// ZooKeeper has no expiring ephemeral nodes).
+    deadline: Instant,
+    /// Released, expired or lost: no further extend or release.
+    over: bool,
+}
+
+struct LeaseShared {
+    name: String,
+    session: Arc<Session>,
+    path: String,
+    fence: u64,
+    owner: Owner,
+    acquired_ms: u64,
+    lost: CancellationToken,
+    start: Instant,
+    state: StdMutex<HoldState>,
+    changed: Notify,
+}
+
+/// One hold of a ZooKeeper lock.
+pub(super) struct ZkLease {
+    shared: Arc<LeaseShared>,
+}
+
+impl std::fmt::Debug for ZkLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkLease")
+            .field("path", &self.shared.path)
+            .field("fence", &self.shared.fence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseShared {
+    fn state(&self) -> std::sync::MutexGuard<'_, HoldState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ZkLease {
+    pub(super) fn start(node: Node, req: &AcquireRequest, start: Instant) -> Arc<dyn Lease> {
+        let shared = Arc::new(LeaseShared {
+            name: req.name.as_str().to_owned(),
+            session: node.session,
+            path: node.path,
+            // czxid: the zxid that created the node, greater than that of every node created
+            // before it, in this directory or any earlier incarnation of it.
+            fence: u64::try_from(node.czxid).unwrap_or(0),
+            owner: req.owner.clone(),
+            acquired_ms: unix_ms(SystemTime::now()),
+            lost: CancellationToken::new(),
+            start,
+            state: StdMutex::new(HoldState {
+                deadline: start + req.ttl,
+                over: false,
+            }),
+            changed: Notify::new(),
+        });
+        tokio::spawn(keep(shared.clone()));
+        Arc::new(ZkLease { shared })
+    }
+}
+
+type EventFuture = Pin<Box<dyn Future<Output = Option<WatchedEvent>> + Send>>;
+
+/// How long a hold lasts before its keeper watches the hold's own node (see `keep`).
+const OWN_NODE_WATCH_DELAY: Duration = Duration::from_millis(50);
+
+/// Watches one hold: deletes the node when its TTL runs out, and fires the lost signal when
+/// the node is deleted by someone else (a force-release) or the session ends.
+async fn keep(shared: Arc<LeaseShared>) {
+    let session = shared.session.clone();
+    let mut watch: Option<EventFuture> = None;
+    let mut armed = false;
+    // Most holds are short: arm the watch on our own node only once the hold has lasted a
+    // moment, so a quick acquire + release costs the server two requests, not three. Until
+    // then a force-release is noticed by the next extend; the TTL and session still apply.
+    let arm_at = shared.start + OWN_NODE_WATCH_DELAY;
+    loop {
+        let (over, deadline) = {
+            let state = shared.state();
+            (state.over, state.deadline)
+        };
+        if over {
+            break;
+        }
+        if !armed && Instant::now() < arm_at && deadline > arm_at {
+            tokio::select! {
+                () = tokio::time::sleep_until(arm_at) => {}
+                () = shared.changed.notified() => {}
+                () = session.gone.cancelled() => {}
+            }
+            if !session.gone.is_cancelled() {
+                continue;
+            }
+        }
+        if !armed {
+            armed = true;
+            match session.client.check_and_watch_stat(&shared.path).await {
+                Ok((Some(_), watcher)) => watch = Some(Box::pin(watch_fired(watcher))),
+                Ok((None, _)) => {
+                    if !shared.state().over {
+                        shared.lost.cancel();
+                    }
+                    break;
+                }
+                // Connection trouble: the session's state decides, below.
+                Err(_) => watch = None,
+            }
+        }
+        let deadline = {
+            let state = shared.state();
+            if state.over {
+                break;
+            }
+            state.deadline
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                let expired = {
+                    let mut state = shared.state();
+                    let expired = !state.over && state.deadline <= Instant::now();
+                    if expired {
+                        state.over = true;
+                    }
+                    expired
+                };
+                if expired {
+                    shared.lost.cancel();
+                    delete_until_done(&session, &shared.path).await;
+                    break;
+                }
+            }
+            () = shared.changed.notified() => {}
+            event = async { match watch.as_mut() { Some(w) => w.await, None => std::future::pending().await } } => {
+                watch = None;
+                match event.map(|event| event.event_type) {
+                    Some(EventType::NodeDeleted) => {
+                        if !shared.state().over {
+                            shared.lost.cancel();
+                        }
+                        break;
+                    }
+                    // Our own data write (an extension), a session event, or a watch that can no
+                    // longer fire: watch again (a session that is over shows on `gone`).
+                    _ => armed = false,
+                }
+            }
+            () = session.gone.cancelled() => {
+                shared.lost.cancel();
+                let was_over = std::mem::replace(&mut shared.state().over, true);
+                if !was_over {
+                    delete_until_done(&session, &shared.path).await;
+                }
+                break;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Lease for ZkLease {
+    fn fence(&self) -> FencingToken {
+        FencingToken::new(self.shared.fence)
+    }
+
+    fn lost(&self) -> &CancellationToken {
+        &self.shared.lost
+    }
+
+    fn lease_start(&self) -> Instant {
+        self.shared.start
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        let shared = &self.shared;
+        let not_owned = || Error::not_owned(&shared.name);
+        let now = Instant::now();
+        let deadline = {
+            let mut state = shared.state();
+            if state.over || shared.lost.is_cancelled() || state.deadline <= now {
+                return Err(not_owned());
+            }
+            // Moved before the write, so the keeper task cannot delete the node under it.
+            state.deadline = state.deadline.max(now + ttl);
+            state.deadline
+        };
+        shared.changed.notify_one();
+        if shared.session.gone.is_cancelled() {
+            shared.lost.cancel();
+            return Err(not_owned());
+        }
+        // Suspended: the lock may or may not still be ours.
+        shared.session.check()?;
+        let result = if ttl.is_zero() {
+            shared
+                .session
+                .client
+                .check_stat(&shared.path)
+                .await
+                .map(|stat| stat.is_some_and(|s| s.ephemeral_owner == shared.session.id))
+        } else {
+            let left = deadline.saturating_duration_since(now);
+            let deadline_ms = unix_ms(SystemTime::now() + left);
+            let data = node_data(&shared.owner, shared.acquired_ms, deadline_ms);
+            match shared
+                .session
+                .client
+                .set_data(&shared.path, &data, None)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(zookeeper_client::Error::NoNode) => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) | Err(zookeeper_client::Error::SessionExpired) => {
+                shared.lost.cancel();
+                Err(not_owned())
+            }
+            Err(e) => Err(map(e, &shared.path)),
+        }
+    }
+
+    async fn release(&self) -> Result<()> {
+        let shared = &self.shared;
+        {
+            let mut state = shared.state();
+            if state.over {
+                return Err(Error::not_owned(&shared.name));
+            }
+            state.over = true;
+        }
+        shared.changed.notify_one();
+        // Lost: by the keeper's deadline (renewals failed while the connection was suspended)
+        // or a session given up on, the node may still exist, and the session may come back
+        // with it; the lock would then stay held by nobody. Delete it (a no-op if it is gone).
+        if shared.lost.is_cancelled() || shared.session.gone.is_cancelled() {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                delete_until_done(&shared.session, &shared.path).await;
+            });
+            return Err(Error::not_owned(&self.shared.name));
+        }
+        match shared.session.client.delete(&shared.path, None).await {
+            Ok(()) => Ok(()),
+            Err(zookeeper_client::Error::NoNode) => Err(Error::not_owned(&shared.name)),
+            Err(zookeeper_client::Error::SessionExpired) => {
+                shared.lost.cancel();
+                Err(Error::not_owned(&shared.name))
+            }
+            Err(error) => {
+                // The node stays until it is deleted or the session ends: keep trying.
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    delete_until_done(&shared.session, &shared.path).await;
+                });
+                Err(map(error, &self.shared.path))
+            }
+        }
+    }
+}

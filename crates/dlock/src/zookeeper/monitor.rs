@@ -1,0 +1,161 @@
+//! Inspection of ZooKeeper locks: reading lock directories, listing, force-release.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
+
+use super::ZookeeperBackend;
+use super::error::{BACKEND, map};
+use super::queue_rules::decode_name;
+use super::queue_rules::queue;
+use super::queue_rules::unix_ms;
+use super::session::Session;
+
+/// Reads a lock directory: the holder (the first node in line) and its data.
+async fn inspect_dir(session: &Session, name: &str, dir: &str) -> Result<Option<LockInfo>> {
+    // The holder can leave between the listing and the read: look again.
+    for _ in 0..5 {
+        let children = match session.client.list_children(dir).await {
+            Ok(children) => children,
+            Err(zookeeper_client::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(map(e, dir)),
+        };
+        let Some((_, head)) = queue(children).into_iter().next() else {
+            return Ok(None);
+        };
+        let path = format!("{dir}/{head}");
+        let (data, stat) = match session.client.get_data(&path).await {
+            Ok(found) => found,
+            Err(zookeeper_client::Error::NoNode) => continue,
+            Err(e) => return Err(map(e, &path)),
+        };
+        return Ok(Some(lock_info(name, &data, stat.czxid, stat.ctime)));
+    }
+    Err(Error::Unavailable {
+        backend: BACKEND,
+        source: format!("{dir} changed too often to be read").into(),
+    })
+}
+
+fn lock_info(name: &str, data: &[u8], czxid: i64, ctime: i64) -> LockInfo {
+    let text = String::from_utf8_lossy(data);
+    let mut parts = text.splitn(6, '\0');
+    let version = parts.next();
+    let number = |p: Option<&str>| p.and_then(|v| v.parse::<u64>().ok());
+    let (at, deadline, pid, host, label) = if version == Some("dlock1") {
+        (
+            number(parts.next()),
+            number(parts.next()),
+            number(parts.next()),
+            parts.next(),
+            parts.next(),
+        )
+    } else {
+        (None, None, None, None, None)
+    };
+    let at = at.unwrap_or_else(|| u64::try_from(ctime).unwrap_or(0));
+    let now = unix_ms(SystemTime::now());
+    LockInfo::new(
+        name.to_owned(),
+        FencingToken::new(u64::try_from(czxid).unwrap_or(0)),
+        Owner::new(
+            label.filter(|l| !l.is_empty()).map(str::to_owned),
+            host.unwrap_or_default(),
+            pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        ),
+        UNIX_EPOCH + Duration::from_millis(at),
+        deadline.map(|d| Duration::from_millis(d.saturating_sub(now))),
+        1,
+    )
+}
+
+#[async_trait]
+impl MonitorStore for ZookeeperBackend {
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let session = self.inner.session().await?;
+        inspect_dir(&session, name.as_str(), &self.inner.dir(name.as_str())).await
+    }
+
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
+        let session = self.inner.session().await?;
+        let root = &self.inner.config.chroot;
+        // ZooKeeper lists a node's children in one reply; the page is cut from it here.
+        let children = match session.client.list_children(root).await {
+            Ok(children) => children,
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(map(e, root)),
+        };
+        let mut names: Vec<String> = children
+            .iter()
+            .filter(|c| c.as_str() != super::values::VALUES_DIR)
+            .filter_map(|c| decode_name(c))
+            // Read-write locks and semaphores (`name NUL kind`) are not locks.
+            .filter(|n| !n.contains('\0'))
+            .filter(|n| n.starts_with(prefix) && cursor.is_none_or(|c| n.as_str() > c))
+            .collect();
+        names.sort_unstable();
+        let limit = limit.max(1);
+        let more = names.len() > limit;
+        names.truncate(limit);
+        let reads = names.iter().map(|name| {
+            let session = session.clone();
+            let dir = self.inner.dir(name);
+            async move { inspect_dir(&session, name, &dir).await }
+        });
+        let mut locks = Vec::with_capacity(names.len());
+        for info in futures::future::join_all(reads).await {
+            if let Some(info) = info? {
+                locks.push(info);
+            }
+        }
+        let cursor = if more { names.last().cloned() } else { None };
+        Ok(ListPage::new(locks, cursor))
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let session = self.inner.session().await?;
+        let dir = self.inner.dir(name.as_str());
+        loop {
+            let children = match session.client.list_children(&dir).await {
+                Ok(children) => children,
+                Err(zookeeper_client::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(map(e, &dir)),
+            };
+            let Some((_, head)) = queue(children).into_iter().next() else {
+                return Ok(false);
+            };
+            let path = format!("{dir}/{head}");
+            match session.client.delete(&path, None).await {
+                Ok(()) => return Ok(true),
+                // Released meanwhile: the next in line (if any) now holds it.
+                Err(zookeeper_client::Error::NoNode) => continue,
+                Err(e) => return Err(map(e, &path)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::name::Owner;
+    use crate::zookeeper::queue_rules::node_data;
+
+    #[test]
+    fn lock_info_reads_node_data() {
+        let owner = Owner::new(Some("l\0x".into()), "h", 7);
+        let data = node_data(&owner, 1000, u64::MAX);
+        let info = lock_info("n", &data, 42, 0);
+        assert_eq!(info.fence.get(), 42);
+        assert_eq!(info.owner.pid, 7);
+        assert_eq!(info.owner.host, "h");
+        assert_eq!(info.owner.label.as_deref(), Some("l\0x"));
+        assert!(info.ttl_left.is_some());
+    }
+}
