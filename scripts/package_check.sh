@@ -90,6 +90,14 @@ done
 # later ones depend on the earlier ones' packages.
 package_args=()
 for crate in "${crates[@]}"; do package_args+=(-p "$crate"); done
+# cargo verifies the packages through a temporary local registry and extracts each package once
+# into $CARGO_HOME/registry/src/-<hash>/NAME-VERSION: an extraction left there by an earlier run
+# of the same version is built instead of this tree's package (it was: a dlock-bench package
+# checked against an old dlock). Ours are removed first; crates.io's are left alone.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+for crate in "${crates[@]}"; do
+    rm -rf "$cargo_home"/registry/src/-*/"$crate"-[0-9]*
+done
 cargo package "${package_args[@]}" --all-features --allow-dirty
 
 # --- What ships --------------------------------------------------------------------------
