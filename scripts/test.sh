@@ -82,6 +82,8 @@ fi
 
 # Every server the suite knows must be found: a missing one is a failure, not a skip.
 export DLOCK_TEST_REQUIRE="${DLOCK_TEST_REQUIRE:-all}"
+# A one-shot run gains nothing from incremental caches; they doubled target/'s size on disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
