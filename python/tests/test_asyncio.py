@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -146,6 +147,61 @@ def test_async_primitives(store_url, name):
         updated = await value.update(lambda v: v + b"1")
         assert updated.value == b"11"
         assert (await value.get()).value == b"11"
+
+    run(main())
+
+
+def test_async_update_under_contention(store_url, name):
+    # As the sync case: the default attempts are enough, the total is exact.
+    async def main():
+        locks = await dlock.asyncio.connect(store_url)
+        value = locks.value(name)
+        assert value.max_attempts == dlock.DEFAULT_UPDATE_ATTEMPTS
+        await value.set(b"0")
+
+        async def add():
+            for _ in range(50):
+                await value.update(lambda current: str(int(current) + 1).encode())
+
+        await asyncio.gather(*(add() for _ in range(8)))
+        assert (await value.get()).value == b"400"
+
+    run(main())
+
+
+def test_async_update_can_decline_or_raise(store_url, name):
+    class Refused(Exception):
+        pass
+
+    async def main():
+        locks = await dlock.asyncio.connect(store_url)
+        value = locks.value(name)
+        assert await value.update(lambda current: None) is None
+        assert await value.get() is None
+        version = await value.set(b"0")
+        loop_thread = threading.get_ident()
+        threads = []
+
+        def nothing_to_do(current):
+            threads.append(threading.get_ident())
+            return None
+
+        assert await value.update(nothing_to_do) is None
+        # The callback runs on the event loop's thread, as the rest of the coroutine's code.
+        assert threads == [loop_thread]
+        assert await value.get() == dlock.Versioned(b"0", version)
+        error = Refused("no")
+
+        def refuse(current):
+            raise error
+
+        with pytest.raises(Refused) as raised:
+            await value.update(refuse)
+        assert raised.value is error
+        assert await value.get() == dlock.Versioned(b"0", version)
+        with pytest.raises(TypeError):
+            await value.update(lambda current: "text")
+        assert await value.get() == dlock.Versioned(b"0", version)
 
     run(main())
 

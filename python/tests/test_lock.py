@@ -388,6 +388,50 @@ def test_fair_lock(locks, name):
     lock.release()
 
 
+# Long enough for a waiter that has entered acquire() to have taken its place in the store's
+# queue (one round trip); the Rust conformance suite waits as long.
+SETTLE = 0.3
+
+
+def test_fair_lock_serves_waiters_in_arrival_order(locks, store_url, name):
+    holder = locks.lock(name, timeout=60)
+    assert holder.acquire(blocking=False)
+    served = []
+    failures = []
+
+    def wait_in_line(place, waiting):
+        # A connection of its own, as a waiter in another process would have.
+        lock = dlock.connect(store_url).lock(name, timeout=60, fair=True)
+        waiting.set()
+        try:
+            if not lock.acquire(blocking_timeout=60):
+                failures.append(f"waiter {place} was not served")
+                return
+            served.append(place)
+            time.sleep(0.02)
+            lock.release()
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            failures.append(error)
+
+    waiters = []
+    try:
+        for place in range(4):
+            waiting = threading.Event()
+            waiter = threading.Thread(target=wait_in_line, args=(place, waiting))
+            waiter.start()
+            assert waiting.wait(30)
+            time.sleep(SETTLE)
+            # Still inside acquire(): waiting in line behind the holder, not served.
+            assert waiter.is_alive() and served == []
+            waiters.append(waiter)
+    finally:
+        holder.release()
+        for waiter in waiters:
+            waiter.join(90)
+    assert failures == []
+    assert served == [0, 1, 2, 3]
+
+
 def test_gil_is_released_while_waiting(locks, name):
     holder = locks.lock(name)
     assert holder.acquire(blocking=False)

@@ -108,19 +108,95 @@ def test_versioned_value(locks, name):
 
 
 def test_versioned_value_update_under_contention(locks, name):
-    value = locks.value(name, max_attempts=1000)
+    # The default attempts: writers that collide must spread out at the store's own pace (the
+    # Rust core's retry pacing), not exhaust their attempts and raise ConflictError.
+    value = locks.value(name)
+    assert value.max_attempts == dlock.DEFAULT_UPDATE_ATTEMPTS
     value.set(b"0")
+    failures = []
 
     def add():
-        for _ in range(10):
-            value.update(lambda current: str(int(current) + 1).encode())
+        try:
+            for _ in range(50):
+                value.update(lambda current: str(int(current) + 1).encode())
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            failures.append(error)
 
-    threads = [threading.Thread(target=add) for _ in range(4)]
+    threads = [threading.Thread(target=add) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert value.get().value == b"40"
+    assert failures == []
+    assert value.get().value == b"400"
+
+
+def test_versioned_value_update_can_decline(locks, name):
+    value = locks.value(name)
+    seen = []
+
+    def nothing_to_do(current):
+        seen.append(current)
+        return None
+
+    # Never written: the callback sees None, declines, and nothing is created.
+    assert value.update(nothing_to_do) is None
+    assert seen == [None]
+    assert value.get() is None
+    version = value.set(b"0")
+    assert value.update(nothing_to_do) is None
+    assert seen == [None, b"0"]
+    assert value.get() == dlock.Versioned(b"0", version)
+
+    def take_one(current):
+        left = int(current)
+        return None if left == 0 else str(left - 1).encode()
+
+    value.set(b"1")
+    taken = value.update(take_one)
+    assert taken is not None and taken.value == b"0"
+    assert value.update(take_one) is None
+    assert value.get() == taken
+
+
+class Refused(Exception):
+    pass
+
+
+def test_versioned_value_update_exception_propagates_and_writes_nothing(locks, name):
+    value = locks.value(name)
+    version = value.set(b"a")
+    error = Refused("no")
+
+    def refuse(current):
+        raise error
+
+    with pytest.raises(Refused) as raised:
+        value.update(refuse)
+    assert raised.value is error
+    assert value.get() == dlock.Versioned(b"a", version)
+
+    # Raised on a later attempt, after a collision: still nothing written by this update.
+    calls = []
+
+    def collide_then_refuse(current):
+        calls.append(current)
+        if len(calls) == 1:
+            locks.value(name).set(b"b")
+            return b"c"
+        raise error
+
+    with pytest.raises(Refused) as raised:
+        value.update(collide_then_refuse)
+    assert raised.value is error
+    assert calls == [b"a", b"b"]
+    after = value.get()
+    assert after is not None and after.value == b"b" and after.version > version
+
+    # A result that is not bytes is a TypeError, and nothing is written either.
+    with pytest.raises(TypeError):
+        value.update(lambda current: "text")
+    assert value.get() == after
 
 
 def test_versioned_value_conflict(locks, name):
