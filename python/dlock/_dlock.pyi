@@ -3,9 +3,13 @@ and ``dlock.asyncio`` modules. Every store method takes ``aio``: without it the 
 released, Ctrl-C honoured) and returns its result; given the running loop's ``Notifier`` it
 returns an asyncio future of it (``Notifier.watch``)."""
 
-from typing import Any, Awaitable, List, Optional, Tuple, overload
+from typing import Any, Awaitable, Callable, List, Optional, Tuple, overload
 
 InfoTuple = Tuple[str, int, Optional[str], str, int, float, Optional[float], int]
+Answerer = Callable[[Optional[bytes]], Optional[bytes]]
+
+#: The Rust core's default attempts of ``VersionedValue::update``.
+DEFAULT_UPDATE_ATTEMPTS: int
 
 def default_url() -> str:
     """The URL ``dlock.connect()`` uses without one (the ``dlock`` command's default)."""
@@ -24,14 +28,29 @@ class Task:
     def abort(self) -> None:
         """Stops the call; a result already made is dropped (a lock released)."""
 
+class Ask:
+    """A running call's question for the event loop's thread: what its answerer makes of
+    ``current``."""
+
+    @property
+    def task(self) -> int:
+        """The id of the asking call's ``Task``."""
+    @property
+    def current(self) -> Optional[bytes]: ...
+    def answer(self, value: Optional[bytes]) -> None:
+        """Hands ``value`` to the waiting call, once; ``None`` declines."""
+
 class Notifier:
-    """Wakes one event loop through a socket when calls end."""
+    """Wakes one event loop through a socket when calls end or ask something."""
 
     def __init__(self) -> None: ...
     def fileno(self) -> int: ...
     def take_completed(self) -> List[int]: ...
-    def watch(self, task: Task) -> Awaitable[Any]:
-        """Provided by the subclass: the asyncio future of ``task``."""
+    def take_asks(self) -> List[Ask]:
+        """The questions of running calls; take them after ``take_completed()``."""
+    def watch(self, task: Task, answerer: Optional[Answerer] = None) -> Awaitable[Any]:
+        """Provided by the subclass: the asyncio future of ``task``; ``answerer`` (which must
+        not raise) answers its questions."""
 
 class Hold:
     """One acquired lock, read or write hold, permit or multi-lock."""
@@ -117,3 +136,9 @@ class Client:
     def value_set(self, name: str, data: bytes, aio: None = None) -> int: ...
     @overload
     def value_set(self, name: str, data: bytes, *, aio: Notifier) -> Awaitable[int]: ...
+    @overload
+    def value_update(self, name: str, max_attempts: int, change: Answerer, aio: None = None) -> Optional[Tuple[bytes, int]]:
+        """The Rust core's ``update``: ``(bytes, version)`` written, or ``None`` when ``change``
+        declined; an exception raised by ``change`` propagates, nothing written."""
+    @overload
+    def value_update(self, name: str, max_attempts: int, change: Answerer, *, aio: Notifier) -> Awaitable[Optional[Tuple[bytes, int]]]: ...

@@ -7,22 +7,23 @@ every 50 ms to let Python run its signal handlers, so Ctrl-C interrupts it.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from types import SimpleNamespace, TracebackType
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple, Type, Union
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._dlock import DEFAULT_UPDATE_ATTEMPTS as _RUST_DEFAULT_UPDATE_ATTEMPTS
 from ._dlock import Client, Hold
-from .exceptions import ConflictError, LockError, LockNotOwnedError, LockTimeoutError
+from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
 
 logger = logging.getLogger("dlock")
 
 Number = Union[int, float]
 
-#: How many times ``VersionedValue.update`` reads, computes and tries to write by default.
-DEFAULT_UPDATE_ATTEMPTS = 16
+#: How many times ``VersionedValue.update`` reads, computes and tries to write by default
+#: (the Rust core's ``DEFAULT_UPDATE_ATTEMPTS``).
+DEFAULT_UPDATE_ATTEMPTS: int = _RUST_DEFAULT_UPDATE_ATTEMPTS
 
 
 class LockInfo(NamedTuple):
@@ -45,6 +46,38 @@ class Versioned(NamedTuple):
 
     value: bytes
     version: int
+
+
+#: What ``VersionedValue.update`` calls: the current bytes (``None``: never written) to the
+#: bytes to write, or ``None`` to write nothing.
+Change = Callable[[Optional[bytes]], Optional[bytes]]
+
+
+class _Attempt:
+    """An update's ``change`` as the Rust core calls it, once per attempt: the result is
+    checked (``bytes`` or ``None``), and an exception is kept here for the caller instead of
+    crossing the native code; the attempt then declines, so the update ends with nothing
+    written, and ``result`` raises the exception itself."""
+
+    def __init__(self, change: Change) -> None:
+        if not callable(change):
+            raise TypeError(f"change must be callable, not {type(change).__name__}")
+        self._change = change
+        self._error: Optional[BaseException] = None
+
+    def __call__(self, current: Optional[bytes]) -> Optional[bytes]:
+        try:
+            new = self._change(current)
+            return None if new is None else _args.data(new)
+        except BaseException as error:  # noqa: BLE001 - raised again by result()
+            self._error = error
+            return None
+
+    def result(self, written: Optional[Tuple[bytes, int]]) -> Optional[Versioned]:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return None if written is None else Versioned(*written)
 
 
 def connect(
@@ -631,18 +664,35 @@ class VersionedValue:
         """Writes ``value`` whatever the version; the new version."""
         return self._locks._client.value_set(self.name, _args.data(value))
 
-    def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned:
-        """Reads, computes ``change(current)`` and compare-and-sets, retrying on a collision up
-        to ``max_attempts`` times (then ``ConflictError``)."""
-        if not callable(change):
-            raise TypeError("change must be callable")
-        for attempt in range(1, self.max_attempts + 1):
-            current = self.get()
-            new = _args.data(change(None if current is None else current.value))
-            written = self.compare_and_set(None if current is None else current.version, new)
-            if written is not None:
-                return Versioned(new, written)
-            if attempt < self.max_attempts:
-                # Writers that collided retry at different moments.
-                time.sleep(random.uniform(0, 0.0002 * attempt))
-        raise ConflictError(f"value {self.name!r} changed under every one of {self.max_attempts} update attempts", lock_name=self.name)
+    @overload
+    def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned: ...
+    @overload
+    def update(self, change: Change) -> Optional[Versioned]: ...
+    def update(self, change: Change) -> Optional[Versioned]:
+        """Reads, computes ``change(current)`` and writes the result with compare-and-set,
+        again from a fresh read while another writer got in between, at most ``max_attempts``
+        times (then ``ConflictError``). The ``Versioned`` written.
+
+        ``current`` is ``None`` when the value was never written. ``change`` may be called more
+        than once, and returns ``None`` to leave the value as it is (stock already at zero):
+        ``update`` then writes nothing and returns ``None``. An exception raised by ``change``
+        ends the update with nothing written and propagates as it was raised.
+
+        This is the Rust core's ``update``: a writer that lost waits before it reads again, a
+        random time in a window counted in its own measured read-and-write cycle that doubles
+        with each loss, so colliding writers spread out at the pace of their store.
+        ``change`` runs on the calling thread, with the GIL held.
+
+        >>> stock = dlock.connect("memory://").value("stock/sku-2")
+        >>> stock.set(b"1") > 0
+        True
+        >>> def take_one(current):
+        ...     left = int(current)
+        ...     return None if left == 0 else str(left - 1).encode()  # sold out: no write
+        >>> stock.update(take_one).value
+        b'0'
+        >>> stock.update(take_one) is None
+        True
+        """
+        attempt = _Attempt(change)
+        return attempt.result(self._locks._client.value_update(self.name, self.max_attempts, attempt))

@@ -18,16 +18,15 @@ from __future__ import annotations
 import asyncio as _asyncio
 import logging
 import os
-import random
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union, overload
 
 from . import _args
-from ._dlock import Client, Hold, Notifier, Task
-from ._sync import DEFAULT_UPDATE_ATTEMPTS, LockInfo, Versioned, _SharedHold, _ThreadHold
-from .exceptions import ConflictError, LockError, LockNotOwnedError, LockTimeoutError
+from ._dlock import Ask, Client, Hold, Notifier, Task
+from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _SharedHold, _ThreadHold
+from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
 
 __all__ = ["connect", "Locks", "Lock", "Guard", "Mutex", "RwLock", "Semaphore", "MultiLock", "VersionedValue"]
 
@@ -41,7 +40,9 @@ class _Bridge(Notifier):
 
     A call runs on dlock's runtime threads; when it ends, the runtime writes a byte to this
     object's socket, and the loop (watching it with ``add_reader``) turns the result into a
-    Python object on its own thread. The runtime never touches Python objects itself.
+    Python object on its own thread. The runtime never touches Python objects itself: a call
+    that needs Python code while it runs (an update's ``change``, once per attempt) asks this
+    loop the same way, and its runtime thread waits for the answer.
     """
 
     def __new__(cls, loop: _asyncio.AbstractEventLoop) -> "_Bridge":
@@ -54,25 +55,42 @@ class _Bridge(Notifier):
         self._loop = weakref.ref(loop)
         self.pid = os.getpid()
         self.pending: Dict[int, Tuple[Task, "_asyncio.Future[Any]"]] = {}
+        self.answerers: Dict[int, Callable[[Optional[bytes]], Optional[bytes]]] = {}
         loop.add_reader(self.fileno(), self._deliver)
 
-    def watch(self, task: Task) -> "_asyncio.Future[Any]":
-        """The future of ``task``; cancelling it stops the call."""
+    def watch(
+        self, task: Task, answerer: Optional[Callable[[Optional[bytes]], Optional[bytes]]] = None
+    ) -> "_asyncio.Future[Any]":
+        """The future of ``task``; cancelling it stops the call. ``answerer`` answers the
+        call's questions (an update's callback); it must not raise."""
         loop = self._loop()
         if loop is None:
             raise RuntimeError("dlock: the event loop of this call is gone")
         future = loop.create_future()
         self.pending[task.id] = (task, future)
+        if answerer is not None:
+            self.answerers[task.id] = answerer
         future.add_done_callback(lambda done: self._cancelled(task, done))
         return future
 
     def _cancelled(self, task: Task, future: "_asyncio.Future[Any]") -> None:
         if future.cancelled():
             self.pending.pop(task.id, None)
+            self.answerers.pop(task.id, None)
             task.abort()
 
+    def _answer(self, ask: Ask) -> None:
+        answerer = self.answerers.get(ask.task)
+        # No answerer: the call was cancelled, and declining makes it end without a write.
+        ask.answer(None if answerer is None else answerer(ask.current))
+
     def _deliver(self) -> None:
-        for task_id in self.take_completed():
+        completed = self.take_completed()
+        # After take_completed, which drained the wake-ups: a question asked since then has
+        # woken the loop again.
+        asks = self.take_asks()
+        for task_id in completed:
+            self.answerers.pop(task_id, None)
             entry = self.pending.pop(task_id, None)
             if entry is None:
                 continue  # cancelled: its result (a lock, say) is released with the task
@@ -83,7 +101,8 @@ class _Bridge(Notifier):
                 future.set_result(task.result())
             except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
                 future.set_exception(error)
-
+        for ask in asks:
+            self._answer(ask)
 
 
 _bridges: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, _Bridge]" = weakref.WeakKeyDictionary()
@@ -568,17 +587,14 @@ class VersionedValue:
     async def set(self, value: bytes) -> int:
         return await self._locks._client.value_set(self.name, _args.data(value), aio=_bridge())
 
-    async def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned:
-        if not callable(change):
-            raise TypeError("change must be callable")
-        for attempt in range(1, self.max_attempts + 1):
-            current = await self.get()
-            new = _args.data(change(None if current is None else current.value))
-            written = await self.compare_and_set(None if current is None else current.version, new)
-            if written is not None:
-                return Versioned(new, written)
-            if attempt < self.max_attempts:
-                await _asyncio.sleep(random.uniform(0, 0.0002 * attempt))
-        raise ConflictError(
-            f"value {self.name!r} changed under every one of {self.max_attempts} update attempts", lock_name=self.name
-        )
+    @overload
+    async def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned: ...
+    @overload
+    async def update(self, change: Change) -> Optional[Versioned]: ...
+    async def update(self, change: Change) -> Optional[Versioned]:
+        """See ``dlock.VersionedValue.update``: the Rust core's update, ``None`` when ``change``
+        declined. ``change`` is a plain function, called on the event loop's thread (between
+        the store calls, which run on dlock's runtime)."""
+        attempt = _Attempt(change)
+        written = await self._locks._client.value_update(self.name, self.max_attempts, attempt, aio=_bridge())
+        return attempt.result(written)

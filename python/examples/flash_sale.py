@@ -1,8 +1,10 @@
 """A flash sale: buyer processes race for a limited stock and nothing is ever oversold.
 
-Each purchase takes the item's lock (redis-py's API), reads the stock, a versioned value, and
-writes it back one lower with compare-and-set at the version it read: even if the lock were
-lost mid-purchase (a paused buyer outliving its lease), the stale write would fail instead of
+Each purchase takes the item's lock (redis-py's API) and takes one from the stock, a
+versioned value, with ``update``: it reads the stock and writes it back one lower with
+compare-and-set at the version it read, or writes nothing when the stock is gone. Even if the
+lock were lost mid-purchase (a paused buyer outliving its lease), the write could not go
+through on top of another buyer's: it would be computed again from the new stock instead of
 selling an item twice.
 
     python examples/flash_sale.py [URL]     # default: dlock's SQLite file; or redis://…
@@ -13,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import uuid
+from typing import Optional
 
 import dlock
 
@@ -21,21 +24,24 @@ BUYERS = 4
 PURCHASES_PER_BUYER = 30
 
 
+def take_one(current: Optional[bytes]) -> Optional[bytes]:
+    """One item less, or ``None`` (write nothing) when the stock is gone."""
+    left = int(current or b"0")
+    return None if left == 0 else str(left - 1).encode()
+
+
 def buyer(url: str, item: str, results: "multiprocessing.Queue") -> None:
     locks = dlock.connect(url)
     stock = locks.value(f"{item}/stock")
     sold = rejected = 0
     for _ in range(PURCHASES_PER_BUYER):
         with locks.lock(item, timeout=10, blocking_timeout=30) as lock:
-            current = stock.get()
-            left = int(current.value)
-            if left == 0:
-                rejected += 1
-                continue
             # The fence would go with a write to an external system; here the version guards.
-            if stock.compare_and_set(current.version, str(left - 1).encode()) is not None:
-                sold += 1
             assert lock.fence is not None
+            if stock.update(take_one) is None:
+                rejected += 1
+            else:
+                sold += 1
     results.put((sold, rejected))
 
 

@@ -520,6 +520,74 @@ impl Client {
         let value = self.locks(py)?.value(name);
         run(py, aio, async move { value.set(data).await })
     }
+
+    /// The Rust core's `VersionedValue::update` (its retry pacing, at most `max_attempts`
+    /// attempts): `change(current)` is called with the GIL held for each attempt, on the
+    /// caller's thread (with `aio`: the event loop's) and returns the bytes to write or `None`
+    /// to write nothing. `(bytes, version)` written, or `None` when `change` declined. An
+    /// exception raised by `change` ends the update, nothing written, and propagates.
+    #[pyo3(signature = (name, max_attempts, change, aio=None))]
+    fn value_update<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        max_attempts: u32,
+        change: Bound<'py, PyAny>,
+        aio: Option<Bound<'py, Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = self.locks(py)?.value(name).max_attempts(max_attempts);
+        if let Some(notifier) = aio {
+            // The runtime's threads never run Python: each attempt asks the loop's thread.
+            return bridge::start_asking(&notifier, change, move |asker| async move {
+                Ok(value
+                    .update(|current| asker.ask(current))
+                    .await?
+                    .map(versioned))
+            });
+        }
+        // Sent to the runtime with the future: only an unbound reference may cross threads.
+        let change = change.unbind();
+        let mut failure = None;
+        let updated = runtime::block(
+            py,
+            value.update(|current| {
+                // The update runs on this thread (the runtime's `block_on`), GIL released:
+                // take it back for the callback.
+                Python::attach(|py| {
+                    let current = current.map(|c| PyBytes::new(py, c));
+                    let answer = change
+                        .bind(py)
+                        .call1((current,))
+                        .and_then(|answer| written_bytes(&answer));
+                    // Declining ends the update without a write; the error is raised after.
+                    answer.unwrap_or_else(|error| {
+                        failure = Some(error);
+                        None
+                    })
+                })
+            }),
+        )?;
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        updated
+            .map_err(|error| errors::to_py(py, error))?
+            .map(versioned)
+            .into_bound_py_any(py)
+    }
+}
+
+/// A written value as Python gets it: `(bytes, version)`.
+fn versioned(written: dlock::Versioned) -> (Bytes, u64) {
+    (Bytes(written.value), written.version)
+}
+
+/// An update callback's answer: `None` declines, otherwise `bytes` to write.
+fn written_bytes(answer: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
+    if answer.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(answer.cast::<PyBytes>()?.as_bytes().to_vec()))
 }
 
 /// The URL `dlock.connect()` uses without one: the dlock command's default, a SQLite file in
@@ -545,6 +613,11 @@ fn _dlock(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Hold>()?;
     module.add_class::<Notifier>()?;
     module.add_class::<bridge::Task>()?;
+    module.add_class::<bridge::Ask>()?;
+    module.add(
+        "DEFAULT_UPDATE_ATTEMPTS",
+        dlock::limits::DEFAULT_UPDATE_ATTEMPTS,
+    )?;
     module.add_function(wrap_pyfunction!(default_url, module)?)?;
     module.add_function(wrap_pyfunction!(enabled_schemes, module)?)?;
     Ok(())
