@@ -1,11 +1,10 @@
 """A flash sale: buyer processes race for a limited stock and nothing is ever oversold.
 
-Each purchase takes the item's lock (redis-py's API) and takes one from the stock, a
+Each purchase takes the item's lock (redis-py's API) and takes one item from the stock, a
 versioned value, with ``update``: it reads the stock and writes it back one lower with
 compare-and-set at the version it read, or writes nothing when the stock is gone. Even if the
-lock were lost mid-purchase (a paused buyer outliving its lease), the write could not go
-through on top of another buyer's: it would be computed again from the new stock instead of
-selling an item twice.
+lock were lost mid-purchase (a paused buyer outliving its lease), a write based on a stale
+read would fail and be computed again from the new stock, instead of selling an item twice.
 
     python examples/flash_sale.py [URL]     # default: dlock's SQLite file; or redis://…
 """

@@ -551,18 +551,21 @@ impl Client {
         let updated = runtime::block(
             py,
             value.update(|current| {
-                // The update runs on this thread (the runtime's `block_on`), GIL released:
-                // take it back for the callback.
-                Python::attach(|py| {
-                    let current = current.map(|c| PyBytes::new(py, c));
-                    let answer = change
-                        .bind(py)
-                        .call1((current,))
-                        .and_then(|answer| written_bytes(&answer));
-                    // Declining ends the update without a write; the error is raised after.
-                    answer.unwrap_or_else(|error| {
-                        failure = Some(error);
-                        None
+                // The update runs on this thread (the runtime's `block_on`), GIL released: take
+                // it back for the callback, outside the runtime's context, so that the callback
+                // may call dlock's blocking API itself (a nested `block_on` would panic).
+                tokio::task::block_in_place(|| {
+                    Python::attach(|py| {
+                        let current = current.map(|c| PyBytes::new(py, c));
+                        let answer = change
+                            .bind(py)
+                            .call1((current,))
+                            .and_then(|answer| written_bytes(&answer));
+                        // Declining ends the update without a write; the error is raised after.
+                        answer.unwrap_or_else(|error| {
+                            failure = Some(error);
+                            None
+                        })
                     })
                 })
             }),

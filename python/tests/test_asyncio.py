@@ -206,6 +206,38 @@ def test_async_update_can_decline_or_raise(store_url, name):
     run(main())
 
 
+def test_async_update_cancelled_writes_at_most_once_and_leaves_nothing_stuck(store_url, name):
+    async def main():
+        locks = await dlock.asyncio.connect(store_url)
+        value = locks.value(name)
+        written = await value.set(b"0")
+        for _ in range(20):
+            calls = []
+
+            def bump(current):
+                calls.append(current)
+                return str(int(current) + 1).encode()
+
+            task = asyncio.ensure_future(value.update(bump))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Cancelled before or after its write went out: unchanged, or written once.
+            after = await value.get()
+            assert len(calls) <= 1
+            if calls:
+                assert after.value in (b"0", b"1")
+            else:
+                assert after.version == written
+            # The call asked the loop (or was told no): nothing waits on an answer forever.
+            updated = await value.update(lambda current: b"0")
+            assert updated is not None
+            written = updated.version
+
+    run(main())
+
+
 def test_async_from_sync_connection(store_url, name):
     sync_locks = dlock.connect(store_url)
 
