@@ -16,13 +16,15 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
-use crate::backend::{AcquireRequest, Lease, ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::backend::{
+    AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore,
+};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::sql_common::{
     LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
-    detached_attempt, fence, ms, queued_hint,
+    detached_attempt, ms, queued_hint,
 };
 
 use super::error::{from_sqlx, number};
@@ -382,8 +384,7 @@ async fn try_acquire(
                 name: name.to_owned(),
                 token,
                 fence,
-                lost: CancellationToken::new(),
-                start,
+                core: LeaseCore::new(FencingToken::from_signed(fence), start),
             }))
         }
     };
@@ -540,7 +541,7 @@ fn to_info(row: &MySqlRow) -> Result<LockInfo> {
     let pid: Option<i64> = row.try_get(7).map_err(get)?;
     Ok(LockInfo::new(
         String::from_utf8_lossy(&name).into_owned(),
-        fence(fence_value),
+        FencingToken::from_signed(fence_value),
         Owner::new(
             label,
             host.unwrap_or_default(),
@@ -555,26 +556,17 @@ fn to_info(row: &MySqlRow) -> Result<LockInfo> {
 /// One hold of a row in the lease table.
 #[derive(Debug)]
 struct TableLease {
+    core: LeaseCore,
     shared: Arc<Shared>,
     name: String,
     token: String,
     fence: i64,
-    lost: CancellationToken,
-    start: Instant,
 }
 
 #[async_trait]
 impl Lease for TableLease {
-    fn fence(&self) -> FencingToken {
-        fence(self.fence)
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
