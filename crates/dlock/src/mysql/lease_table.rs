@@ -137,14 +137,17 @@ impl Statements {
             "UPDATE {t} SET token = NULL, holds = 0, expires_at = {NOW}
              WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
         );
+        // The last column counts the name's live waiters (the holder left the queue when
+        // it was granted).
         let columns = format!(
-            "name, hold_fence, holds, acquired_at, GREATEST(0, expires_at - {NOW}) DIV 1000, owner_label, host, pid"
+            "name, hold_fence, holds, acquired_at, GREATEST(0, expires_at - {NOW}) DIV 1000, owner_label, host, pid,
+             (SELECT COUNT(*) FROM {w} q WHERE q.name = l.name AND q.seen > {NOW} - {stale})"
         );
         let inspect = format!(
-            "SELECT {columns} FROM {t} WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
+            "SELECT {columns} FROM {t} l WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
         );
         let list = format!(
-            "SELECT {columns} FROM {t}
+            "SELECT {columns} FROM {t} l
              WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
                AND token IS NOT NULL AND expires_at > {NOW}
              ORDER BY name LIMIT ?"
@@ -539,6 +542,7 @@ fn to_info(row: &MySqlRow) -> Result<LockInfo> {
     let label: Option<String> = row.try_get(5).map_err(get)?;
     let host: Option<String> = row.try_get(6).map_err(get)?;
     let pid: Option<i64> = row.try_get(7).map_err(get)?;
+    let waiters: i64 = row.try_get(8).map_err(get)?;
     Ok(LockInfo::new(
         String::from_utf8_lossy(&name).into_owned(),
         FencingToken::from_signed(fence_value),
@@ -550,7 +554,8 @@ fn to_info(row: &MySqlRow) -> Result<LockInfo> {
         UNIX_EPOCH + Duration::from_micros(u64::try_from(acquired_us).unwrap_or(0)),
         Some(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
         u32::try_from(holds).unwrap_or(0),
-    ))
+    )
+    .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX)))
 }
 
 /// One hold of a row in the lease table.
