@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_testkit::server::{Redis, ServerProcess, required};
+use dlock_testkit::fixture::{Fixture, SqlFixture, SqlServer};
+use dlock_testkit::server::{Mariadb, Postgres, Redis, ServerProcess, required};
 
 const REDIS_PASSWORD: &str = "pw-secret-serve";
 
@@ -412,6 +413,26 @@ fn redis_held_lock_and_waiter_appear_in_metrics_and_api() {
         return;
     };
     held_lock_and_waiter_are_served(&url);
+}
+
+/// The lease-table mode of a SQL store the test kit starts (skipped when its server is
+/// missing and not required).
+fn sql_lease_table_held_lock_and_waiter_are_served<K: SqlServer>() {
+    let fixtures = SqlFixture::<K>::start_both().unwrap();
+    let Some(lease_table) = fixtures.iter().find(|f| !f.backend().ends_with("session")) else {
+        return;
+    };
+    held_lock_and_waiter_are_served(&lease_table.url().unwrap());
+}
+
+#[test]
+fn postgres_held_lock_and_waiter_appear_in_metrics_and_api() {
+    sql_lease_table_held_lock_and_waiter_are_served::<Postgres>();
+}
+
+#[test]
+fn mariadb_held_lock_and_waiter_appear_in_metrics_and_api() {
+    sql_lease_table_held_lock_and_waiter_are_served::<Mariadb>();
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod checker;
 pub mod cli;
 pub mod conformance;
 pub mod fault_proxy;
+pub mod faults;
 pub mod fixture;
 pub mod server;
 pub mod tls;

@@ -38,6 +38,12 @@ impl FencingToken {
     pub const fn get(self) -> u64 {
         self.0
     }
+
+    /// A token the store keeps as a signed 64-bit integer (a SQL `BIGINT`, a Redis integer,
+    /// an etcd revision); stores never hand out one below 1, so a negative value reads as 0.
+    pub(crate) fn from_signed(value: i64) -> FencingToken {
+        FencingToken(u64::try_from(value).unwrap_or(0))
+    }
 }
 
 impl fmt::Display for FencingToken {

@@ -21,21 +21,20 @@
 //! mean more without other trials competing for the CPU.
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock_testkit::checker::canary::Canary;
 use dlock_testkit::checker::scenario::{self, Fault, ScenarioReport, Workload};
 use dlock_testkit::checker::worker::{self, Primitive};
 use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
+use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
-    EtcdClusterFixture, EtcdFixture, Fixture, MysqlFixture, PostgresFixture, RedisReplicaFixture,
-    RedlockFixture, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
+    EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, MysqlFixture, PostgresFixture,
+    RedisReplicaFixture, RedlockFixture, SqlFixture, SqlServer, SqliteFixture,
+    ZookeeperEnsembleFixture, ZookeeperFixture,
 };
-use dlock_testkit::server::{self, ServerProcess};
+use dlock_testkit::server::{self, Mariadb, Postgres};
 use libtest_mimic::{Arguments, Failed, Trial};
-
-/// Something done to the servers of a stand.
-type Action = Arc<dyn Fn() -> anyhow::Result<()> + Send + Sync>;
 
 /// One backend under test, with what the faults need.
 struct Stand {
@@ -45,29 +44,62 @@ struct Stand {
     proxy: Option<(FaultProxy, String)>,
     /// One proxy per worker, and the URL through each: a partition cuts one worker off.
     worker_proxies: Vec<(FaultProxy, String)>,
-    /// Kill the server (or all servers).
-    kill: Option<Action>,
-    /// Start it again (same port, same data).
-    start_again: Option<Action>,
-    /// Freeze and continue it.
-    pause: Option<(Action, Action)>,
-    /// Kill the cluster's leader (a minority of Redlock's nodes), and bring it back.
-    leader_kill: Option<(Action, Action)>,
-    /// Save a snapshot of the store (every Redlock node), and crash it and start it again
-    /// from that snapshot.
-    snapshot: Option<(Action, Action)>,
-    /// Cut the replica off once it has caught up, and fail over to it.
-    fail_over: Option<(Action, Action)>,
+    /// What the fixture can do to its servers (declared by the test kit's fixture).
+    faults: Faults,
     workload: Workload,
-    /// How long a holder is frozen: past its lease (and a ZooKeeper session).
-    holder_pause: Duration,
-    /// A frozen holder loses its lock (a lease); `false` for session locks, held while their
-    /// connection lives.
-    lease: bool,
+    tuning: Tuning,
     _keep: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl Stand {
+    /// A stand on a started fixture: proxies in front of the addresses it declares.
+    fn new<F: Strikable>(fixture: Option<Arc<F>>, tuning: Tuning) -> anyhow::Result<Stand> {
+        let fixture = fixture.ok_or_else(|| anyhow::anyhow!("server not installed"))?;
+        let faults = fixture.faults();
+        anyhow::ensure!(
+            faults.offers() == F::OFFERS,
+            "the fixture offers {:?} once started, {:?} before",
+            faults.offers(),
+            F::OFFERS
+        );
+        // A process-local store (memory) has no URL for other processes: workers run in this
+        // one, on a store of the stand's own.
+        let url = fixture
+            .url()
+            .unwrap_or_else(|| format!("memory://safety-{}", uuid()));
+        let proxied = |proxy: FaultProxy| {
+            let mut through = url.clone();
+            for (addr, front) in faults.addrs.iter().zip(proxy.addrs()) {
+                through = through.replace(&addr.to_string(), &front.to_string());
+            }
+            (proxy, through)
+        };
+        let (proxy, worker_proxies) = if faults.addrs.is_empty() {
+            (None, Vec::new())
+        } else {
+            let workers = (0..Workload::default().workers)
+                .map(|_| FaultProxy::start(&faults.addrs).map(proxied))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            (Some(proxied(FaultProxy::start(&faults.addrs)?)), workers)
+        };
+        let workload = Workload {
+            in_process: !faults.holder_processes,
+            release_within: tuning
+                .release_within
+                .unwrap_or(Workload::default().release_within),
+            ..Workload::default()
+        };
+        Ok(Stand {
+            url,
+            proxy,
+            worker_proxies,
+            faults,
+            workload,
+            tuning,
+            _keep: Box::new(fixture),
+        })
+    }
+
     fn worker_url(&self) -> &str {
         self.proxy.as_ref().map_or(&self.url, |(_, url)| url)
     }
@@ -80,338 +112,137 @@ impl Stand {
     }
 }
 
-/// A server a fixture shares with the stand's actions.
-type SharedServer = Arc<Mutex<ServerProcess>>;
-
-/// Runs a closure on a stand's server(s), however its fixture keeps them.
-type WithServer = Arc<
-    dyn Fn(&mut dyn FnMut(&mut ServerProcess) -> anyhow::Result<()>) -> anyhow::Result<()>
-        + Send
-        + Sync,
->;
-
-fn on_server(with: &WithServer, f: fn(&mut ServerProcess) -> anyhow::Result<()>) -> Action {
-    let with = with.clone();
-    Arc::new(move || with(&mut |server| f(server)))
-}
-
-fn kill(server: &mut ServerProcess) -> anyhow::Result<()> {
-    Ok(server.kill()?)
-}
-
-fn restart(server: &mut ServerProcess) -> anyhow::Result<()> {
-    Ok(server.restart()?)
-}
-
-fn pause(server: &mut ServerProcess) -> anyhow::Result<()> {
-    Ok(server.pause()?)
-}
-
-fn resume(server: &mut ServerProcess) -> anyhow::Result<()> {
-    Ok(server.resume()?)
-}
-
-fn save_snapshot(server: &mut ServerProcess) -> anyhow::Result<()> {
-    Ok(server::save_snapshot(server)?)
-}
-
-fn restore_snapshot(server: &mut ServerProcess) -> anyhow::Result<()> {
-    Ok(server::restore_snapshot(server)?)
-}
-
-struct ServerStand {
-    url: String,
-    addrs: Vec<std::net::SocketAddr>,
-    with: WithServer,
-    workload: Workload,
+/// How a backend's trials run, beyond the faults its fixture offers.
+#[derive(Clone, Copy, Debug)]
+struct Tuning {
+    /// How long a holder is frozen: past its lease (and a ZooKeeper session).
     holder_pause: Duration,
+    /// How long a killed or frozen holder may keep the lock (the workload's default if none).
+    release_within: Option<Duration>,
+    /// A frozen holder loses its lock (a lease); `false` for session locks, held while their
+    /// connection lives.
     lease: bool,
+    /// A crashed server comes back without its data (Redis runs without persistence).
+    volatile: bool,
 }
 
-impl ServerStand {
-    fn build(self, keep: Box<dyn std::any::Any + Send + Sync>) -> anyhow::Result<Stand> {
-        let proxied = |proxy: FaultProxy| {
-            let mut url = self.url.clone();
-            for (addr, through) in self.addrs.iter().zip(proxy.addrs()) {
-                url = url.replace(&addr.to_string(), &through.to_string());
-            }
-            (proxy, url)
-        };
-        let proxy = proxied(FaultProxy::start(&self.addrs)?);
-        let worker_proxies = (0..self.workload.workers)
-            .map(|_| FaultProxy::start(&self.addrs).map(proxied))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Stand {
-            url: self.url,
-            proxy: Some(proxy),
-            worker_proxies,
-            kill: Some(on_server(&self.with, kill)),
-            start_again: Some(on_server(&self.with, restart)),
-            pause: Some((on_server(&self.with, pause), on_server(&self.with, resume))),
-            leader_kill: None,
-            snapshot: None,
-            fail_over: None,
-            workload: self.workload,
-            holder_pause: self.holder_pause,
-            lease: self.lease,
-            _keep: keep,
-        })
-    }
+const LEASES: Tuning = Tuning {
+    holder_pause: Duration::from_secs(3),
+    release_within: None,
+    lease: true,
+    volatile: false,
+};
+
+/// A killed or frozen holder keeps its lock until its session (3 s) expires.
+const ZOOKEEPER_SESSIONS: Tuning = Tuning {
+    holder_pause: Duration::from_secs(6),
+    release_within: Some(Duration::from_secs(15)),
+    ..LEASES
+};
+
+/// One backend of the suite: its name, the faults its fixture declares, how to start it.
+struct Backend {
+    name: &'static str,
+    offers: Offers,
+    tuning: Tuning,
+    start: fn(Tuning) -> anyhow::Result<Stand>,
 }
 
-const DEFAULT_PAUSE: Duration = Duration::from_secs(3);
+/// The backends and their fixtures: the faults each trial can use come from the fixture's
+/// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
+const BACKENDS: [Backend; 12] = [
+    Backend {
+        name: "memory",
+        offers: MemoryFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(Some(MemoryFixture::new()), tuning),
+    },
+    Backend {
+        name: "sqlite",
+        offers: SqliteFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(Some(SqliteFixture::new()?), tuning),
+    },
+    Backend {
+        // A primary with a real replica, behind one address: the partial-loss faults.
+        name: "redis",
+        offers: RedisReplicaFixture::OFFERS,
+        tuning: Tuning {
+            volatile: true,
+            ..LEASES
+        },
+        start: |tuning| Stand::new(RedisReplicaFixture::start()?, tuning),
+    },
+    Backend {
+        name: "redlock",
+        offers: RedlockFixture::OFFERS,
+        tuning: Tuning {
+            volatile: true,
+            ..LEASES
+        },
+        start: |tuning| Stand::new(RedlockFixture::start(5)?, tuning),
+    },
+    Backend {
+        name: "postgres",
+        offers: PostgresFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(sql_fixture::<Postgres>("postgres")?, tuning),
+    },
+    Backend {
+        name: "postgres-session",
+        offers: PostgresFixture::OFFERS,
+        tuning: Tuning {
+            lease: false,
+            ..LEASES
+        },
+        start: |tuning| Stand::new(sql_fixture::<Postgres>("postgres-session")?, tuning),
+    },
+    Backend {
+        name: "mariadb",
+        offers: MysqlFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(sql_fixture::<Mariadb>("mariadb")?, tuning),
+    },
+    Backend {
+        name: "mariadb-session",
+        offers: MysqlFixture::OFFERS,
+        tuning: Tuning {
+            lease: false,
+            ..LEASES
+        },
+        start: |tuning| Stand::new(sql_fixture::<Mariadb>("mariadb-session")?, tuning),
+    },
+    Backend {
+        name: "etcd",
+        offers: EtcdFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(EtcdFixture::start()?, tuning),
+    },
+    Backend {
+        name: "etcd-cluster",
+        offers: EtcdClusterFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(EtcdClusterFixture::start()?, tuning),
+    },
+    Backend {
+        name: "zookeeper",
+        offers: ZookeeperFixture::OFFERS,
+        tuning: ZOOKEEPER_SESSIONS,
+        start: |tuning| Stand::new(ZookeeperFixture::start()?, tuning),
+    },
+    Backend {
+        name: "zookeeper-ensemble",
+        offers: ZookeeperEnsembleFixture::OFFERS,
+        tuning: ZOOKEEPER_SESSIONS,
+        start: |tuning| Stand::new(ZookeeperEnsembleFixture::start()?, tuning),
+    },
+];
 
-fn start(backend: &str) -> anyhow::Result<Stand> {
-    let workload = Workload::default();
-    match backend {
-        "memory" => Ok(Stand {
-            url: format!("memory://safety-{}", uuid()),
-            proxy: None,
-            worker_proxies: Vec::new(),
-            kill: None,
-            start_again: None,
-            pause: None,
-            leader_kill: None,
-            snapshot: None,
-            fail_over: None,
-            workload: Workload {
-                in_process: true,
-                ..workload
-            },
-            holder_pause: DEFAULT_PAUSE,
-            lease: true,
-            _keep: Box::new(()),
-        }),
-        "sqlite" => {
-            let fixture = SqliteFixture::new()?;
-            Ok(Stand {
-                url: fixture.url().unwrap(),
-                proxy: None,
-                worker_proxies: Vec::new(),
-                kill: None,
-                start_again: None,
-                pause: None,
-                leader_kill: None,
-                snapshot: None,
-                fail_over: None,
-                workload,
-                holder_pause: DEFAULT_PAUSE,
-                lease: true,
-                _keep: Box::new(fixture),
-            })
-        }
-        "redis" => {
-            // A primary with a real replica, behind one address: the partial-loss faults.
-            let fixture = RedisReplicaFixture::start()?.ok_or_else(missing)?;
-            let fx = fixture.clone();
-            let with: WithServer = Arc::new(move |f| f(fx.server().primary()));
-            let mut stand = ServerStand {
-                url: fixture.url().unwrap(),
-                addrs: vec![fixture.addr()],
-                with: with.clone(),
-                workload,
-                holder_pause: DEFAULT_PAUSE,
-                lease: true,
-            }
-            .build(Box::new(fixture.clone()))?;
-            stand.snapshot = Some((
-                on_server(&with, save_snapshot),
-                on_server(&with, restore_snapshot),
-            ));
-            let (detach, fail_over): (Action, Action) = {
-                let (a, b) = (fixture.clone(), fixture);
-                (
-                    Arc::new(move || Ok(a.server().detach_replica()?)),
-                    Arc::new(move || Ok(b.server().fail_over()?)),
-                )
-            };
-            stand.fail_over = Some((detach, fail_over));
-            Ok(stand)
-        }
-        "redlock" => {
-            let fixture = RedlockFixture::start(5)?.ok_or_else(missing)?;
-            let fx = fixture.clone();
-            let with: WithServer = Arc::new(move |f| fx.server().nodes.iter_mut().try_for_each(f));
-            let mut stand = ServerStand {
-                url: fixture.url().unwrap(),
-                addrs: fixture.server().addrs(),
-                with: with.clone(),
-                workload,
-                holder_pause: DEFAULT_PAUSE,
-                lease: true,
-            }
-            .build(Box::new(fixture.clone()))?;
-            stand.snapshot = Some((
-                on_server(&with, save_snapshot),
-                on_server(&with, restore_snapshot),
-            ));
-            // Two of five nodes: a minority, so the quorum stands.
-            let minority: WithServer = {
-                let fx = fixture.clone();
-                Arc::new(move |f| fx.server().nodes[..2].iter_mut().try_for_each(f))
-            };
-            stand.leader_kill = Some((on_server(&minority, kill), on_server(&minority, restart)));
-            Ok(stand)
-        }
-        "postgres" | "postgres-session" | "mariadb" | "mariadb-session" => {
-            let fixtures: Vec<(Arc<dyn Fixture>, SharedServer)> = if backend.starts_with("postgres")
-            {
-                PostgresFixture::start_both()?
-                    .into_iter()
-                    .map(|f| (f.clone() as Arc<dyn Fixture>, f.server().clone()))
-                    .collect()
-            } else {
-                MysqlFixture::start_both()?
-                    .into_iter()
-                    .map(|f| (f.clone() as Arc<dyn Fixture>, f.server().clone()))
-                    .collect()
-            };
-            let (fixture, server) = fixtures
-                .into_iter()
-                .find(|(f, _)| f.backend() == backend)
-                .ok_or_else(missing)?;
-            let addr = server.lock().unwrap().addr();
-            ServerStand {
-                url: fixture.url().unwrap(),
-                addrs: vec![addr],
-                with: Arc::new(move |f| f(&mut server.lock().unwrap())),
-                workload,
-                holder_pause: DEFAULT_PAUSE,
-                lease: !backend.ends_with("session"),
-            }
-            .build(Box::new(fixture))
-        }
-        "etcd" => {
-            let fixture = EtcdFixture::start()?.ok_or_else(missing)?;
-            let fx = fixture.clone();
-            let addr = fixture.server().addr();
-            ServerStand {
-                url: fixture.url().unwrap(),
-                addrs: vec![addr],
-                with: Arc::new(move |f| f(&mut fx.server())),
-                workload,
-                holder_pause: DEFAULT_PAUSE,
-                lease: true,
-            }
-            .build(Box::new(fixture))
-        }
-        "zookeeper" => {
-            let fixture = ZookeeperFixture::start()?.ok_or_else(missing)?;
-            let fx = fixture.clone();
-            let addr = fixture.server().addr();
-            // A killed or frozen holder keeps its lock until its session (3 s) expires.
-            ServerStand {
-                url: fixture.url().unwrap_or_default(),
-                addrs: vec![addr],
-                with: Arc::new(move |f| f(&mut fx.server())),
-                workload: Workload {
-                    release_within: Duration::from_secs(15),
-                    ..workload
-                },
-                holder_pause: Duration::from_secs(6),
-                lease: true,
-            }
-            .build(Box::new(fixture))
-        }
-        "etcd-cluster" => {
-            let fixture = EtcdClusterFixture::start()?.ok_or_else(missing)?;
-            let url = fixture.url().unwrap();
-            let killed = Arc::new(Mutex::new(None::<usize>));
-            let (fx, k) = (fixture.clone(), killed.clone());
-            let kill: Action = Arc::new(move || {
-                let leader = wait_for(|| fx.server().leader())?;
-                fx.server().nodes[leader].kill()?;
-                *k.lock().unwrap() = Some(leader);
-                Ok(())
-            });
-            let (fx, k) = (fixture.clone(), killed);
-            let back: Action = Arc::new(move || {
-                if let Some(node) = k.lock().unwrap().take() {
-                    fx.server().nodes[node].restart()?;
-                }
-                Ok(())
-            });
-            Ok(cluster_stand(
-                url,
-                kill,
-                back,
-                workload,
-                DEFAULT_PAUSE,
-                Box::new(fixture),
-            ))
-        }
-        "zookeeper-ensemble" => {
-            let fixture = ZookeeperEnsembleFixture::start()?.ok_or_else(missing)?;
-            let url = fixture.url().unwrap_or_default();
-            let killed = Arc::new(Mutex::new(None::<usize>));
-            let (fx, k) = (fixture.clone(), killed.clone());
-            let kill: Action = Arc::new(move || {
-                let leader = wait_for(|| fx.server().leader())?;
-                fx.server().nodes[leader].kill()?;
-                *k.lock().unwrap() = Some(leader);
-                Ok(())
-            });
-            let (fx, k) = (fixture.clone(), killed);
-            let back: Action = Arc::new(move || {
-                if let Some(node) = k.lock().unwrap().take() {
-                    fx.server().nodes[node].restart()?;
-                }
-                Ok(())
-            });
-            Ok(cluster_stand(
-                url,
-                kill,
-                back,
-                Workload {
-                    release_within: Duration::from_secs(15),
-                    ..workload
-                },
-                Duration::from_secs(6),
-                Box::new(fixture),
-            ))
-        }
-        other => anyhow::bail!("unknown backend {other}"),
-    }
-}
-
-fn cluster_stand(
-    url: String,
-    kill: Action,
-    back: Action,
-    workload: Workload,
-    holder_pause: Duration,
-    keep: Box<dyn std::any::Any + Send + Sync>,
-) -> Stand {
-    Stand {
-        url,
-        proxy: None,
-        worker_proxies: Vec::new(),
-        kill: None,
-        start_again: None,
-        pause: None,
-        leader_kill: Some((kill, back)),
-        snapshot: None,
-        fail_over: None,
-        workload,
-        holder_pause,
-        lease: true,
-        _keep: keep,
-    }
-}
-
-fn missing() -> anyhow::Error {
-    anyhow::anyhow!("server not installed")
-}
-
-fn wait_for<T>(mut found: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(value) = found() {
-            return Ok(value);
-        }
-        anyhow::ensure!(Instant::now() < until, "none found within 20 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// The fixture of one SQL backend (both modes share a server; the other mode's is dropped).
+fn sql_fixture<K: SqlServer>(backend: &str) -> anyhow::Result<Option<Arc<SqlFixture<K>>>> {
+    Ok(SqlFixture::<K>::start_both()?
+        .into_iter()
+        .find(|fixture| fixture.backend() == backend))
 }
 
 fn uuid() -> String {
@@ -465,19 +296,15 @@ impl FaultKind {
         )
     }
 
-    /// Whether the fault can lose the store's data on `backend`: Redis runs without
-    /// persistence, so a killed or restarted server (every Redlock node) comes back empty, or
-    /// with an older snapshot, or as a replica that missed the last writes. Nowhere else: SQL
-    /// servers, etcd and ZooKeeper keep what they acknowledged.
-    fn loses_data(self, backend: &str) -> bool {
-        matches!(backend, "redis" | "redlock")
-            && matches!(
-                self,
-                FaultKind::ServerKill
-                    | FaultKind::ServerRestart
-                    | FaultKind::SnapshotRestore
-                    | FaultKind::LaggingFailover
-            )
+    /// Whether the fault can lose the store's data: a restart from an older snapshot or a
+    /// failover to a lagging replica always does; a killed or restarted server does where it
+    /// keeps nothing on disk (Redis, every Redlock node). SQL servers, etcd and ZooKeeper keep
+    /// what they acknowledged.
+    fn loses_data(self, tuning: Tuning) -> bool {
+        matches!(
+            self,
+            FaultKind::SnapshotRestore | FaultKind::LaggingFailover
+        ) || (tuning.volatile && matches!(self, FaultKind::ServerKill | FaultKind::ServerRestart))
     }
 
     /// Whether the fault cuts the holder it strikes off from the store for longer than a lease.
@@ -510,22 +337,18 @@ impl FaultKind {
     }
 }
 
-/// Which faults apply to a backend.
-fn applies(backend: &str, fault: FaultKind) -> bool {
+/// Which faults apply to a backend: those its fixture offers.
+fn applies(offers: Offers, fault: FaultKind) -> bool {
     use FaultKind::*;
-    match backend {
-        // One process: no process to kill or freeze, no server.
-        "memory" => fault == Baseline,
-        // No server: the holder faults only.
-        "sqlite" => matches!(fault, Baseline | HolderKill | HolderPause),
-        // Clusters: a whole-cluster fault is the single server's; the leader is theirs.
-        "etcd-cluster" | "zookeeper-ensemble" => {
-            matches!(fault, Baseline | HolderKill | HolderPause | LeaderKill)
-        }
-        // Redlock's "leader kill" is two of its five nodes; its nodes have no replicas.
-        "redlock" => fault != LaggingFailover,
-        "redis" => fault != LeaderKill,
-        _ => !matches!(fault, LeaderKill | SnapshotRestore | LaggingFailover),
+    match fault {
+        Baseline => true,
+        HolderKill | HolderPause => offers.holder_processes,
+        ServerKill | ServerRestart => offers.crash,
+        ServerPause => offers.pause,
+        ProxyReset | ProxyLatency | ProxyBlackhole | Partition => offers.proxy,
+        LeaderKill => offers.leader_kill,
+        SnapshotRestore => offers.snapshot,
+        LaggingFailover => offers.fail_over,
     }
 }
 
@@ -672,21 +495,6 @@ impl CanaryKind {
     }
 }
 
-const BACKENDS: [&str; 12] = [
-    "memory",
-    "sqlite",
-    "redis",
-    "redlock",
-    "postgres",
-    "postgres-session",
-    "mariadb",
-    "mariadb-session",
-    "etcd",
-    "etcd-cluster",
-    "zookeeper",
-    "zookeeper-ensemble",
-];
-
 /// Whether the backend's server is installed; a missing one is still tested (and fails)
 /// when `DLOCK_TEST_REQUIRE` asks for it.
 fn installed(backend: &str) -> bool {
@@ -721,16 +529,21 @@ fn stand(backend: &'static str) -> Result<Arc<Stand>, Failed> {
     if let Some((_, stand)) = stands.lock().unwrap().iter().find(|(b, _)| *b == backend) {
         return Ok(stand.clone());
     }
-    let stand = Arc::new(start(backend).map_err(|e| format!("start {backend}: {e:#}"))?);
+    let entry = BACKENDS
+        .iter()
+        .find(|entry| entry.name == backend)
+        .ok_or_else(|| format!("unknown backend {backend}"))?;
+    let stand =
+        Arc::new((entry.start)(entry.tuning).map_err(|e| format!("start {backend}: {e:#}"))?);
     stands.lock().unwrap().push((backend, stand.clone()));
     Ok(stand)
 }
 
 /// The workload and fault of one trial.
-fn prepare(stand: &Arc<Stand>, backend: &str, fault: FaultKind, prim: Prim) -> (Workload, Fault) {
+fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault) {
     let mut workload = Workload {
         primitive: prim.primitive(),
-        fault_loses_data: fault.loses_data(backend),
+        fault_loses_data: fault.loses_data(stand.tuning),
         fault_cuts_off: fault.cuts_off(),
         ..stand.workload.clone()
     };
@@ -758,11 +571,11 @@ fn prepare(stand: &Arc<Stand>, backend: &str, fault: FaultKind, prim: Prim) -> (
     let injected = match fault {
         FaultKind::Baseline => Fault::None,
         FaultKind::HolderKill => Fault::HolderKill,
-        FaultKind::HolderPause => Fault::HolderPause(stand.holder_pause),
+        FaultKind::HolderPause => Fault::HolderPause(stand.tuning.holder_pause),
         FaultKind::ServerKill => {
             let (kill, start_again) = (
-                stand.kill.clone().unwrap(),
-                stand.start_again.clone().unwrap(),
+                stand.faults.crash.clone().unwrap(),
+                stand.faults.start_again.clone().unwrap(),
             );
             Fault::External(
                 "server killed, started 2 s later",
@@ -774,11 +587,11 @@ fn prepare(stand: &Arc<Stand>, backend: &str, fault: FaultKind, prim: Prim) -> (
             )
         }
         FaultKind::ServerRestart => {
-            let start_again = stand.start_again.clone().unwrap();
+            let start_again = stand.faults.start_again.clone().unwrap();
             Fault::External("server restart", Box::new(move || start_again()))
         }
         FaultKind::ServerPause => {
-            let (pause, resume) = stand.pause.clone().unwrap();
+            let (pause, resume) = stand.faults.pause.clone().unwrap();
             Fault::External(
                 "server SIGSTOP for 2.5 TTL",
                 Box::new(move || {
@@ -851,7 +664,7 @@ fn prepare(stand: &Arc<Stand>, backend: &str, fault: FaultKind, prim: Prim) -> (
             )
         }
         FaultKind::LeaderKill => {
-            let (kill, _) = stand.leader_kill.clone().unwrap();
+            let (kill, _) = stand.faults.leader_kill.clone().unwrap();
             Fault::External("leader killed", Box::new(move || kill()))
         }
         // The saved state has the lock free with its last fence (the run takes and releases it
@@ -859,9 +672,9 @@ fn prepare(stand: &Arc<Stand>, backend: &str, fault: FaultKind, prim: Prim) -> (
         // follow; then the store comes back with that older state.
         FaultKind::SnapshotRestore | FaultKind::LaggingFailover => {
             let (checkpoint, lose) = if fault == FaultKind::SnapshotRestore {
-                stand.snapshot.clone().unwrap()
+                stand.faults.snapshot.clone().unwrap()
             } else {
-                stand.fail_over.clone().unwrap()
+                stand.faults.fail_over.clone().unwrap()
             };
             let stand = stand.clone();
             Fault::PartialLoss {
@@ -898,7 +711,7 @@ fn run(
     let name = format!("safety/{}/{}", fault.slug(), uuid());
     let result = scenario::run(stand.worker_url(), &stand.url, &name, workload, injected);
     if fault == FaultKind::LeaderKill {
-        let (_, back) = stand.leader_kill.clone().unwrap();
+        let (_, back) = stand.faults.leader_kill.clone().unwrap();
         back().map_err(|e| format!("bring the killed member back: {e:#}"))?;
     }
     let report = result.map_err(|e| format!("{e:#}"))?;
@@ -908,13 +721,13 @@ fn run(
 
 fn trial(backend: &'static str, fault: FaultKind, prim: Prim) -> Result<(), Failed> {
     let stand = stand(backend)?;
-    let (workload, injected) = prepare(&stand, backend, fault, prim);
+    let (workload, injected) = prepare(&stand, fault, prim);
     let report = run(&stand, backend, fault, &workload, injected)?;
     let mut violations = report.violations();
     // A frozen reader or permit holder shares the lock: others may go on beside it.
     let exclusive = matches!(prim, Prim::Mutex | Prim::MultiLock);
     match fault {
-        FaultKind::HolderPause if stand.lease => {
+        FaultKind::HolderPause if stand.tuning.lease => {
             // A permit holder does not write (permits share the resource).
             if report.check.rejected.is_empty() && prim != Prim::Semaphore {
                 violations.push(
@@ -946,12 +759,11 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
     let stand = stand(backend)?;
     let (fault, mut workload, injected) = match canary {
         CanaryKind::Unfenced => {
-            let (workload, injected) =
-                prepare(&stand, backend, FaultKind::HolderPause, Prim::Mutex);
+            let (workload, injected) = prepare(&stand, FaultKind::HolderPause, Prim::Mutex);
             (FaultKind::HolderPause, workload, injected)
         }
         CanaryKind::LateSignal | CanaryKind::RepeatedFence => {
-            let (workload, injected) = prepare(&stand, backend, FaultKind::Baseline, Prim::Mutex);
+            let (workload, injected) = prepare(&stand, FaultKind::Baseline, Prim::Mutex);
             (FaultKind::Baseline, workload, injected)
         }
     };
@@ -1088,12 +900,13 @@ fn main() {
         (false, _) => trial.with_ignored_flag(true).with_kind("not-installed"),
         (true, false) => trial.with_ignored_flag(true).with_kind("full-only"),
     };
-    for backend in BACKENDS {
+    for entry in &BACKENDS {
+        let (backend, offers) = (entry.name, entry.offers);
         let installed = installed(backend);
         for prim in Prim::ALL {
             for fault in FaultKind::ALL
                 .into_iter()
-                .filter(|&f| applies(backend, f) && prim.applies(f))
+                .filter(|&f| applies(offers, f) && prim.applies(f))
             {
                 let name = format!("{backend}::{}{}", prim.prefix(), fault.slug());
                 let run = !soak && (full || in_ci(backend, fault, prim));

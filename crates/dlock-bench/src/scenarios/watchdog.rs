@@ -61,6 +61,10 @@ impl dlock::backend::Backend for Counting {
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl dlock::backend::Lease for CountingLease {
+    fn core(&self) -> &dlock::backend::LeaseCore {
+        self.inner.core()
+    }
+
     fn fence(&self) -> dlock::FencingToken {
         self.inner.fence()
     }

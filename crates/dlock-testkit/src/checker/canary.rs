@@ -14,9 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock::FencingToken;
 use dlock::backend::{
-    AcquireRequest, Backend, BackendInfo, DynBackend, Lease, MonitorStore, ValueStore,
+    AcquireRequest, Backend, BackendInfo, DynBackend, Lease, LeaseCore, MonitorStore, ValueStore,
 };
-use tokio_util::sync::CancellationToken;
 
 /// Which promise the worker's store breaks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,8 +97,8 @@ impl Backend for Broken {
             shown
         };
         Ok(Some(Arc::new(BrokenLease {
+            core: lease.core().with_fence(fence),
             inner: lease,
-            fence,
             halve: self.canary == Canary::LateSignal,
         })))
     }
@@ -119,22 +118,15 @@ impl Backend for Broken {
 #[derive(Debug)]
 struct BrokenLease {
     inner: Arc<dyn Lease>,
-    fence: FencingToken,
+    /// The inner lease's, under the canary's fence (the loss signal is shared).
+    core: LeaseCore,
     halve: bool,
 }
 
 #[async_trait]
 impl Lease for BrokenLease {
-    fn fence(&self) -> FencingToken {
-        self.fence
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        self.inner.lost()
-    }
-
-    fn lease_start(&self) -> tokio::time::Instant {
-        self.inner.lease_start()
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> dlock::Result<()> {

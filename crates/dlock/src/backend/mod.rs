@@ -13,10 +13,13 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+mod lease_core;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod queue_rules;
 pub(crate) mod url;
 pub mod wait;
+
+pub use lease_core::LeaseCore;
 
 /// A lock store: Redis, SQLite, memory, …
 ///
@@ -98,18 +101,27 @@ pub trait Backend: Debug + Send + Sync + 'static {
 /// One held lease, as returned by [`Backend::acquire`].
 #[async_trait]
 pub trait Lease: Debug + Send + Sync {
+    /// The fence, loss signal and start every hold has ([`LeaseCore`]).
+    fn core(&self) -> &LeaseCore;
+
     /// The fencing token of this hold.
-    fn fence(&self) -> FencingToken;
+    fn fence(&self) -> FencingToken {
+        self.core().fence()
+    }
 
     /// Cancelled when the hold is known to be lost. The backend cancels it on a native loss
     /// signal (session expired, force-released by this process); the lease keeper cancels it
     /// when a renewal fails or the local deadline passes.
-    fn lost(&self) -> &CancellationToken;
+    fn lost(&self) -> &CancellationToken {
+        self.core().lost()
+    }
 
     /// The instant (tokio's clock) just before the request that set this lease's TTL was sent.
     /// The keeper counts the local deadline from here, so it never trusts a lease longer than
     /// the store does.
-    fn lease_start(&self) -> Instant;
+    fn lease_start(&self) -> Instant {
+        self.core().lease_start()
+    }
 
     /// Makes the lease last at least `ttl` from now (compare-and-extend: only if still owned).
     /// It never shortens a lease, so reentrant holds with different TTLs stay safe; a `ttl` of

@@ -325,6 +325,21 @@ impl UrlOption<'_, '_> {
     }
 }
 
+/// Asserts that `parse` refuses each of `urls` with [`Error::InvalidUrl`] (the configs' tests).
+#[cfg(test)]
+pub(crate) fn assert_each_url_refused<T: std::fmt::Debug>(
+    parse: impl Fn(&str) -> Result<T>,
+    urls: &[&str],
+) {
+    for url in urls {
+        let result = parse(url);
+        assert!(
+            matches!(result, Err(Error::InvalidUrl { .. })),
+            "{url}: {result:?}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

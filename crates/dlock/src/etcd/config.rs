@@ -176,6 +176,7 @@ impl EtcdConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::assert_each_url_refused;
 
     #[test]
     fn parses_endpoints_credentials_and_options() {
@@ -199,28 +200,26 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls() {
-        for url in [
-            "etcd://",
-            "etcd://h",
-            "etcd://:2379",
-            "etcd://h:notaport",
-            "etcd://h:0",
-            "etcd://h:2379,",
-            "etcd://h:2379/path",
-            "etcd://@h:2379",
-            "etcd://h:2379?bogus=1",
-            "etcd://h:2379?timeout=soon",
-            "etcd://h:2379?timeout=0ms",
-            "etcd://h:2379?tls=maybe",
-            "etcd://h:2379?prefix=%zz",
-            "redis://h:2379",
-            "no scheme",
-        ] {
-            assert!(
-                matches!(EtcdConfig::from_url(url), Err(Error::InvalidUrl { .. })),
-                "{url}"
-            );
-        }
+        assert_each_url_refused(
+            EtcdConfig::from_url,
+            &[
+                "etcd://",
+                "etcd://h",
+                "etcd://:2379",
+                "etcd://h:notaport",
+                "etcd://h:0",
+                "etcd://h:2379,",
+                "etcd://h:2379/path",
+                "etcd://@h:2379",
+                "etcd://h:2379?bogus=1",
+                "etcd://h:2379?timeout=soon",
+                "etcd://h:2379?timeout=0ms",
+                "etcd://h:2379?tls=maybe",
+                "etcd://h:2379?prefix=%zz",
+                "redis://h:2379",
+                "no scheme",
+            ],
+        );
         let err = EtcdConfig::from_url("etcd://u:secret@h:2379?bogus=1").unwrap_err();
         assert!(!err.to_string().contains("secret"), "{err}");
     }

@@ -9,7 +9,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{AcquireRequest, Lease};
+use crate::backend::{AcquireRequest, Lease, LeaseCore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 
@@ -20,6 +20,7 @@ use super::lease_secs;
 /// One hold of an etcd lock: its key (create revision = fence) under its own lease.
 #[derive(Debug)]
 pub(super) struct EtcdLease {
+    core: LeaseCore,
     inner: Arc<Inner>,
     name: String,
     key: Vec<u8>,
@@ -27,8 +28,6 @@ pub(super) struct EtcdLease {
     /// The lease the key is attached to now, and its granted length in seconds; replaced
     /// when an extension needs a longer lease.
     lease: Arc<Mutex<(i64, i64)>>,
-    lost: CancellationToken,
-    start: Instant,
     /// Ends the task that revokes the lease on loss (see [`EtcdLease::new`]).
     _stop: tokio_util::sync::DropGuard,
 }
@@ -68,8 +67,7 @@ impl EtcdLease {
             key,
             fence,
             lease,
-            lost,
-            start,
+            core: LeaseCore::with_lost(FencingToken::from_signed(fence), lost, start),
             _stop: stop.drop_guard(),
         }
     }
@@ -102,16 +100,8 @@ impl EtcdLease {
 
 #[async_trait]
 impl Lease for EtcdLease {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(u64::try_from(self.fence).unwrap_or(0))
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {

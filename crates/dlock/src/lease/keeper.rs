@@ -502,29 +502,39 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::LeaseCore;
     use crate::fence::FencingToken;
     use async_trait::async_trait;
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    use tokio_util::sync::CancellationToken;
 
     /// A scripted lease: counts renewals and refuses them once `owned` is false.
-    #[derive(Debug, Default)]
+    #[derive(Debug)]
     struct ScriptedLease {
-        lost: CancellationToken,
+        core: LeaseCore,
         renewals: AtomicU32,
         checks: AtomicU32,
         disowned: AtomicBool,
         unreachable: AtomicBool,
     }
 
+    impl Default for ScriptedLease {
+        fn default() -> ScriptedLease {
+            ScriptedLease {
+                core: LeaseCore::new(FencingToken::new(1), Instant::now()),
+                renewals: AtomicU32::default(),
+                checks: AtomicU32::default(),
+                disowned: AtomicBool::default(),
+                unreachable: AtomicBool::default(),
+            }
+        }
+    }
+
     #[async_trait]
     impl Lease for ScriptedLease {
-        fn fence(&self) -> FencingToken {
-            FencingToken::new(1)
+        fn core(&self) -> &LeaseCore {
+            &self.core
         }
-        fn lost(&self) -> &CancellationToken {
-            &self.lost
-        }
+        /// Always just renewed: the keeper's local deadline never ends these holds.
         fn lease_start(&self) -> Instant {
             Instant::now()
         }
@@ -571,7 +581,7 @@ mod tests {
         let lease = Arc::new(ScriptedLease::default());
         let reg = keeper.register(lease.clone(), label(), watchdog(300), Instant::now());
         tokio::time::sleep(Duration::from_millis(3000)).await;
-        assert!(!lease.lost.is_cancelled());
+        assert!(!lease.lost().is_cancelled());
         let n = lease.renewals.load(Ordering::SeqCst);
         assert!((25..=31).contains(&n), "{n} renewals in 10 TTLs");
         drop(reg);
@@ -591,7 +601,7 @@ mod tests {
         let _reg = keeper.register(lease.clone(), label(), watchdog(300), Instant::now());
         lease.disowned.store(true, Ordering::SeqCst);
         let start = Instant::now();
-        lease.lost.cancelled().await;
+        lease.lost().cancelled().await;
         assert!(start.elapsed() <= Duration::from_millis(101));
     }
 
@@ -602,7 +612,7 @@ mod tests {
         let start = Instant::now();
         let _reg = keeper.register(lease.clone(), label(), watchdog(300), start);
         lease.unreachable.store(true, Ordering::SeqCst);
-        lease.lost.cancelled().await;
+        lease.lost().cancelled().await;
         assert_eq!(start.elapsed(), trusted(Duration::from_millis(300)));
     }
 
@@ -619,7 +629,7 @@ mod tests {
         let reg = keeper.register(lease.clone(), label(), policy, start);
         tokio::time::sleep(Duration::from_millis(400)).await;
         reg.extended(Instant::now(), Duration::from_millis(500));
-        lease.lost.cancelled().await;
+        lease.lost().cancelled().await;
         assert_eq!(
             start.elapsed(),
             Duration::from_millis(400) + trusted(Duration::from_millis(500))
@@ -645,7 +655,7 @@ mod tests {
             "one check at 200 ms"
         );
         lease.disowned.store(true, Ordering::SeqCst);
-        lease.lost.cancelled().await;
+        lease.lost().cancelled().await;
         assert_eq!(
             start.elapsed(),
             Duration::from_millis(400),
@@ -698,7 +708,7 @@ mod tests {
             ..watchdog(300)
         };
         let _reg = keeper.register(lease.clone(), label(), policy, start);
-        lease.lost.cancelled().await;
+        lease.lost().cancelled().await;
         let held = start.elapsed();
         assert!(
             held >= Duration::from_millis(1000) && held <= Duration::from_millis(1300),

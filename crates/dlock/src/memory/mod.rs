@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
-    LockInfo, MonitorStore, ValueStore, Versioned,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
+    ListQuery, LockInfo, MonitorStore, ValueStore, Versioned,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -401,9 +401,7 @@ impl Store {
             store: self.clone(),
             name: req.name.as_str().to_owned(),
             token: req.token.clone(),
-            fence,
-            lost: lost_parent.child_token(),
-            start: now,
+            core: LeaseCore::with_lost(FencingToken::new(fence), lost_parent.child_token(), now),
         })))
     }
 }
@@ -570,26 +568,16 @@ fn info(name: &str, holder: &Holder, now: Instant) -> LockInfo {
 /// One hold of a memory lock.
 #[derive(Debug)]
 struct MemoryLease {
+    core: LeaseCore,
     store: Arc<Store>,
     name: String,
     token: String,
-    fence: u64,
-    lost: CancellationToken,
-    start: Instant,
 }
 
 #[async_trait]
 impl Lease for MemoryLease {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(self.fence)
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
@@ -597,7 +585,7 @@ impl Lease for MemoryLease {
         let now = Instant::now();
         let holder = slots
             .get_mut(&self.name)
-            .and_then(|slot| slot.owned_by(&self.token, self.fence, now))
+            .and_then(|slot| slot.owned_by(&self.token, self.core.fence().get(), now))
             .ok_or_else(|| Error::not_owned(&self.name))?;
         let extended = now
             .checked_add(ttl)
@@ -613,7 +601,7 @@ impl Lease for MemoryLease {
             .get_mut(&self.name)
             .ok_or_else(|| Error::not_owned(&self.name))?;
         let holder = slot
-            .owned_by(&self.token, self.fence, now)
+            .owned_by(&self.token, self.core.fence().get(), now)
             .ok_or_else(|| Error::not_owned(&self.name))?;
         holder.holds -= 1;
         if holder.holds == 0 {

@@ -16,13 +16,15 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
-use crate::backend::{AcquireRequest, Lease, ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::backend::{
+    AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore,
+};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::sql_common::{
     LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
-    detached_attempt, fence, ms, queued_hint,
+    detached_attempt, ms, queued_hint,
 };
 
 use super::error::{from_sqlx, number};
@@ -135,14 +137,17 @@ impl Statements {
             "UPDATE {t} SET token = NULL, holds = 0, expires_at = {NOW}
              WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
         );
+        // The last column counts the name's live waiters (the holder left the queue when
+        // it was granted).
         let columns = format!(
-            "name, hold_fence, holds, acquired_at, GREATEST(0, expires_at - {NOW}) DIV 1000, owner_label, host, pid"
+            "name, hold_fence, holds, acquired_at, GREATEST(0, expires_at - {NOW}) DIV 1000, owner_label, host, pid,
+             (SELECT COUNT(*) FROM {w} q WHERE q.name = l.name AND q.seen > {NOW} - {stale})"
         );
         let inspect = format!(
-            "SELECT {columns} FROM {t} WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
+            "SELECT {columns} FROM {t} l WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
         );
         let list = format!(
-            "SELECT {columns} FROM {t}
+            "SELECT {columns} FROM {t} l
              WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
                AND token IS NOT NULL AND expires_at > {NOW}
              ORDER BY name LIMIT ?"
@@ -382,8 +387,7 @@ async fn try_acquire(
                 name: name.to_owned(),
                 token,
                 fence,
-                lost: CancellationToken::new(),
-                start,
+                core: LeaseCore::new(FencingToken::from_signed(fence), start),
             }))
         }
     };
@@ -538,9 +542,10 @@ fn to_info(row: &MySqlRow) -> Result<LockInfo> {
     let label: Option<String> = row.try_get(5).map_err(get)?;
     let host: Option<String> = row.try_get(6).map_err(get)?;
     let pid: Option<i64> = row.try_get(7).map_err(get)?;
+    let waiters: i64 = row.try_get(8).map_err(get)?;
     Ok(LockInfo::new(
         String::from_utf8_lossy(&name).into_owned(),
-        fence(fence_value),
+        FencingToken::from_signed(fence_value),
         Owner::new(
             label,
             host.unwrap_or_default(),
@@ -549,32 +554,24 @@ fn to_info(row: &MySqlRow) -> Result<LockInfo> {
         UNIX_EPOCH + Duration::from_micros(u64::try_from(acquired_us).unwrap_or(0)),
         Some(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
         u32::try_from(holds).unwrap_or(0),
-    ))
+    )
+    .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX)))
 }
 
 /// One hold of a row in the lease table.
 #[derive(Debug)]
 struct TableLease {
+    core: LeaseCore,
     shared: Arc<Shared>,
     name: String,
     token: String,
     fence: i64,
-    lost: CancellationToken,
-    start: Instant,
 }
 
 #[async_trait]
 impl Lease for TableLease {
-    fn fence(&self) -> FencingToken {
-        fence(self.fence)
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {

@@ -181,6 +181,7 @@ impl PostgresConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::assert_each_url_refused;
 
     #[test]
     fn parses_modes_and_options() {
@@ -195,17 +196,15 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls() {
-        for url in [
-            "postgres://u@h/db?poll_max=1s",
-            "postgres://u@h/db?sslmode=sometimes",
-            "postgres://u@h/db?nope",
-            "postgres://u@h:99999/db",
-            "mysql://u@h/db",
-        ] {
-            assert!(
-                matches!(PostgresConfig::from_url(url), Err(Error::InvalidUrl { .. })),
-                "{url}"
-            );
-        }
+        assert_each_url_refused(
+            PostgresConfig::from_url,
+            &[
+                "postgres://u@h/db?poll_max=1s",
+                "postgres://u@h/db?sslmode=sometimes",
+                "postgres://u@h/db?nope",
+                "postgres://u@h:99999/db",
+                "mysql://u@h/db",
+            ],
+        );
     }
 }

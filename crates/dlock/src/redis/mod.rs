@@ -17,12 +17,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
-    LockInfo, MonitorStore, ValueStore, Versioned, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
+    ListQuery, LockInfo, MonitorStore, ValueStore, Versioned, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -358,9 +357,7 @@ impl Backend for RedisBackend {
                         inner: inner.clone(),
                         keys: keys.clone(),
                         token: req.token.clone(),
-                        fence: u64::try_from(*fence).unwrap_or(0),
-                        lost: CancellationToken::new(),
-                        start,
+                        core: LeaseCore::new(FencingToken::from_signed(*fence), start),
                     }))),
                     [0, free_in] => {
                         if waits {
@@ -436,9 +433,7 @@ impl RedisBackend {
                             inner: self.inner.clone(),
                             keys,
                             token: req.token.clone(),
-                            fence: u64::try_from(*fence).unwrap_or(0),
-                            lost: CancellationToken::new(),
-                            start,
+                            core: LeaseCore::new(FencingToken::from_signed(*fence), start),
                         }) as Arc<dyn Lease>
                     })
                     .collect(),
@@ -452,12 +447,10 @@ impl RedisBackend {
 /// One hold of a Redis lock.
 #[derive(Debug)]
 struct RedisLease {
+    core: LeaseCore,
     inner: Arc<Inner>,
     keys: Keys,
     token: String,
-    fence: u64,
-    lost: CancellationToken,
-    start: Instant,
 }
 
 impl RedisLease {
@@ -471,16 +464,8 @@ impl RedisLease {
 
 #[async_trait]
 impl Lease for RedisLease {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(self.fence)
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
@@ -488,7 +473,7 @@ impl Lease for RedisLease {
         let owned: i64 = scripts::EXTEND
             .key(&self.keys.lock)
             .arg(&self.token)
-            .arg(self.fence)
+            .arg(self.core.fence().get())
             .arg(ms(ttl))
             .invoke_async(&mut conn)
             .await
@@ -519,7 +504,7 @@ impl RedisLease {
             .key(&self.keys.queue)
             .key(&self.keys.qexp)
             .arg(&self.token)
-            .arg(self.fence)
+            .arg(self.core.fence().get())
             .arg(&self.keys.channel)
             .invoke_async(&mut conn)
             .await

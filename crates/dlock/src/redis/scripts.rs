@@ -45,7 +45,7 @@ pub(super) static INSPECT: LazyLock<Script> =
 
 /// Versioned values stand alone: they share nothing with the lock scripts.
 pub(super) static VALUE_PUT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/value_put.lua")));
+    LazyLock::new(|| script(include_str!("scripts/value_put.lua")));
 
 /// The key of a versioned value (a hash; values have their own namespace beside the locks).
 pub(super) fn value_key(prefix: &str, name: &str) -> String {

@@ -11,10 +11,9 @@ use std::time::Duration;
 use ::redis::Script;
 use async_trait::async_trait;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
-use crate::backend::{AcquireRequest, Lease, LockKind, Wait};
+use crate::backend::{AcquireRequest, Lease, LeaseCore, LockKind, Wait};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 
@@ -124,9 +123,7 @@ pub(super) async fn acquire(
                     shape,
                     name: name.to_owned(),
                     token: req.token.clone(),
-                    fence: u64::try_from(*fence).unwrap_or(0),
-                    lost: CancellationToken::new(),
-                    start,
+                    core: LeaseCore::new(FencingToken::from_signed(*fence), start),
                 }))),
                 [0, free_in] => Ok(Attempt::Busy {
                     free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
@@ -204,28 +201,18 @@ impl Drop for Abandon<'_> {
 /// One held permit, read hold or write hold.
 #[derive(Debug)]
 struct SharedHold {
+    core: LeaseCore,
     inner: Arc<Inner>,
     keys: SharedKeys,
     shape: Shape,
     name: String,
     token: String,
-    fence: u64,
-    lost: CancellationToken,
-    start: Instant,
 }
 
 #[async_trait]
 impl Lease for SharedHold {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(self.fence)
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
@@ -236,7 +223,7 @@ impl Lease for SharedHold {
             .key(&self.keys.holders)
             .key(&self.keys.state)
             .arg(&self.token)
-            .arg(self.fence)
+            .arg(self.core.fence().get())
             .arg(ms(ttl))
             .invoke_async(&mut conn)
             .await
@@ -267,7 +254,7 @@ impl SharedHold {
             .key(&self.keys.holders)
             .key(&self.keys.state)
             .arg(&self.token)
-            .arg(self.fence)
+            .arg(self.core.fence().get())
             .arg(&self.keys.channel)
             .invoke_async(&mut conn)
             .await

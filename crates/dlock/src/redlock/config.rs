@@ -143,6 +143,7 @@ impl RedlockConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::assert_each_url_refused;
 
     #[test]
     fn parses_nodes_and_options() {
@@ -160,20 +161,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls() {
-        for url in [
-            "redlock://",
-            "redlock://a:1,,b:2",
-            "redlock://a:1,a:1",
-            "redlock://a:1,b:x",
-            "redlock://a:1?node_timeout=0ms",
-            "redlock://a:1?node_timeout=soon",
-            "redlock://a:1?bogus=1",
-            "redis://a:1",
-        ] {
-            assert!(
-                matches!(RedlockConfig::from_url(url), Err(Error::InvalidUrl { .. })),
-                "{url}"
-            );
-        }
+        assert_each_url_refused(
+            RedlockConfig::from_url,
+            &[
+                "redlock://",
+                "redlock://a:1,,b:2",
+                "redlock://a:1,a:1",
+                "redlock://a:1,b:x",
+                "redlock://a:1?node_timeout=0ms",
+                "redlock://a:1?node_timeout=soon",
+                "redlock://a:1?bogus=1",
+                "redis://a:1",
+            ],
+        );
     }
 }

@@ -5,12 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use crate::backend::Lease;
+use crate::backend::{Lease, LeaseCore};
 use crate::error::{Error, Result};
-use crate::fence::FencingToken;
 use crate::redis::ms;
 
 use super::{Answer, EXTEND, Inner, Keys, connect_nodes, no_quorum};
@@ -18,13 +15,12 @@ use super::{Answer, EXTEND, Inner, Keys, connect_nodes, no_quorum};
 /// One hold of a Redlock lock.
 #[derive(Debug)]
 pub(super) struct RedlockLease {
+    pub(super) core: LeaseCore,
     pub(super) inner: Arc<Inner>,
     pub(super) keys: Keys,
     pub(super) token: String,
     pub(super) owner: String,
     pub(super) fence: i64,
-    pub(super) lost: CancellationToken,
-    pub(super) start: Instant,
 }
 
 impl RedlockLease {
@@ -61,16 +57,8 @@ impl RedlockLease {
 
 #[async_trait]
 impl Lease for RedlockLease {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(u64::try_from(self.fence).unwrap_or(0))
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {

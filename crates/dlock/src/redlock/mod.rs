@@ -15,11 +15,11 @@ use futures::future::join_all;
 use futures::stream::FuturesUnordered;
 use rand::Rng;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
-use crate::backend::{AcquireRequest, Backend, BackendInfo, Capabilities, Lease, Wait};
+use crate::backend::{AcquireRequest, Backend, BackendInfo, Capabilities, Lease, LeaseCore, Wait};
 use crate::error::{Error, Result};
+use crate::fence::FencingToken;
 use crate::redis::error::{bad_reply, map};
 use crate::redis::node::Node;
 use crate::redis::wake::Waiter;
@@ -527,8 +527,7 @@ impl Inner {
                     token: req.token.clone(),
                     owner: owner.to_owned(),
                     fence,
-                    lost: CancellationToken::new(),
-                    start,
+                    core: LeaseCore::new(FencingToken::from_signed(fence), start),
                 })));
             }
         }

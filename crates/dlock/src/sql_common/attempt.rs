@@ -8,16 +8,10 @@ use std::time::Duration;
 use crate::backend::Lease;
 use crate::backend::wait::Attempt;
 use crate::error::{Error, Result};
-use crate::fence::FencingToken;
 
 /// Milliseconds, saturating, for SQL parameters.
 pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// A fence read from a `BIGINT` column.
-pub(crate) fn fence(value: i64) -> FencingToken {
-    FencingToken::new(u64::try_from(value).unwrap_or(0))
 }
 
 /// A granted lease on its way to the caller. If nobody takes it (the acquire future was

@@ -14,7 +14,7 @@ mod sweep;
 
 pub use options::Mode;
 
-pub(crate) use attempt::{detached_attempt, fence, ms};
+pub(crate) use attempt::{detached_attempt, ms};
 pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
 pub(crate) use error::{ServerFailure, from_driver};
 #[cfg(feature = "mysql")]

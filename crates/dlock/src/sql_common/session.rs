@@ -10,11 +10,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backend::Lease;
+use crate::backend::{Lease, LeaseCore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-
-use super::attempt::fence;
 
 /// The connection that holds one session lock.
 #[async_trait]
@@ -191,10 +189,8 @@ enum Command {
 /// fires when it dies), lets go when the lease's TTL runs out, and serves extend and release.
 #[derive(Debug)]
 pub(crate) struct SessionLease {
+    core: LeaseCore,
     name: String,
-    fence: i64,
-    lost: CancellationToken,
-    start: Instant,
     commands: mpsc::Sender<Command>,
 }
 
@@ -227,9 +223,7 @@ impl SessionLease {
         ));
         SessionLease {
             name,
-            fence,
-            lost,
-            start,
+            core: LeaseCore::with_lost(FencingToken::from_signed(fence), lost, start),
             commands,
         }
     }
@@ -247,16 +241,8 @@ impl SessionLease {
 
 #[async_trait]
 impl Lease for SessionLease {
-    fn fence(&self) -> FencingToken {
-        fence(self.fence)
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {

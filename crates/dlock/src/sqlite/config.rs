@@ -119,6 +119,7 @@ impl SqliteConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::assert_each_url_refused;
 
     #[test]
     fn parses_paths_and_options() {
@@ -132,19 +133,17 @@ mod tests {
 
     #[test]
     fn rejects_bad_urls() {
-        for url in [
-            "sqlite://",
-            "sqlite://?busy_timeout=1s",
-            "sqlite:///x.db?bogus=1",
-            "sqlite:///x.db?busy_timeout=soon",
-            "sqlite:///x.db?poll_min=1s&poll_max=1ms",
-            "sqlite:///x.db?create_dirs=maybe",
-            "mysql://x",
-        ] {
-            assert!(
-                matches!(SqliteConfig::from_url(url), Err(Error::InvalidUrl { .. })),
-                "{url}"
-            );
-        }
+        assert_each_url_refused(
+            SqliteConfig::from_url,
+            &[
+                "sqlite://",
+                "sqlite://?busy_timeout=1s",
+                "sqlite:///x.db?bogus=1",
+                "sqlite:///x.db?busy_timeout=soon",
+                "sqlite:///x.db?poll_min=1s&poll_max=1ms",
+                "sqlite:///x.db?create_dirs=maybe",
+                "mysql://x",
+            ],
+        );
     }
 }

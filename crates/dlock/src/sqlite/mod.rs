@@ -21,12 +21,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, ListPage, ListQuery,
-    LockInfo, MonitorStore, ValueStore, Versioned,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
+    ListQuery, LockInfo, MonitorStore, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::fence::FencingToken;
@@ -287,8 +286,7 @@ impl Backend for SqliteBackend {
                             name: req.name.as_str().to_owned(),
                             token: req.token.clone(),
                             fence,
-                            lost: CancellationToken::new(),
-                            start,
+                            core: LeaseCore::new(FencingToken::from_signed(fence), start),
                         })),
                     })
                 }
@@ -360,8 +358,7 @@ impl Backend for SqliteBackend {
                             name: request.name.clone(),
                             token: request.token.clone(),
                             fence,
-                            lost: CancellationToken::new(),
-                            start,
+                            core: LeaseCore::new(FencingToken::from_signed(fence), start),
                         }) as Arc<dyn Lease>
                     })
                     .collect()
@@ -472,26 +469,17 @@ impl Drop for LeaveQueue<'_> {
 /// One hold of a SQLite lock.
 #[derive(Debug)]
 struct SqliteLease {
+    core: LeaseCore,
     shared: Arc<Shared>,
     name: String,
     token: String,
     fence: i64,
-    lost: CancellationToken,
-    start: Instant,
 }
 
 #[async_trait]
 impl Lease for SqliteLease {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(u64::try_from(self.fence).unwrap_or(0))
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.start
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {

@@ -398,7 +398,7 @@ fn to_info(row: InfoRow, now: i64) -> LockInfo {
     let ((name, fence, holds, expires_at, acquired_at, label, host, pid), _, waiters) = row;
     LockInfo::new(
         name,
-        FencingToken::new(u64::try_from(fence).unwrap_or(0)),
+        FencingToken::from_signed(fence),
         Owner::new(
             label,
             host.unwrap_or_default(),

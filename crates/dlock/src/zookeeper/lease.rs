@@ -9,10 +9,9 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client::{EventType, WatchedEvent};
 
-use crate::backend::{AcquireRequest, Lease};
+use crate::backend::{AcquireRequest, Lease, LeaseCore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::Owner;
@@ -35,14 +34,12 @@ struct HoldState {
 }
 
 struct LeaseShared {
+    core: LeaseCore,
     name: String,
     session: Arc<Session>,
     path: String,
-    fence: u64,
     owner: Owner,
     acquired_ms: u64,
-    lost: CancellationToken,
-    start: Instant,
     state: StdMutex<HoldState>,
     changed: Notify,
 }
@@ -56,7 +53,7 @@ impl std::fmt::Debug for ZkLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZkLease")
             .field("path", &self.shared.path)
-            .field("fence", &self.shared.fence)
+            .field("fence", &self.shared.core.fence())
             .finish_non_exhaustive()
     }
 }
@@ -73,13 +70,14 @@ impl ZkLease {
             name: req.name.as_str().to_owned(),
             session: node.session,
             path: node.path,
-            // czxid: the zxid that created the node, greater than that of every node created
-            // before it, in this directory or any earlier incarnation of it.
-            fence: u64::try_from(node.czxid).unwrap_or(0),
             owner: req.owner.clone(),
             acquired_ms: unix_ms(SystemTime::now()),
-            lost: CancellationToken::new(),
-            start,
+            // czxid: the zxid that created the node, greater than that of every node created
+            // before it, in this directory or any earlier incarnation of it.
+            core: LeaseCore::new(
+                FencingToken::new(u64::try_from(node.czxid).unwrap_or(0)),
+                start,
+            ),
             state: StdMutex::new(HoldState {
                 deadline: start + req.ttl,
                 over: false,
@@ -105,7 +103,7 @@ async fn keep(shared: Arc<LeaseShared>) {
     // Most holds are short: arm the watch on our own node only once the hold has lasted a
     // moment, so a quick acquire + release costs the server two requests, not three. Until
     // then a force-release is noticed by the next extend; the TTL and session still apply.
-    let arm_at = shared.start + OWN_NODE_WATCH_DELAY;
+    let arm_at = shared.core.lease_start() + OWN_NODE_WATCH_DELAY;
     loop {
         let (over, deadline) = {
             let state = shared.state();
@@ -130,7 +128,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                 Ok((Some(_), watcher)) => watch = Some(Box::pin(watch_fired(watcher))),
                 Ok((None, _)) => {
                     if !shared.state().over {
-                        shared.lost.cancel();
+                        shared.core.lost().cancel();
                     }
                     break;
                 }
@@ -156,7 +154,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                     expired
                 };
                 if expired {
-                    shared.lost.cancel();
+                    shared.core.lost().cancel();
                     delete_until_done(&session, &shared.path).await;
                     break;
                 }
@@ -167,7 +165,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                 match event.map(|event| event.event_type) {
                     Some(EventType::NodeDeleted) => {
                         if !shared.state().over {
-                            shared.lost.cancel();
+                            shared.core.lost().cancel();
                         }
                         break;
                     }
@@ -177,7 +175,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                 }
             }
             () = session.gone.cancelled() => {
-                shared.lost.cancel();
+                shared.core.lost().cancel();
                 let was_over = std::mem::replace(&mut shared.state().over, true);
                 if !was_over {
                     delete_until_done(&session, &shared.path).await;
@@ -190,16 +188,8 @@ async fn keep(shared: Arc<LeaseShared>) {
 
 #[async_trait]
 impl Lease for ZkLease {
-    fn fence(&self) -> FencingToken {
-        FencingToken::new(self.shared.fence)
-    }
-
-    fn lost(&self) -> &CancellationToken {
-        &self.shared.lost
-    }
-
-    fn lease_start(&self) -> Instant {
-        self.shared.start
+    fn core(&self) -> &LeaseCore {
+        &self.shared.core
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
@@ -208,7 +198,7 @@ impl Lease for ZkLease {
         let now = Instant::now();
         let deadline = {
             let mut state = shared.state();
-            if state.over || shared.lost.is_cancelled() || state.deadline <= now {
+            if state.over || shared.core.lost().is_cancelled() || state.deadline <= now {
                 return Err(not_owned());
             }
             // Moved before the write, so the keeper task cannot delete the node under it.
@@ -217,7 +207,7 @@ impl Lease for ZkLease {
         };
         shared.changed.notify_one();
         if shared.session.gone.is_cancelled() {
-            shared.lost.cancel();
+            shared.core.lost().cancel();
             return Err(not_owned());
         }
         // Suspended: the lock may or may not still be ours.
@@ -247,7 +237,7 @@ impl Lease for ZkLease {
         match result {
             Ok(true) => Ok(()),
             Ok(false) | Err(zookeeper_client::Error::SessionExpired) => {
-                shared.lost.cancel();
+                shared.core.lost().cancel();
                 Err(not_owned())
             }
             Err(e) => Err(map(e, &shared.path)),
@@ -267,7 +257,7 @@ impl Lease for ZkLease {
         // Lost: by the keeper's deadline (renewals failed while the connection was suspended)
         // or a session given up on, the node may still exist, and the session may come back
         // with it; the lock would then stay held by nobody. Delete it (a no-op if it is gone).
-        if shared.lost.is_cancelled() || shared.session.gone.is_cancelled() {
+        if shared.core.lost().is_cancelled() || shared.session.gone.is_cancelled() {
             let shared = shared.clone();
             tokio::spawn(async move {
                 delete_until_done(&shared.session, &shared.path).await;
@@ -278,7 +268,7 @@ impl Lease for ZkLease {
             Ok(()) => Ok(()),
             Err(zookeeper_client::Error::NoNode) => Err(Error::not_owned(&shared.name)),
             Err(zookeeper_client::Error::SessionExpired) => {
-                shared.lost.cancel();
+                shared.core.lost().cancel();
                 Err(Error::not_owned(&shared.name))
             }
             Err(error) => {

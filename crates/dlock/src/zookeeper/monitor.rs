@@ -62,7 +62,7 @@ fn lock_info(name: &str, data: &[u8], czxid: i64, ctime: i64) -> LockInfo {
     let now = unix_ms(SystemTime::now());
     LockInfo::new(
         name.to_owned(),
-        FencingToken::new(u64::try_from(czxid).unwrap_or(0)),
+        FencingToken::from_signed(czxid),
         Owner::new(
             label.filter(|l| !l.is_empty()).map(str::to_owned),
             host.unwrap_or_default(),

@@ -1,0 +1,351 @@
+//! What a test can do to a fixture's servers, declared by each fixture: crash them and start
+//! them again, freeze them, kill a cluster's leader, bring the store back from an older
+//! snapshot, fail over to a replica that missed the last writes. The safety suite reads these
+//! declarations instead of knowing how each backend keeps its servers.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::fixture::{
+    EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, RedisFixture, RedisReplicaFixture,
+    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
+    ZookeeperFixture,
+};
+use crate::server::{self, ServerProcess};
+
+/// Something done to a fixture's servers; it blocks until done.
+pub type Action = Arc<dyn Fn() -> anyhow::Result<()> + Send + Sync>;
+
+/// The kinds of fault a fixture offers, known before it starts (so a suite can list its
+/// trials without starting servers). [`Faults::offers`] must agree once it has started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offers {
+    /// Holders run in processes of their own, which can be killed or frozen.
+    pub holder_processes: bool,
+    /// Clients reach the store over TCP, so a fault proxy can reset, delay or cut them off.
+    pub proxy: bool,
+    /// Every server can be killed and started again on its data.
+    pub crash: bool,
+    /// Every server can be frozen (SIGSTOP) and thawed.
+    pub pause: bool,
+    /// A cluster's leader (a minority of Redlock's nodes) can be killed and brought back.
+    pub leader_kill: bool,
+    /// A snapshot can be saved, and the store brought back from it after later writes.
+    pub snapshot: bool,
+    /// A replica can be cut off, and the store failed over to it after later writes.
+    pub fail_over: bool,
+}
+
+/// The faults of a started fixture.
+///
+/// # Examples
+///
+/// ```
+/// use dlock_testkit::faults::{Faults, Strikable};
+/// use dlock_testkit::fixture::SqliteFixture;
+///
+/// let fixture = SqliteFixture::new()?;
+/// let faults = fixture.faults();
+/// assert_eq!(faults.offers(), SqliteFixture::OFFERS);
+/// assert!(faults.crash.is_none()); // no server to crash
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Faults {
+    /// The addresses clients dial: a fault proxy goes in front of them. Empty where the
+    /// store has no server, or where clients must reach every member themselves.
+    pub addrs: Vec<SocketAddr>,
+    /// Kill every server (SIGKILL).
+    pub crash: Option<Action>,
+    /// Start every server again, on the same ports and data.
+    pub start_again: Option<Action>,
+    /// Freeze and thaw every server.
+    pub pause: Option<(Action, Action)>,
+    /// Kill the leader (or a minority of nodes), and bring it back.
+    pub leader_kill: Option<(Action, Action)>,
+    /// Save a snapshot; crash and start again from it.
+    pub snapshot: Option<(Action, Action)>,
+    /// Cut the replica off once it has caught up; kill the primary and fail over to it.
+    pub fail_over: Option<(Action, Action)>,
+    /// Holders run in processes of their own.
+    pub holder_processes: bool,
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Faults")
+            .field("addrs", &self.addrs)
+            .field("offers", &self.offers())
+            .finish()
+    }
+}
+
+impl Faults {
+    /// What these faults offer.
+    pub fn offers(&self) -> Offers {
+        Offers {
+            holder_processes: self.holder_processes,
+            proxy: !self.addrs.is_empty(),
+            crash: self.crash.is_some() && self.start_again.is_some(),
+            pause: self.pause.is_some(),
+            leader_kill: self.leader_kill.is_some(),
+            snapshot: self.snapshot.is_some(),
+            fail_over: self.fail_over.is_some(),
+        }
+    }
+}
+
+/// A fixture that declares its faults.
+pub trait Strikable: Fixture {
+    /// What [`faults`](Strikable::faults) offers once started.
+    const OFFERS: Offers;
+
+    /// The fixture's faults, each holding the fixture alive.
+    fn faults(self: &Arc<Self>) -> Faults;
+}
+
+/// Runs a closure on each server a fault strikes, however the fixture keeps them.
+type OnServers = Arc<
+    dyn Fn(&mut dyn FnMut(&mut ServerProcess) -> anyhow::Result<()>) -> anyhow::Result<()>
+        + Send
+        + Sync,
+>;
+
+fn on(servers: &OnServers, f: fn(&mut ServerProcess) -> anyhow::Result<()>) -> Action {
+    let servers = servers.clone();
+    Arc::new(move || servers(&mut |server| f(server)))
+}
+
+fn kill(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server.kill()?)
+}
+
+fn restart(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server.restart()?)
+}
+
+fn pause(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server.pause()?)
+}
+
+fn resume(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server.resume()?)
+}
+
+fn save_snapshot(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server::save_snapshot(server)?)
+}
+
+fn restore_snapshot(server: &mut ServerProcess) -> anyhow::Result<()> {
+    Ok(server::restore_snapshot(server)?)
+}
+
+/// A store on servers it can crash, restart and freeze, behind `addrs`.
+const SERVERS: Offers = Offers {
+    holder_processes: true,
+    proxy: true,
+    crash: true,
+    pause: true,
+    leader_kill: false,
+    snapshot: false,
+    fail_over: false,
+};
+
+/// A cluster: only its leader is struck; clients dial every member, so no proxy.
+const CLUSTER: Offers = Offers {
+    holder_processes: true,
+    leader_kill: true,
+    ..Offers::NONE
+};
+
+impl Offers {
+    /// Nothing to strike.
+    pub const NONE: Offers = Offers {
+        holder_processes: false,
+        proxy: false,
+        crash: false,
+        pause: false,
+        leader_kill: false,
+        snapshot: false,
+        fail_over: false,
+    };
+}
+
+/// The crash, start and freeze of `servers`, behind `addrs`.
+fn server_faults(servers: &OnServers, addrs: Vec<SocketAddr>) -> Faults {
+    Faults {
+        addrs,
+        crash: Some(on(servers, kill)),
+        start_again: Some(on(servers, restart)),
+        pause: Some((on(servers, pause), on(servers, resume))),
+        holder_processes: true,
+        ..Faults::default()
+    }
+}
+
+/// Kills the leader a cluster names, and starts that node again.
+fn leader_kill(
+    leader: impl Fn() -> Option<usize> + Send + Sync + 'static,
+    node: impl Fn(usize, fn(&mut ServerProcess) -> anyhow::Result<()>) -> anyhow::Result<()>
+    + Send
+    + Sync
+    + 'static,
+) -> (Action, Action) {
+    let killed = Arc::new(Mutex::new(None::<usize>));
+    let node = Arc::new(node);
+    let (kill_node, k) = (node.clone(), killed.clone());
+    let strike: Action = Arc::new(move || {
+        let at = std::time::Instant::now();
+        let leader = loop {
+            if let Some(leader) = leader() {
+                break leader;
+            }
+            anyhow::ensure!(at.elapsed().as_secs() < 30, "no leader after 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        kill_node(leader, kill)?;
+        *k.lock().unwrap_or_else(PoisonError::into_inner) = Some(leader);
+        Ok(())
+    });
+    let back: Action = Arc::new(move || {
+        let node_to_start = killed.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match node_to_start {
+            Some(at) => node(at, restart),
+            None => Ok(()),
+        }
+    });
+    (strike, back)
+}
+
+impl Strikable for MemoryFixture {
+    const OFFERS: Offers = Offers::NONE;
+    fn faults(self: &Arc<Self>) -> Faults {
+        Faults::default()
+    }
+}
+
+impl Strikable for SqliteFixture {
+    const OFFERS: Offers = Offers {
+        holder_processes: true,
+        ..Offers::NONE
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        Faults {
+            holder_processes: true,
+            ..Faults::default()
+        }
+    }
+}
+
+/// The one server of a fixture, by its handle.
+macro_rules! single_server_faults {
+    ($($fixture:ty),*) => {$(
+        impl Strikable for $fixture {
+            const OFFERS: Offers = SERVERS;
+            fn faults(self: &Arc<Self>) -> Faults {
+                let fx = self.clone();
+                let servers: OnServers = Arc::new(move |f| f(&mut fx.server()));
+                server_faults(&servers, vec![self.server().addr()])
+            }
+        }
+    )*};
+}
+
+single_server_faults!(EtcdFixture, ZookeeperFixture);
+
+impl Strikable for RedisFixture {
+    const OFFERS: Offers = Offers {
+        snapshot: true,
+        ..SERVERS
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        let fx = self.clone();
+        let servers: OnServers = Arc::new(move |f| f(&mut fx.server()));
+        Faults {
+            snapshot: Some((on(&servers, save_snapshot), on(&servers, restore_snapshot))),
+            ..server_faults(&servers, vec![self.addr()])
+        }
+    }
+}
+
+impl Strikable for RedisReplicaFixture {
+    const OFFERS: Offers = Offers {
+        snapshot: true,
+        fail_over: true,
+        ..SERVERS
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        let fx = self.clone();
+        let primary: OnServers = Arc::new(move |f| f(fx.server().primary()));
+        let (a, b) = (self.clone(), self.clone());
+        let detach: Action = Arc::new(move || Ok(a.server().detach_replica()?));
+        let fail_over: Action = Arc::new(move || Ok(b.server().fail_over()?));
+        Faults {
+            snapshot: Some((on(&primary, save_snapshot), on(&primary, restore_snapshot))),
+            fail_over: Some((detach, fail_over)),
+            ..server_faults(&primary, vec![self.addr()])
+        }
+    }
+}
+
+impl Strikable for RedlockFixture {
+    const OFFERS: Offers = Offers {
+        snapshot: true,
+        leader_kill: true,
+        ..SERVERS
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        let fx = self.clone();
+        let nodes: OnServers = Arc::new(move |f| fx.server().nodes.iter_mut().try_for_each(f));
+        // Two of five nodes: a minority, so the quorum stands.
+        let fx = self.clone();
+        let minority: OnServers =
+            Arc::new(move |f| fx.server().nodes[..2].iter_mut().try_for_each(f));
+        Faults {
+            snapshot: Some((on(&nodes, save_snapshot), on(&nodes, restore_snapshot))),
+            leader_kill: Some((on(&minority, kill), on(&minority, restart))),
+            ..server_faults(&nodes, self.server().addrs())
+        }
+    }
+}
+
+impl<K: SqlServer> Strikable for SqlFixture<K> {
+    const OFFERS: Offers = SERVERS;
+    fn faults(self: &Arc<Self>) -> Faults {
+        let server = self.server().clone();
+        let addr = server.lock().unwrap_or_else(PoisonError::into_inner).addr();
+        let servers: OnServers =
+            Arc::new(move |f| f(&mut server.lock().unwrap_or_else(PoisonError::into_inner)));
+        server_faults(&servers, vec![addr])
+    }
+}
+
+impl Strikable for EtcdClusterFixture {
+    const OFFERS: Offers = CLUSTER;
+    fn faults(self: &Arc<Self>) -> Faults {
+        let (a, b) = (self.clone(), self.clone());
+        Faults {
+            leader_kill: Some(leader_kill(
+                move || a.server().leader(),
+                move |node, f| f(&mut b.server().nodes[node]),
+            )),
+            holder_processes: true,
+            ..Faults::default()
+        }
+    }
+}
+
+impl Strikable for ZookeeperEnsembleFixture {
+    const OFFERS: Offers = CLUSTER;
+    fn faults(self: &Arc<Self>) -> Faults {
+        let (a, b) = (self.clone(), self.clone());
+        Faults {
+            leader_kill: Some(leader_kill(
+                move || a.server().leader(),
+                move |node, f| f(&mut b.server().nodes[node]),
+            )),
+            holder_processes: true,
+            ..Faults::default()
+        }
+    }
+}
