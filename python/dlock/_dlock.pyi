@@ -5,7 +5,7 @@ returns an asyncio future of it (``Notifier.watch``)."""
 
 from typing import Any, Awaitable, Callable, List, Optional, Tuple, overload
 
-InfoTuple = Tuple[str, int, Optional[str], str, int, float, Optional[float], int]
+InfoTuple = Tuple[str, int, Optional[str], str, int, float, Optional[float], int, Optional[int]]
 Answerer = Callable[[Optional[bytes]], Optional[bytes]]
 
 #: The Rust core's default attempts of ``VersionedValue::update``.

@@ -39,6 +39,9 @@ class LockInfo(NamedTuple):
     ttl_left: Optional[float]
     """Lease seconds left as the store sees them; ``None`` for a session lock."""
     holds: int
+    waiters: Optional[int] = None
+    """How many requests wait for the lock, when the store keeps a queue it can count
+    (SQLite, Redis, PostgreSQL, MySQL); ``None`` when it cannot."""
 
 
 class Versioned(NamedTuple):

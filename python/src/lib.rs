@@ -146,7 +146,8 @@ impl<'py> IntoPyObject<'py> for Bytes {
 }
 
 /// A lock as `inspect` and `list` describe it: name, fence, label, host, pid, acquired at
-/// (Unix seconds), lease seconds left (`None` for a session), hold count.
+/// (Unix seconds), lease seconds left (`None` for a session), hold count, waiters (`None` when
+/// the store cannot count them).
 type InfoTuple = (
     String,
     u64,
@@ -156,6 +157,7 @@ type InfoTuple = (
     f64,
     Option<f64>,
     u32,
+    Option<u32>,
 );
 
 fn info_tuple(info: dlock::LockInfo) -> InfoTuple {
@@ -173,6 +175,7 @@ fn info_tuple(info: dlock::LockInfo) -> InfoTuple {
         acquired,
         info.ttl_left.map(|d| d.as_secs_f64()),
         info.holds,
+        info.waiters,
     )
 }
 

@@ -388,21 +388,29 @@ def test_fair_lock(locks, name):
     lock.release()
 
 
-# Long enough for a waiter that has entered acquire() to have taken its place in the store's
-# queue (one round trip); the Rust conformance suite waits as long.
-SETTLE = 0.3
+def waiting_for(locks: dlock.Locks, name: str, count: int) -> None:
+    """Returns once the store counts ``count`` requests waiting for ``name``."""
+    deadline = time.monotonic() + 30
+    while True:
+        info = locks.inspect(name)
+        assert info is not None, f"{name} should be held"
+        assert info.waiters is not None, "the store should count its waiters"
+        if info.waiters == count:
+            return
+        assert time.monotonic() < deadline, f"{info.waiters} waiters, never {count}"
+        time.sleep(0.01)
 
 
 def test_fair_lock_serves_waiters_in_arrival_order(locks, store_url, name):
     holder = locks.lock(name, timeout=60)
     assert holder.acquire(blocking=False)
+    waiting_for(locks, name, 0)
     served = []
     failures = []
 
-    def wait_in_line(place, waiting):
+    def wait_in_line(place):
         # A connection of its own, as a waiter in another process would have.
         lock = dlock.connect(store_url).lock(name, timeout=60, fair=True)
-        waiting.set()
         try:
             if not lock.acquire(blocking_timeout=60):
                 failures.append(f"waiter {place} was not served")
@@ -416,14 +424,12 @@ def test_fair_lock_serves_waiters_in_arrival_order(locks, store_url, name):
     waiters = []
     try:
         for place in range(4):
-            waiting = threading.Event()
-            waiter = threading.Thread(target=wait_in_line, args=(place, waiting))
+            waiter = threading.Thread(target=wait_in_line, args=(place,))
             waiter.start()
-            assert waiting.wait(30)
-            time.sleep(SETTLE)
-            # Still inside acquire(): waiting in line behind the holder, not served.
-            assert waiter.is_alive() and served == []
             waiters.append(waiter)
+            # In line behind the holder and every earlier waiter before the next one starts.
+            waiting_for(locks, name, place + 1)
+        assert served == []
     finally:
         holder.release()
         for waiter in waiters:
