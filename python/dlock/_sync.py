@@ -41,7 +41,7 @@ class LockInfo(NamedTuple):
     holds: int
     waiters: Optional[int] = None
     """How many requests wait for the lock, when the store keeps a queue it can count
-    (SQLite, Redis, PostgreSQL, MySQL); ``None`` when it cannot."""
+    (SQLite, Redis, the PostgreSQL and MySQL lease tables); ``None`` when it cannot."""
 
 
 class Versioned(NamedTuple):

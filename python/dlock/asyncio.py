@@ -87,8 +87,10 @@ class _Bridge(Notifier):
     def _deliver(self) -> None:
         completed = self.take_completed()
         # After take_completed, which drained the wake-ups: a question asked since then has
-        # woken the loop again.
-        asks = self.take_asks()
+        # woken the loop again. Answered first: an update's attempt waits on its answer
+        # between its read and its write, and the shorter that window, the fewer collisions.
+        for ask in self.take_asks():
+            self._answer(ask)
         for task_id in completed:
             self.answerers.pop(task_id, None)
             entry = self.pending.pop(task_id, None)
@@ -101,8 +103,6 @@ class _Bridge(Notifier):
                 future.set_result(task.result())
             except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
                 future.set_exception(error)
-        for ask in asks:
-            self._answer(ask)
 
 
 _bridges: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, _Bridge]" = weakref.WeakKeyDictionary()
