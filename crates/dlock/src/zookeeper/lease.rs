@@ -74,10 +74,7 @@ impl ZkLease {
             acquired_ms: unix_ms(SystemTime::now()),
             // czxid: the zxid that created the node, greater than that of every node created
             // before it, in this directory or any earlier incarnation of it.
-            core: LeaseCore::new(
-                FencingToken::new(u64::try_from(node.czxid).unwrap_or(0)),
-                start,
-            ),
+            core: LeaseCore::new(FencingToken::from_signed(node.czxid), start),
             state: StdMutex::new(HoldState {
                 deadline: start + req.ttl,
                 over: false,
