@@ -415,11 +415,19 @@ fn launch(
     })
 }
 
+/// The killed instance still holds what the new one needs: its port, or (PostgreSQL) the
+/// shared memory its backends keep until they notice the postmaster is gone, which takes
+/// longer on a loaded machine. Either passes within the restart window.
 fn mentions_addr_in_use(log: &str) -> bool {
     let log = log.to_ascii_lowercase();
-    ["address already in use", "address in use", "eaddrinuse"]
-        .iter()
-        .any(|needle| log.contains(needle))
+    [
+        "address already in use",
+        "address in use",
+        "eaddrinuse",
+        "pre-existing shared memory block",
+    ]
+    .iter()
+    .any(|needle| log.contains(needle))
 }
 
 /// SIGKILLs the child's group and reaps the child.
