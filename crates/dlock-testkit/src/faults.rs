@@ -320,32 +320,24 @@ impl<K: SqlServer> Strikable for SqlFixture<K> {
     }
 }
 
-impl Strikable for EtcdClusterFixture {
-    const OFFERS: Offers = CLUSTER;
-    fn faults(self: &Arc<Self>) -> Faults {
-        let (a, b) = (self.clone(), self.clone());
-        Faults {
-            leader_kill: Some(leader_kill(
-                move || a.server().leader(),
-                move |node, f| f(&mut b.server().nodes[node]),
-            )),
-            holder_processes: true,
-            ..Faults::default()
+/// A cluster's leader, named by its handle, killed and started again.
+macro_rules! cluster_faults {
+    ($($fixture:ty),*) => {$(
+        impl Strikable for $fixture {
+            const OFFERS: Offers = CLUSTER;
+            fn faults(self: &Arc<Self>) -> Faults {
+                let (a, b) = (self.clone(), self.clone());
+                Faults {
+                    leader_kill: Some(leader_kill(
+                        move || a.server().leader(),
+                        move |node, f| f(&mut b.server().nodes[node]),
+                    )),
+                    holder_processes: true,
+                    ..Faults::default()
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl Strikable for ZookeeperEnsembleFixture {
-    const OFFERS: Offers = CLUSTER;
-    fn faults(self: &Arc<Self>) -> Faults {
-        let (a, b) = (self.clone(), self.clone());
-        Faults {
-            leader_kill: Some(leader_kill(
-                move || a.server().leader(),
-                move |node, f| f(&mut b.server().nodes[node]),
-            )),
-            holder_processes: true,
-            ..Faults::default()
-        }
-    }
-}
+cluster_faults!(EtcdClusterFixture, ZookeeperEnsembleFixture);
