@@ -7,13 +7,14 @@ use anyhow::ensure;
 use dlock::{Error, Owner};
 use futures::TryStreamExt;
 
-use super::{Ctx, Needs, cases, expect_err};
+use super::{Ctx, Needs, cases, expect_err, spawn_waiter};
 
 cases!["monitor",
     Needs::Monitor =>
         inspect_shows_the_holder,
         list_finds_held_locks_by_prefix,
         list_pages_through_many_locks,
+        inspect_and_list_count_waiters,
         force_release_frees_the_lock;
     Needs::NotMonitor =>
         inspection_is_unsupported_error
@@ -127,6 +128,58 @@ async fn list_pages_through_many_locks(cx: Ctx) -> anyhow::Result<()> {
         names.len(),
         unique.len()
     );
+    Ok(())
+}
+
+/// How many waiters `inspect` and `list` report for `name` (which must be held).
+async fn waiters_seen(locks: &dlock::Locks, name: &str) -> anyhow::Result<(u32, u32)> {
+    let inspected = locks
+        .inspect(name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("held lock not inspected"))?;
+    let listed: Vec<_> = locks.list(name).try_collect().await?;
+    let [listed] = listed.as_slice() else {
+        anyhow::bail!("{name} listed as {listed:?}");
+    };
+    let count = |info: &dlock::LockInfo| {
+        info.waiters
+            .ok_or_else(|| anyhow::anyhow!("no waiter count for {}", info.name))
+    };
+    Ok((count(&inspected)?, count(listed)?))
+}
+
+async fn inspect_and_list_count_waiters(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b, observer) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
+    let name = cx.name("waited");
+    let holder = a
+        .mutex(&name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await?;
+    ensure!(
+        waiters_seen(&observer, &name).await? == (0, 0),
+        "a waiter counted before any came"
+    );
+    let waiter = spawn_waiter(&b, &name, |m| m.wait(Duration::from_secs(30)));
+    // The waiter queues after its first attempt; give it until well past any first poll.
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = waiters_seen(&observer, &name).await?;
+    while seen != (1, 1) && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = waiters_seen(&observer, &name).await?;
+    }
+    ensure!(
+        seen == (1, 1),
+        "one waiter, counted by inspect and list as {seen:?}"
+    );
+    holder.release().await?;
+    let served = waiter.await??;
+    // The waiter holds the lock now and nobody waits.
+    ensure!(
+        waiters_seen(&observer, &name).await? == (0, 0),
+        "the served waiter still counted"
+    );
+    served.release().await?;
     Ok(())
 }
 

@@ -417,11 +417,18 @@ impl Inner {
 
     /// The holder of a lock: its key with the lowest create revision.
     async fn holder(&self, prefix: &[u8]) -> Result<Option<KeyValue>> {
+        Ok(self.queue_head(prefix).await?.map(|(holder, _)| holder))
+    }
+
+    /// The holder of a lock and how many keys queue behind it (etcd counts every key of the
+    /// range in the same read).
+    async fn queue_head(&self, prefix: &[u8]) -> Result<Option<(KeyValue, u32)>> {
         let mut reply = self
             .resend(|mut c| async move { c.get(prefix, Some(first_by_create())).await })
             .await
             .map_err(map)?;
-        Ok(reply.take_kvs().into_iter().next())
+        let behind = u32::try_from(reply.count().saturating_sub(1)).unwrap_or(u32::MAX);
+        Ok(reply.take_kvs().into_iter().next().map(|kv| (kv, behind)))
     }
 }
 

@@ -55,20 +55,21 @@ impl EtcdBackend {
         Ok(u64::try_from(reply.ttl()).ok().map(Duration::from_secs))
     }
 
-    async fn describe(&self, name: String, kv: &KeyValue) -> Result<Option<LockInfo>> {
+    /// The lock `name` as its queue shows it: the holder, and the waiters behind it.
+    async fn describe(&self, name: String) -> Result<Option<LockInfo>> {
+        let prefix = self.inner.lock_prefix(&name);
+        let Some((kv, waiters)) = self.inner.queue_head(&prefix).await? else {
+            return Ok(None);
+        };
         let ttl_left = self.ttl_left(kv.lease()).await?;
-        Ok(lock_info(name, kv, ttl_left))
+        Ok(lock_info(name, &kv, ttl_left).map(|info| info.with_waiters(waiters)))
     }
 }
 
 #[async_trait]
 impl MonitorStore for EtcdBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let prefix = self.inner.lock_prefix(name.as_str());
-        match self.inner.holder(&prefix).await? {
-            Some(kv) => self.describe(name.as_str().to_owned(), &kv).await,
-            None => Ok(None),
-        }
+        self.describe(name.as_str().to_owned()).await
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
@@ -123,14 +124,8 @@ impl MonitorStore for EtcdBackend {
                 names.push(name.to_owned());
             }
         }
-        let infos = futures::future::join_all(names.iter().map(|name| async move {
-            let prefix = self.inner.lock_prefix(name);
-            match self.inner.holder(&prefix).await? {
-                Some(kv) => self.describe(name.clone(), &kv).await,
-                None => Ok(None),
-            }
-        }))
-        .await;
+        let infos =
+            futures::future::join_all(names.iter().map(|name| self.describe(name.clone()))).await;
         let mut locks = Vec::with_capacity(infos.len());
         for info in infos {
             if let Some(info) = info? {

@@ -503,7 +503,7 @@ impl MonitorStore for MemoryBackend {
         let now = Instant::now();
         Ok(slots.get_mut(name.as_str()).and_then(|slot| {
             slot.expire(now);
-            slot.holder.as_ref().map(|h| info(name.as_str(), h, now))
+            info(name.as_str(), slot, now)
         }))
     }
 
@@ -526,10 +526,7 @@ impl MonitorStore for MemoryBackend {
         let names: Vec<String> = names.into_iter().cloned().collect();
         let locks = names
             .iter()
-            .filter_map(|name| {
-                let slot = slots.get_mut(name)?;
-                slot.holder.as_ref().map(|h| info(name, h, now))
-            })
+            .filter_map(|name| info(name, slots.get(name)?, now))
             .collect();
         let cursor = if more { names.last().cloned() } else { None };
         Ok(ListPage::new(locks, cursor))
@@ -554,14 +551,24 @@ impl MonitorStore for MemoryBackend {
     }
 }
 
-fn info(name: &str, holder: &Holder, now: Instant) -> LockInfo {
-    LockInfo::new(
-        name.to_owned(),
-        FencingToken::new(holder.fence),
-        holder.owner.clone(),
-        holder.acquired_at,
-        Some(holder.expires_at.saturating_duration_since(now)),
-        holder.holds,
+/// The slot's holder, if any, with the waiters whose place is still live.
+fn info(name: &str, slot: &Slot, now: Instant) -> Option<LockInfo> {
+    let holder = slot.holder.as_ref()?;
+    let waiters = slot
+        .queue
+        .iter()
+        .filter(|w| now - w.seen < WAITER_STALE)
+        .count();
+    Some(
+        LockInfo::new(
+            name.to_owned(),
+            FencingToken::new(holder.fence),
+            holder.owner.clone(),
+            holder.acquired_at,
+            Some(holder.expires_at.saturating_duration_since(now)),
+            holder.holds,
+        )
+        .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX)),
     )
 }
 

@@ -25,7 +25,8 @@ async fn inspect_dir(session: &Session, name: &str, dir: &str) -> Result<Option<
             Err(zookeeper_client::Error::NoNode) => return Ok(None),
             Err(e) => return Err(map(e, dir)),
         };
-        let Some((_, head)) = queue(children).into_iter().next() else {
+        let queue = queue(children);
+        let Some((_, head)) = queue.first() else {
             return Ok(None);
         };
         let path = format!("{dir}/{head}");
@@ -34,7 +35,11 @@ async fn inspect_dir(session: &Session, name: &str, dir: &str) -> Result<Option<
             Err(zookeeper_client::Error::NoNode) => continue,
             Err(e) => return Err(map(e, &path)),
         };
-        return Ok(Some(lock_info(name, &data, stat.czxid, stat.ctime)));
+        // Everyone in line behind the holder waits for it.
+        let waiters = u32::try_from(queue.len() - 1).unwrap_or(u32::MAX);
+        return Ok(Some(
+            lock_info(name, &data, stat.czxid, stat.ctime).with_waiters(waiters),
+        ));
     }
     Err(Error::Unavailable {
         backend: BACKEND,
