@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_testkit::fixture::{Fixture, SqlFixture, SqlServer};
+use dlock_testkit::fixture::{EtcdFixture, Fixture, SqlFixture, SqlServer, ZookeeperFixture};
 use dlock_testkit::server::{Mariadb, Postgres, Redis, ServerProcess, required};
 
 const REDIS_PASSWORD: &str = "pw-secret-serve";
@@ -433,6 +433,22 @@ fn postgres_held_lock_and_waiter_appear_in_metrics_and_api() {
 #[test]
 fn mariadb_held_lock_and_waiter_appear_in_metrics_and_api() {
     sql_lease_table_held_lock_and_waiter_are_served::<Mariadb>();
+}
+
+#[test]
+fn etcd_held_lock_and_waiter_appear_in_metrics_and_api() {
+    let Some(etcd) = EtcdFixture::start().unwrap() else {
+        return;
+    };
+    held_lock_and_waiter_are_served(&etcd.url().unwrap());
+}
+
+#[test]
+fn zookeeper_held_lock_and_waiter_appear_in_metrics_and_api() {
+    let Some(zookeeper) = ZookeeperFixture::start().unwrap() else {
+        return;
+    };
+    held_lock_and_waiter_are_served(&zookeeper.url().unwrap());
 }
 
 #[test]

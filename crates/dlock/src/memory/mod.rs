@@ -509,7 +509,7 @@ impl MonitorStore for MemoryBackend {
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
         let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
-        let mut slots = self.store.slots();
+        let slots = self.store.slots();
         let now = Instant::now();
         let mut names: Vec<&String> = slots
             .iter()
