@@ -104,6 +104,9 @@ pub enum Needs {
     Monitor,
     /// A backend *without* inspection (to check the unsupported error).
     NotMonitor,
+    /// Inspection of native semaphores and read-write locks (composed ones are listed as their
+    /// parts, which `dlock ls` folds).
+    MonitorNativeShared,
     /// Locks visible to other processes, and a URL for them.
     CrossProcess,
     /// Versioned values with compare-and-set.
@@ -140,6 +143,8 @@ impl Needs {
                 .then_some("composed semaphores cannot list their slots to compare sizes"),
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),
             Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
+            Needs::MonitorNativeShared => (!(caps.monitor && caps.permits && caps.rwlock))
+                .then_some("no native semaphores and read-write locks to inspect"),
             Needs::Values => (!caps.values).then_some("no versioned values"),
             Needs::NotValues => caps.values.then_some("versioned values are supported"),
             Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())

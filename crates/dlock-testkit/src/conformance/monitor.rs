@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use anyhow::ensure;
-use dlock::{Error, Owner};
+use dlock::{Error, HoldKind, LockInfo, Owner};
 use futures::TryStreamExt;
 
 use super::{Ctx, Needs, cases, expect_err, spawn_waiter};
@@ -16,6 +16,8 @@ cases!["monitor",
         list_pages_through_many_locks,
         inspect_and_list_count_waiters,
         force_release_frees_the_lock;
+    Needs::MonitorNativeShared =>
+        native_semaphores_and_rwlocks_are_listed_once_each;
     Needs::NotMonitor =>
         inspection_is_unsupported_error
 ];
@@ -180,6 +182,86 @@ async fn inspect_and_list_count_waiters(cx: Ctx) -> anyhow::Result<()> {
         "the served waiter still counted"
     );
     served.release().await?;
+    Ok(())
+}
+
+async fn native_semaphores_and_rwlocks_are_listed_once_each(cx: Ctx) -> anyhow::Result<()> {
+    let locks = cx.locks().await?.with_label("shared-holder")?;
+    let (sem, read, write) = (
+        cx.name("shared/sem"),
+        cx.name("shared/read"),
+        cx.name("shared/write"),
+    );
+    let ttl = Duration::from_secs(30);
+    let p1 = locks.semaphore(&sem, 3).ttl(ttl).acquire().await?;
+    let p2 = locks.semaphore(&sem, 3).ttl(ttl).acquire().await?;
+    let r1 = locks.rwlock(&read).ttl(ttl).read().await?;
+    let r2 = locks.rwlock(&read).ttl(ttl).read().await?;
+    let w = locks.rwlock(&write).ttl(ttl).write().await?;
+    let observer = cx.locks().await?;
+    let mut listed: Vec<LockInfo> = observer.list(&cx.name("shared/")).try_collect().await?;
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
+    let shown: Vec<(&str, HoldKind, u32)> = listed
+        .iter()
+        .map(|i| (i.name.as_str(), i.kind, i.holds))
+        .collect();
+    ensure!(
+        shown
+            == [
+                (read.as_str(), HoldKind::Reader, 2),
+                (sem.as_str(), HoldKind::Permit, 2),
+                (write.as_str(), HoldKind::Writer, 1),
+            ],
+        "listed as {shown:?}"
+    );
+    let by = |name: &str| listed.iter().find(|i| i.name == name);
+    // Each entry shows the holder that has held longest: the lowest fence.
+    for (name, fence) in [
+        (&sem, p1.fence().min(p2.fence())),
+        (&read, r1.fence().min(r2.fence())),
+        (&write, w.fence()),
+    ] {
+        let info = by(name).ok_or_else(|| anyhow::anyhow!("{name} not listed"))?;
+        ensure!(
+            info.fence == fence,
+            "{name}: fence {} for {fence}",
+            info.fence
+        );
+        ensure!(
+            info.owner.label.as_deref() == Some("shared-holder"),
+            "{name}: {:?}",
+            info.owner
+        );
+        ensure!(
+            info.ttl_left.is_some_and(|left| left <= ttl),
+            "{name}: ttl_left {:?}",
+            info.ttl_left
+        );
+        let inspected = observer
+            .inspect(name)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("{name} not inspected"))?;
+        ensure!(
+            (inspected.kind, inspected.holds, inspected.fence)
+                == (info.kind, info.holds, info.fence),
+            "{name}: inspected as {inspected:?}"
+        );
+    }
+    for permit in [p1, p2] {
+        permit.release().await?;
+    }
+    for hold in [r1, r2] {
+        hold.release().await?;
+    }
+    w.release().await?;
+    let left: Vec<LockInfo> = observer.list(&cx.name("shared/")).try_collect().await?;
+    ensure!(left.is_empty(), "listed after every release: {left:?}");
+    for name in [&sem, &read, &write] {
+        ensure!(
+            observer.inspect(name).await?.is_none(),
+            "{name} inspected after its release"
+        );
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 
 mod config;
 pub(crate) mod error;
+mod monitor;
 pub(crate) mod node;
 mod scripts;
 mod shared_holds;
@@ -20,8 +21,8 @@ use tokio::time::Instant;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
-    ListQuery, LockInfo, MonitorStore, ValueStore, Versioned, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, MonitorStore,
+    ValueStore, Versioned, Wait,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -516,51 +517,6 @@ impl RedisLease {
     }
 }
 
-/// Reads the reply of `inspect.lua` for the lock `name`.
-fn lock_info(name: String, reply: Vec<Option<String>>) -> Result<Option<LockInfo>> {
-    if reply.is_empty() {
-        return Ok(None);
-    }
-    let [_token, fence, holds, owner, pttl, waiters] = reply.as_slice() else {
-        return Err(bad_reply("inspect"));
-    };
-    let number = |field: Option<&str>| field.and_then(|v| v.parse::<i64>().ok());
-    // at, host, pid, label: as `acquire` wrote them (the label last, as it may hold anything).
-    let mut parts = owner.as_deref().unwrap_or_default().splitn(4, '\0');
-    let (at, host, pid, label) = (parts.next(), parts.next(), parts.next(), parts.next());
-    let owner = Owner::new(
-        label.filter(|l| !l.is_empty()).map(str::to_owned),
-        host.unwrap_or_default(),
-        number(pid).and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-    );
-    let acquired_at = UNIX_EPOCH
-        + Duration::from_millis(number(at).and_then(|a| u64::try_from(a).ok()).unwrap_or(0));
-    let ttl_left = number(pttl.as_deref())
-        .and_then(|p| u64::try_from(p).ok())
-        .map(Duration::from_millis);
-    Ok(Some(
-        LockInfo::new(
-            name,
-            FencingToken::new(
-                number(fence.as_deref())
-                    .and_then(|f| u64::try_from(f).ok())
-                    .unwrap_or(0),
-            ),
-            owner,
-            acquired_at,
-            ttl_left,
-            number(holds.as_deref())
-                .and_then(|h| u32::try_from(h).ok())
-                .unwrap_or(1),
-        )
-        .with_waiters(
-            number(waiters.as_deref())
-                .and_then(|w| u32::try_from(w).ok())
-                .unwrap_or(0),
-        ),
-    ))
-}
-
 #[async_trait]
 impl ValueStore for RedisBackend {
     async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
@@ -600,104 +556,5 @@ impl ValueStore for RedisBackend {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.inner.fail(e, &key))
-    }
-}
-
-#[async_trait]
-impl MonitorStore for RedisBackend {
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let keys = self.inner.keys(name.as_str());
-        let key = keys.lock;
-        let mut conn = self.inner.conn.clone();
-        let reply: Vec<Option<String>> = scripts::INSPECT
-            .key(&key)
-            .key(&keys.qexp)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.inner.fail(e, &key))?;
-        lock_info(name.as_str().to_owned(), reply)
-    }
-
-    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
-        let mut conn = self.inner.conn.clone();
-        let pattern = scripts::scan_pattern(&self.inner.config.prefix, prefix);
-        let key_prefix = scripts::lock_key(&self.inner.config.prefix, "");
-        let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
-            .arg(cursor.and_then(|c| c.parse::<u64>().ok()).unwrap_or(0))
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(limit.max(10))
-            .arg("TYPE")
-            .arg("string")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.inner.fail(e, &pattern))?;
-        let mut locks = Vec::with_capacity(keys.len());
-        if !keys.is_empty() {
-            let names: Vec<String> = keys
-                .iter()
-                .map(|key| key.strip_prefix(&key_prefix).unwrap_or(key).to_owned())
-                .collect();
-            let pairs: Vec<(String, String)> = names
-                .iter()
-                .zip(&keys)
-                .map(|(name, key)| (key.clone(), self.inner.keys(name).qexp))
-                .collect();
-            let replies =
-                inspect_many(&mut conn, &pairs, self.inner.config.response_timeout).await?;
-            for (name, reply) in names.into_iter().zip(replies) {
-                // Expired or released between SCAN and the read: not held any more.
-                if let Some(info) = lock_info(name, reply)? {
-                    locks.push(info);
-                }
-            }
-        }
-        Ok(ListPage::new(locks, (next != 0).then(|| next.to_string())))
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let keys = self.inner.keys(name.as_str());
-        let mut conn = self.inner.conn.clone();
-        let broken: i64 = scripts::FORCE_RELEASE
-            .key(&keys.lock)
-            .key(&keys.queue)
-            .key(&keys.qexp)
-            .arg(&keys.channel)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.inner.fail(e, &keys.lock))?;
-        Ok(broken == 1)
-    }
-}
-
-/// `inspect.lua` on many keys in one pipeline (one round trip per page).
-async fn inspect_many(
-    conn: &mut ConnectionManager,
-    keys: &[(String, String)],
-    timeout: Duration,
-) -> Result<Vec<Vec<Option<String>>>> {
-    let mut pipe = ::redis::pipe();
-    for (lock, qexp) in keys {
-        pipe.cmd("EVALSHA")
-            .arg(scripts::INSPECT.get_hash())
-            .arg(2)
-            .arg(lock)
-            .arg(qexp);
-    }
-    match pipe.query_async(conn).await {
-        Ok(replies) => Ok(replies),
-        Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
-            scripts::INSPECT
-                .prepare_invoke()
-                .load_async(conn)
-                .await
-                .map_err(|e| map_timed(e, &keys[0].0, timeout))?;
-            pipe.query_async(conn)
-                .await
-                .map_err(|e| map_timed(e, &keys[0].0, timeout))
-        }
-        Err(e) => Err(map_timed(e, &keys[0].0, timeout)),
     }
 }

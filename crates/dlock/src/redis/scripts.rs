@@ -42,6 +42,8 @@ pub(super) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/force_release.lua")));
 pub(super) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/inspect.lua")));
+pub(super) static INSPECT_SHARED: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/inspect_shared.lua")));
 
 /// Versioned values stand alone: they share nothing with the lock scripts.
 pub(super) static VALUE_PUT: LazyLock<Script> =
@@ -108,11 +110,11 @@ pub(super) fn channel(prefix: &str, name: &str) -> String {
     format!("{prefix}wake:{name}")
 }
 
-/// The `SCAN MATCH` pattern for lock keys whose names start with `name_prefix`, with the
-/// glob's special characters escaped.
-pub(super) fn scan_pattern(prefix: &str, name_prefix: &str) -> String {
-    let mut pattern = String::with_capacity(prefix.len() + name_prefix.len() + 8);
-    for c in lock_key(prefix, name_prefix).chars() {
+/// The `SCAN MATCH` pattern for the keys `key_prefix` + a name that starts with
+/// `name_prefix`, with the glob's special characters escaped.
+pub(super) fn scan_pattern(key_prefix: &str, name_prefix: &str) -> String {
+    let mut pattern = String::with_capacity(key_prefix.len() + name_prefix.len() + 8);
+    for c in key_prefix.chars().chain(name_prefix.chars()) {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
             pattern.push('\\');
         }
@@ -129,9 +131,9 @@ mod tests {
     #[test]
     fn scan_pattern_escapes_glob_characters() {
         assert_eq!(
-            scan_pattern("dlock:", "a*b?[c]\\"),
+            scan_pattern("dlock:lock:", "a*b?[c]\\"),
             "dlock:lock:a\\*b\\?\\[c\\]\\\\*"
         );
-        assert_eq!(scan_pattern("", ""), "lock:*");
+        assert_eq!(scan_pattern("lock:", ""), "lock:*");
     }
 }

@@ -68,7 +68,12 @@ impl Shape {
     }
 
     /// The acquire script's arguments after token and TTL.
-    fn acquire_args(self, invocation: &mut ::redis::ScriptInvocation<'_>, waits: bool) {
+    fn acquire_args(
+        self,
+        invocation: &mut ::redis::ScriptInvocation<'_>,
+        waits: bool,
+        owner: &str,
+    ) {
         match self {
             Shape::Permit { permits } => invocation.arg(permits),
             Shape::Read { max_readers } => {
@@ -76,6 +81,7 @@ impl Shape {
             }
             Shape::Write => invocation.arg("w").arg(0).arg(u8::from(waits)),
         };
+        invocation.arg(owner);
     }
 }
 
@@ -100,6 +106,7 @@ pub(super) async fn acquire(
         may_claim: waits && matches!(shape, Shape::Write),
         granted: false,
     };
+    let owner = super::owner_field(&req.owner);
     let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
     let acquired = acquire_loop(
         req.wait,
@@ -108,7 +115,7 @@ pub(super) async fn acquire(
             let mut conn = inner.conn.clone();
             let mut invocation = shape.acquire_script().key(&keys.holders);
             invocation.key(&keys.state).arg(&req.token).arg(ms(req.ttl));
-            shape.acquire_args(&mut invocation, waits);
+            shape.acquire_args(&mut invocation, waits, &owner);
             let start = Instant::now();
             in_flight.store(true, Ordering::Relaxed);
             let reply: Result<Vec<i64>> = invocation

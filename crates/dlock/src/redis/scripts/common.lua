@@ -46,6 +46,22 @@ local function encode(token, fence, holds, queued, owner)
   return LAYOUT .. SEP .. token .. SEP .. fence .. SEP .. holds .. SEP .. queued .. SEP .. owner
 end
 
+-- The field of a shared hold's state hash that keeps the holder's owner (for inspection),
+-- beside the field named by its token (its fence).
+local function owner_of(token)
+  return 'o:' .. token
+end
+
+-- Drops the fence and owner fields of these holders from a shared hold's state hash.
+local function forget(state, tokens)
+  local fields = {}
+  for i, token in ipairs(tokens) do
+    fields[2 * i - 1] = token
+    fields[2 * i] = owner_of(token)
+  end
+  redis.call('HDEL', state, unpack(fields))
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,15 +1,15 @@
 -- A native semaphore: P permits:N is a zset of the permits' tokens scored by lease end
 -- (server ms); P pfence:N a hash of each token's fence, '#' the last fence given out, and
--- '@' the number of permits the current holders asked for.
+-- '@' the number of permits the current holders asked for, and each holder's owner ('o:' token).
 -- Both expire with the longest lease, so an idle semaphore leaves nothing behind.
--- KEYS: holders, fences   ARGV: token, ttl_ms, permits
+-- KEYS: holders, fences   ARGV: token, ttl_ms, permits, owner
 -- Returns {1, fence} when granted, {0, free_in_ms} when every permit is taken (-1: unknown),
 -- {2, size} when the current holders use another number of permits.
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 256)
 if #expired > 0 then
   redis.call('ZREM', KEYS[1], unpack(expired))
-  redis.call('HDEL', KEYS[2], unpack(expired))
+  forget(KEYS[2], expired)
 end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   -- A retry of this acquisition whose granting reply was lost: the permit is ours (once).
@@ -33,7 +33,8 @@ end
 local fence = fence_after(redis.call('HGET', KEYS[2], '#') or nil, now)
 local lease_end = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], lease_end, ARGV[1])
-redis.call('HSET', KEYS[2], '#', integer(fence), '@', ARGV[3], ARGV[1], integer(fence))
+redis.call('HSET', KEYS[2], '#', integer(fence), '@', ARGV[3], ARGV[1], integer(fence),
+  owner_of(ARGV[1]), ARGV[4])
 local longest = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2])
 redis.call('PEXPIREAT', KEYS[1], longest)
 redis.call('PEXPIREAT', KEYS[2], longest)

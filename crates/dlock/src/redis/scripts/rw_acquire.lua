@@ -3,19 +3,20 @@
 -- writer ('w' token, 'we' lease end) and the writer waiting for the readers to leave ('ww'
 -- token, 'wwe' end of its claim, refreshed by its attempts). While a writer holds or waits, new
 -- readers wait: writers are not starved. Both keys expire with the last lease or claim.
--- KEYS: readers, state   ARGV: token, ttl_ms, mode ('r' | 'w'), max_readers, waits ('1' | '0')
+-- KEYS: readers, state   ARGV: token, ttl_ms, mode ('r' | 'w'), max_readers, waits ('1' | '0'),
+-- owner (kept in the field 'o:' token, for inspection)
 -- Returns {1, fence} when granted, {0, free_in_ms} when not (-1: unknown).
 local now = now_ms()
 local readers, state, token = KEYS[1], KEYS[2], ARGV[1]
 local expired = redis.call('ZRANGEBYSCORE', readers, '-inf', now, 'LIMIT', 0, 256)
 if #expired > 0 then
   redis.call('ZREM', readers, unpack(expired))
-  redis.call('HDEL', state, unpack(expired))
+  forget(state, expired)
 end
 local s = redis.call('HMGET', state, 'w', 'we', 'ww', 'wwe')
 local writer, writer_end, claim, claim_end = s[1], tonumber(s[2]), s[3], tonumber(s[4])
 if writer and writer_end <= now then
-  redis.call('HDEL', state, 'w', 'we', writer)
+  redis.call('HDEL', state, 'w', 'we', writer, owner_of(writer))
   writer = nil
 end
 if claim and claim_end <= now then
@@ -69,7 +70,7 @@ else
     redis.call('HDEL', state, 'ww', 'wwe')
   end
 end
-redis.call('HSET', state, '#', integer(fence), token, integer(fence))
+redis.call('HSET', state, '#', integer(fence), token, integer(fence), owner_of(token), ARGV[6])
 redis.call('PEXPIREAT', state, lease_end, 'GT')
 redis.call('PEXPIREAT', state, lease_end, 'NX')
 return {1, fence}

@@ -9,13 +9,13 @@ local held = -1
 local reader_end = redis.call('ZSCORE', readers, token)
 if reader_end and fence_ok then
   redis.call('ZREM', readers, token)
-  redis.call('HDEL', state, token)
+  redis.call('HDEL', state, token, owner_of(token))
   if tonumber(reader_end) > now then
     held = 1
   end
 elseif redis.call('HGET', state, 'w') == token and fence_ok then
   local writer_end = tonumber(redis.call('HGET', state, 'we'))
-  redis.call('HDEL', state, 'w', 'we', token)
+  redis.call('HDEL', state, 'w', 'we', token, owner_of(token))
   if writer_end > now then
     held = 1
   end

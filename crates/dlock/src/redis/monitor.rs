@@ -1,0 +1,278 @@
+//! Inspection of Redis locks: mutexes (`lock:` strings), native semaphores (`permits:` zsets)
+//! and native read-write locks (`rw:` hashes), each listed as one entry; force-release.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use ::redis::aio::ConnectionManager;
+use async_trait::async_trait;
+
+use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::error::Result;
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
+
+use super::RedisBackend;
+use super::error::{bad_reply, map_timed};
+use super::scripts::{self, SharedKeys};
+
+/// The kinds of key a listing scans, in the order it scans them. A page's cursor is the
+/// family's letter and `SCAN`'s cursor within it (a bare number is the first family).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Mutexes,
+    Semaphores,
+    RwLocks,
+}
+
+impl Family {
+    const ALL: [Family; 3] = [Family::Mutexes, Family::Semaphores, Family::RwLocks];
+
+    fn letter(self) -> char {
+        match self {
+            Family::Mutexes => 'm',
+            Family::Semaphores => 's',
+            Family::RwLocks => 'r',
+        }
+    }
+
+    /// The key of `name` that exists whenever the lock is held, and its Redis type.
+    fn key_prefix(self, prefix: &str) -> (String, &'static str) {
+        match self {
+            Family::Mutexes => (scripts::lock_key(prefix, ""), "string"),
+            Family::Semaphores => (SharedKeys::permits(prefix, "").holders, "zset"),
+            Family::RwLocks => (SharedKeys::rwlock(prefix, "").state, "hash"),
+        }
+    }
+
+    fn next(self) -> Option<Family> {
+        let at = Family::ALL.iter().position(|f| *f == self)?;
+        Family::ALL.get(at + 1).copied()
+    }
+
+    /// Reads a page cursor: the family and `SCAN`'s cursor.
+    fn parse_cursor(cursor: Option<&str>) -> (Family, u64) {
+        let Some(cursor) = cursor else {
+            return (Family::Mutexes, 0);
+        };
+        let (family, rest) = match cursor.chars().next() {
+            Some('s') => (Family::Semaphores, &cursor[1..]),
+            Some('r') => (Family::RwLocks, &cursor[1..]),
+            Some('m') => (Family::Mutexes, &cursor[1..]),
+            _ => (Family::Mutexes, cursor),
+        };
+        (family, rest.parse().unwrap_or(0))
+    }
+}
+
+/// Reads a reply of `inspect.lua` (`kind` Mutex) or `inspect_shared.lua` (after its kind):
+/// token, fence, holds, owner, ms left, waiters ('' when the store cannot count them).
+fn lock_info(name: String, kind: HoldKind, reply: &[Option<String>]) -> Result<Option<LockInfo>> {
+    if reply.is_empty() {
+        return Ok(None);
+    }
+    let [_token, fence, holds, owner, pttl, waiters] = reply else {
+        return Err(bad_reply("inspect"));
+    };
+    let number = |field: Option<&str>| field.and_then(|v| v.parse::<i64>().ok());
+    // at, host, pid, label: as `acquire` wrote them (the label last, as it may hold anything).
+    let mut parts = owner.as_deref().unwrap_or_default().splitn(4, '\0');
+    let (at, host, pid, label) = (parts.next(), parts.next(), parts.next(), parts.next());
+    let owner = Owner::new(
+        label.filter(|l| !l.is_empty()).map(str::to_owned),
+        host.unwrap_or_default(),
+        number(pid).and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+    );
+    let acquired_at = UNIX_EPOCH
+        + Duration::from_millis(number(at).and_then(|a| u64::try_from(a).ok()).unwrap_or(0));
+    let ttl_left = number(pttl.as_deref())
+        .and_then(|p| u64::try_from(p).ok())
+        .map(Duration::from_millis);
+    let info = LockInfo::new(
+        name,
+        FencingToken::new(
+            number(fence.as_deref())
+                .and_then(|f| u64::try_from(f).ok())
+                .unwrap_or(0),
+        ),
+        owner,
+        acquired_at,
+        ttl_left,
+        number(holds.as_deref())
+            .and_then(|h| u32::try_from(h).ok())
+            .unwrap_or(1),
+    )
+    .with_kind(kind);
+    Ok(Some(
+        match number(waiters.as_deref()).and_then(|w| u32::try_from(w).ok()) {
+            Some(waiters) => info.with_waiters(waiters),
+            None => info,
+        },
+    ))
+}
+
+/// Reads a reply of `inspect_shared.lua`: its kind, then as [`lock_info`].
+fn shared_info(name: String, reply: &[Option<String>]) -> Result<Option<LockInfo>> {
+    let Some((kind, rest)) = reply.split_first() else {
+        return Ok(None);
+    };
+    let kind = match kind.as_deref() {
+        Some("permit") => HoldKind::Permit,
+        Some("reader") => HoldKind::Reader,
+        Some("writer") => HoldKind::Writer,
+        _ => return Err(bad_reply("inspect_shared")),
+    };
+    lock_info(name, kind, rest)
+}
+
+impl RedisBackend {
+    /// One name of one family: `None` when that lock is not held.
+    async fn inspect_family(&self, family: Family, name: &str) -> Result<Option<LockInfo>> {
+        let mut conn = self.inner.conn.clone();
+        let prefix = &self.inner.config.prefix;
+        let page = inspect_many(
+            &mut conn,
+            family,
+            prefix,
+            &[name.to_owned()],
+            self.inner.config.response_timeout,
+        )
+        .await?;
+        Ok(page.into_iter().next().flatten())
+    }
+}
+
+#[async_trait]
+impl MonitorStore for RedisBackend {
+    /// The mutex `name` if it is held, else the read-write lock, else the semaphore.
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        for family in Family::ALL {
+            if let Some(info) = self.inspect_family(family, name.as_str()).await? {
+                return Ok(Some(info));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (family, cursor) = Family::parse_cursor(query.cursor);
+        let mut conn = self.inner.conn.clone();
+        let prefix = &self.inner.config.prefix;
+        let (key_prefix, key_type) = family.key_prefix(prefix);
+        let pattern = scripts::scan_pattern(&key_prefix, query.prefix);
+        let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(query.limit.max(10))
+            .arg("TYPE")
+            .arg(key_type)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.inner.fail(e, &pattern))?;
+        let names: Vec<String> = keys
+            .iter()
+            .map(|key| key.strip_prefix(&key_prefix).unwrap_or(key).to_owned())
+            .collect();
+        let infos = inspect_many(
+            &mut conn,
+            family,
+            prefix,
+            &names,
+            self.inner.config.response_timeout,
+        )
+        .await?;
+        // Expired or released between SCAN and the read: not held any more.
+        let locks = infos.into_iter().flatten().collect();
+        let cursor = match (next, family.next()) {
+            (0, None) => None,
+            (0, Some(following)) => Some(following.letter().to_string()),
+            (next, _) => Some(format!("{}{next}", family.letter())),
+        };
+        Ok(ListPage::new(locks, cursor))
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let keys = self.inner.keys(name.as_str());
+        let mut conn = self.inner.conn.clone();
+        let broken: i64 = scripts::FORCE_RELEASE
+            .key(&keys.lock)
+            .key(&keys.queue)
+            .key(&keys.qexp)
+            .arg(&keys.channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.inner.fail(e, &keys.lock))?;
+        Ok(broken == 1)
+    }
+}
+
+/// Reads the locks `names` of one family in one pipeline (one round trip per page).
+async fn inspect_many(
+    conn: &mut ConnectionManager,
+    family: Family,
+    prefix: &str,
+    names: &[String],
+    timeout: Duration,
+) -> Result<Vec<Option<LockInfo>>> {
+    let Some(first) = names.first() else {
+        return Ok(Vec::new());
+    };
+    let script = match family {
+        Family::Mutexes => &scripts::INSPECT,
+        Family::Semaphores | Family::RwLocks => &scripts::INSPECT_SHARED,
+    };
+    let mut pipe = ::redis::pipe();
+    for name in names {
+        let (first_key, second_key) = match family {
+            Family::Mutexes => {
+                let keys = scripts::Keys::new(prefix, name);
+                (keys.lock, keys.qexp)
+            }
+            Family::Semaphores => {
+                let keys = SharedKeys::permits(prefix, name);
+                (keys.holders, keys.state)
+            }
+            Family::RwLocks => {
+                let keys = SharedKeys::rwlock(prefix, name);
+                (keys.holders, keys.state)
+            }
+        };
+        let call = pipe
+            .cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(2)
+            .arg(first_key)
+            .arg(second_key);
+        match family {
+            Family::Mutexes => {}
+            Family::Semaphores => {
+                call.arg("permits");
+            }
+            Family::RwLocks => {
+                call.arg("rwlock");
+            }
+        }
+    }
+    let failed = |e| map_timed(e, first, timeout);
+    let replies: Vec<Vec<Option<String>>> = match pipe.query_async(conn).await {
+        Ok(replies) => replies,
+        Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
+            script
+                .prepare_invoke()
+                .load_async(conn)
+                .await
+                .map_err(failed)?;
+            pipe.query_async(conn).await.map_err(failed)?
+        }
+        Err(e) => return Err(failed(e)),
+    };
+    names
+        .iter()
+        .zip(replies)
+        .map(|(name, reply)| match family {
+            Family::Mutexes => lock_info(name.clone(), HoldKind::Mutex, &reply),
+            Family::Semaphores | Family::RwLocks => shared_info(name.clone(), &reply),
+        })
+        .collect()
+}
