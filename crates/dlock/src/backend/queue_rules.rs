@@ -114,9 +114,43 @@ impl QueueKind {
     }
 }
 
+impl Ahead {
+    /// The hold this entry of a read-write lock's or a semaphore's queue asked for. A reader's
+    /// limit is not kept in the stores, so it counts as unlimited here.
+    fn shared_kind(self) -> QueueKind {
+        match (self.writer, self.permit_size) {
+            (true, _) => QueueKind::Write,
+            (false, Some(permits)) => QueueKind::Permit { permits },
+            (false, None) => QueueKind::Read {
+                max_readers: u32::MAX,
+            },
+        }
+    }
+}
+
+/// How many entries at the head of a read-write lock's or a semaphore's queue (in queue order)
+/// hold it now: those the rules grant. Holders are always a head of the queue (a reader
+/// behind a writer waits, and so does everyone behind a waiting entry).
+pub(crate) fn shared_holders(queue: &[Ahead]) -> usize {
+    queue
+        .iter()
+        .enumerate()
+        .take_while(|(at, entry)| entry.shared_kind().decide(&queue[..*at]) == Decision::Granted)
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_holders_are_the_granted_head_of_the_queue() {
+        assert_eq!(shared_holders(&[]), 0);
+        assert_eq!(shared_holders(&[READER, READER, WRITER, READER]), 2);
+        assert_eq!(shared_holders(&[WRITER, READER]), 1);
+        assert_eq!(shared_holders(&[permit(2), permit(2), permit(2)]), 2);
+        assert_eq!(shared_holders(&[permit(3)]), 1);
+    }
 
     const MUTEX: Ahead = Ahead {
         writer: false,

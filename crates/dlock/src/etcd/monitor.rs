@@ -3,14 +3,16 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
 
-use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::backend::queue_rules::{Ahead, QueueKind, shared_holders};
+use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
 use super::error::{lease_gone, map};
+use super::queue_rules::{ahead_of, key_base};
 use super::{EtcdBackend, VALUE_TAG};
 
 /// Reads a holder's key into a [`LockInfo`]; `None` for a value that is not dlock's.
@@ -42,6 +44,50 @@ fn lock_info(name: String, kv: &KeyValue, ttl_left: Option<Duration>) -> Option<
     ))
 }
 
+/// The kinds of lock a listing walks, in order; each lives in its own key range.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Mutexes,
+    Semaphores,
+    RwLocks,
+}
+
+impl Family {
+    const ALL: [Family; 3] = [Family::Mutexes, Family::Semaphores, Family::RwLocks];
+
+    /// A queue kind of this family, for its key layout.
+    fn queue_kind(self) -> QueueKind {
+        match self {
+            Family::Mutexes => QueueKind::Exclusive,
+            Family::Semaphores => QueueKind::Permit { permits: 0 },
+            Family::RwLocks => QueueKind::Write,
+        }
+    }
+
+    fn letter(self) -> char {
+        match self {
+            Family::Mutexes => 'm',
+            Family::Semaphores => 's',
+            Family::RwLocks => 'r',
+        }
+    }
+
+    /// A page cursor: the family's letter, then the last name listed (none: from the start).
+    fn parse_cursor(cursor: Option<&str>) -> (Family, Option<&str>) {
+        let Some(cursor) = cursor else {
+            return (Family::Mutexes, None);
+        };
+        let mut chars = cursor.chars();
+        let family = match chars.next() {
+            Some('s') => Family::Semaphores,
+            Some('r') => Family::RwLocks,
+            _ => Family::Mutexes,
+        };
+        let after = chars.as_str();
+        (family, (!after.is_empty()).then_some(after))
+    }
+}
+
 impl EtcdBackend {
     async fn ttl_left(&self, lease: i64) -> Result<Option<Duration>> {
         if lease == 0 {
@@ -55,33 +101,77 @@ impl EtcdBackend {
         Ok(u64::try_from(reply.ttl()).ok().map(Duration::from_secs))
     }
 
-    /// The lock `name` as its queue shows it: the holder, and the waiters behind it.
-    async fn describe(&self, name: String) -> Result<Option<LockInfo>> {
-        let prefix = self.inner.lock_prefix(&name);
-        let Some((kv, waiters)) = self.inner.queue_head(&prefix).await? else {
+    /// The lock `name` of `family` as its queue shows it: the holder that came first, how
+    /// many hold and how many wait behind them.
+    async fn describe(&self, family: Family, name: String) -> Result<Option<LockInfo>> {
+        let base = key_base(family.queue_kind(), &self.inner.config.prefix, &name);
+        if family == Family::Mutexes {
+            let Some((kv, waiters)) = self.inner.queue_head(&base).await? else {
+                return Ok(None);
+            };
+            let ttl_left = self.ttl_left(kv.lease()).await?;
+            return Ok(lock_info(name, &kv, ttl_left).map(|info| info.with_waiters(waiters)));
+        }
+        let base = &base;
+        let reply = self
+            .inner
+            .resend(|mut c| async move {
+                let by_create = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend);
+                c.get(base.as_slice(), Some(by_create)).await
+            })
+            .await
+            .map_err(map)?;
+        let queue: Vec<Ahead> = reply
+            .kvs()
+            .iter()
+            .map(|kv| ahead_of(&kv.key()[base.len()..]))
+            .collect();
+        let holders = shared_holders(&queue);
+        let (Some(head), Some(first)) = (reply.kvs().first(), queue.first()) else {
             return Ok(None);
         };
-        let ttl_left = self.ttl_left(kv.lease()).await?;
-        Ok(lock_info(name, &kv, ttl_left).map(|info| info.with_waiters(waiters)))
+        if holders == 0 {
+            return Ok(None);
+        }
+        let kind = match (family, first.writer) {
+            (Family::Semaphores, _) => HoldKind::Permit,
+            (_, true) => HoldKind::Writer,
+            (_, false) => HoldKind::Reader,
+        };
+        let ttl_left = self.ttl_left(head.lease()).await?;
+        Ok(lock_info(name, head, ttl_left).map(|mut info| {
+            info.holds = u32::try_from(holders).unwrap_or(u32::MAX);
+            info.with_kind(kind)
+                .with_waiters(u32::try_from(queue.len() - holders).unwrap_or(u32::MAX))
+        }))
     }
-}
 
-#[async_trait]
-impl MonitorStore for EtcdBackend {
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        self.describe(name.as_str().to_owned()).await
-    }
-
-    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
-        let root = self.inner.config.prefix.as_bytes();
-        let mut scan_from = root.to_vec();
+    /// The names of `family` that start with `prefix`, after `after`, at most `limit`; and
+    /// whether more follow.
+    async fn names(
+        &self,
+        family: Family,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<String>, bool)> {
+        // Every key of the family starts with `root`, then the name, then NUL.
+        let mut root = key_base(family.queue_kind(), &self.inner.config.prefix, "");
+        root.pop();
+        let mut scan_from = root.clone();
         scan_from.extend_from_slice(prefix.as_bytes());
+        // Names are never empty, so nothing of this family starts with NUL after the root
+        // (below the mutexes' root, the other families and the values do).
+        let mut first_name = root.clone();
+        first_name.push(1);
+        scan_from = scan_from.max(first_name);
         let scan_end = etcd_prefix_end(&scan_from);
-        if let Some(after) = cursor {
+        if let Some(after) = after {
             // Strictly after every key of the lock named `after`: its keys continue with NUL,
             // any other name with a byte of at least 1.
-            let mut from = root.to_vec();
+            let mut from = root.clone();
             from.extend_from_slice(after.as_bytes());
             from.push(1);
             scan_from = scan_from.max(from);
@@ -104,19 +194,15 @@ impl MonitorStore for EtcdBackend {
             })
             .await
             .map_err(map)?;
-        // Names in key order (a lock's keys are adjacent); each lock's holder is read on its
-        // own (the lowest create revision), since a page may cut a lock's keys in two.
+        // Names in key order (a lock's keys are adjacent).
         let mut names: Vec<String> = Vec::new();
         for kv in reply.kvs() {
-            let Some(rest) = kv.key().strip_prefix(root) else {
+            let Some(rest) = kv.key().strip_prefix(root.as_slice()) else {
                 continue;
             };
             let Some(nul) = rest.iter().position(|b| *b == 0) else {
                 continue; // not one of our keys
             };
-            if nul == 0 {
-                continue; // a versioned value (see values.rs), not a lock
-            }
             let Ok(name) = std::str::from_utf8(&rest[..nul]) else {
                 continue;
             };
@@ -124,18 +210,40 @@ impl MonitorStore for EtcdBackend {
                 names.push(name.to_owned());
             }
         }
+        Ok((names, reply.more()))
+    }
+}
+
+#[async_trait]
+impl MonitorStore for EtcdBackend {
+    /// The mutex `name` if it is held, else the semaphore, else the read-write lock.
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        for family in Family::ALL {
+            if let Some(info) = self.describe(family, name.as_str().to_owned()).await? {
+                return Ok(Some(info));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        let (family, after) = Family::parse_cursor(query.cursor);
+        let (names, more) = self.names(family, query.prefix, after, query.limit).await?;
+        // Each lock's holder is read on its own, since a page may cut a lock's keys in two.
         let infos =
-            futures::future::join_all(names.iter().map(|name| self.describe(name.clone()))).await;
+            futures::future::join_all(names.iter().map(|name| self.describe(family, name.clone())))
+                .await;
         let mut locks = Vec::with_capacity(infos.len());
         for info in infos {
             if let Some(info) = info? {
                 locks.push(info);
             }
         }
-        let cursor = if reply.more() {
-            names.last().cloned()
-        } else {
-            None
+        let next_family = Family::ALL.iter().skip_while(|f| **f != family).nth(1);
+        let cursor = match (more, names.last(), next_family) {
+            (true, Some(last), _) => Some(format!("{}{last}", family.letter())),
+            (_, _, Some(next)) => Some(next.letter().to_string()),
+            (_, _, None) => None,
         };
         Ok(ListPage::new(locks, cursor))
     }

@@ -4,7 +4,7 @@
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
-use crate::backend::queue_rules::QueueKind;
+use crate::backend::queue_rules::{Ahead, QueueKind};
 use crate::error::{Error, Result};
 
 use super::error::map;
@@ -54,6 +54,14 @@ pub(super) fn queue_key(kind: QueueKind, base: &[u8], hold: i64) -> Vec<u8> {
     key.extend_from_slice(&letter(kind));
     key.extend_from_slice(format!("{hold:016x}").as_bytes());
     key
+}
+
+/// What a key's tail after the base says of its hold, for the queue rules.
+pub(super) fn ahead_of(tail: &[u8]) -> Ahead {
+    Ahead {
+        writer: tail.starts_with(b"w"),
+        permit_size: permit_size(tail),
+    }
 }
 
 /// The semaphore size in a permit key's tail after the base (`n<permits>.<lease id>`).

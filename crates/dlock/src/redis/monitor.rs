@@ -143,7 +143,7 @@ impl RedisBackend {
 
 #[async_trait]
 impl MonitorStore for RedisBackend {
-    /// The mutex `name` if it is held, else the read-write lock, else the semaphore.
+    /// The mutex `name` if it is held, else the semaphore, else the read-write lock.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         for family in Family::ALL {
             if let Some(info) = self.inspect_family(family, name.as_str()).await? {
