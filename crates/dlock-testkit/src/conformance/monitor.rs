@@ -199,6 +199,17 @@ async fn native_semaphores_and_rwlocks_are_listed_once_each(cx: Ctx) -> anyhow::
     let r2 = locks.rwlock(&read).ttl(ttl).read().await?;
     let w = locks.rwlock(&write).ttl(ttl).write().await?;
     let observer = cx.locks().await?;
+    // A writer waits behind the two readers: it is counted as waiting, not as holding.
+    let waiting_writer = tokio::spawn({
+        let (locks, read) = (cx.locks().await?, read.clone());
+        async move { locks.rwlock(&read).wait(ttl).write().await }
+    });
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while observer.inspect(&read).await?.and_then(|i| i.waiters) != Some(1)
+        && tokio::time::Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let mut listed: Vec<LockInfo> = observer.list(&cx.name("shared/")).try_collect().await?;
     listed.sort_by(|a, b| a.name.cmp(&b.name));
     let shown: Vec<(&str, HoldKind, u32)> = listed
@@ -250,9 +261,15 @@ async fn native_semaphores_and_rwlocks_are_listed_once_each(cx: Ctx) -> anyhow::
     for permit in [p1, p2] {
         permit.release().await?;
     }
+    let read_waiters = by(&read).and_then(|i| i.waiters);
+    ensure!(
+        read_waiters == Some(1),
+        "the waiting writer counted as {read_waiters:?}"
+    );
     for hold in [r1, r2] {
         hold.release().await?;
     }
+    waiting_writer.await??.release().await?;
     w.release().await?;
     let left: Vec<LockInfo> = observer.list(&cx.name("shared/")).try_collect().await?;
     ensure!(left.is_empty(), "listed after every release: {left:?}");

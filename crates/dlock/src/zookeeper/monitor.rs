@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::backend::queue_rules::{Ahead, shared_holders};
+use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
@@ -12,12 +13,19 @@ use crate::name::{LockName, Owner};
 use super::ZookeeperBackend;
 use super::error::{BACKEND, map};
 use super::queue_rules::decode_name;
-use super::queue_rules::queue;
 use super::queue_rules::unix_ms;
+use super::queue_rules::{ahead_of, queue};
 use super::session::Session;
 
-/// Reads a lock directory: the holder (the first node in line) and its data.
-async fn inspect_dir(session: &Session, name: &str, dir: &str) -> Result<Option<LockInfo>> {
+/// Reads a lock directory: the holder (the first node in line) and its data, with how many
+/// hold (several for a semaphore's permits or a read-write lock's readers) and how many wait.
+/// `family` is the directory's kind of lock (`None` for a mutex, else `rw` or `sem`).
+async fn inspect_dir(
+    session: &Session,
+    name: &str,
+    family: Option<&str>,
+    dir: &str,
+) -> Result<Option<LockInfo>> {
     // The holder can leave between the listing and the read: look again.
     for _ in 0..5 {
         let children = match session.client.list_children(dir).await {
@@ -35,11 +43,28 @@ async fn inspect_dir(session: &Session, name: &str, dir: &str) -> Result<Option<
             Err(zookeeper_client::Error::NoNode) => continue,
             Err(e) => return Err(map(e, &path)),
         };
-        // Everyone in line behind the holder waits for it.
-        let waiters = u32::try_from(queue.len() - 1).unwrap_or(u32::MAX);
-        return Ok(Some(
-            lock_info(name, &data, stat.czxid, stat.ctime).with_waiters(waiters),
-        ));
+        let info = lock_info(name, &data, stat.czxid, stat.ctime);
+        let Some(family) = family else {
+            // Everyone in line behind the holder waits for it.
+            let waiters = u32::try_from(queue.len() - 1).unwrap_or(u32::MAX);
+            return Ok(Some(info.with_waiters(waiters)));
+        };
+        let entries: Vec<Ahead> = queue.iter().map(|(_, child)| ahead_of(child)).collect();
+        let holders = shared_holders(&entries);
+        if holders == 0 {
+            return Ok(None);
+        }
+        let kind = match (family, entries[0].writer) {
+            ("sem", _) => HoldKind::Permit,
+            (_, true) => HoldKind::Writer,
+            (_, false) => HoldKind::Reader,
+        };
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let mut info = info
+            .with_kind(kind)
+            .with_waiters(count(entries.len() - holders));
+        info.holds = count(holders);
+        return Ok(Some(info));
     }
     Err(Error::Unavailable {
         backend: BACKEND,
@@ -81,9 +106,20 @@ fn lock_info(name: &str, data: &[u8], czxid: i64, ctime: i64) -> LockInfo {
 
 #[async_trait]
 impl MonitorStore for ZookeeperBackend {
+    /// The mutex `name` if it is held, else the semaphore, else the read-write lock.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let session = self.inner.session().await?;
-        inspect_dir(&session, name.as_str(), &self.inner.dir(name.as_str())).await
+        let name = name.as_str();
+        for family in [None, Some("sem"), Some("rw")] {
+            let dir = match family {
+                None => self.inner.dir(name),
+                Some(family) => self.inner.dir(&format!("{name}\0{family}")),
+            };
+            if let Some(info) = inspect_dir(&session, name, family, &dir).await? {
+                return Ok(Some(info));
+            }
+        }
+        Ok(None)
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
@@ -96,22 +132,28 @@ impl MonitorStore for ZookeeperBackend {
             Err(zookeeper_client::Error::NoNode) => Vec::new(),
             Err(e) => return Err(map(e, root)),
         };
+        // Directories by decoded name: a mutex's is its name, a read-write lock's or a
+        // semaphore's `name NUL family`; the page's cursor is the last of these.
         let mut names: Vec<String> = children
             .iter()
             .filter(|c| c.as_str() != super::values::VALUES_DIR)
             .filter_map(|c| decode_name(c))
-            // Read-write locks and semaphores (`name NUL kind`) are not locks.
-            .filter(|n| !n.contains('\0'))
             .filter(|n| n.starts_with(prefix) && cursor.is_none_or(|c| n.as_str() > c))
             .collect();
         names.sort_unstable();
         let limit = limit.max(1);
         let more = names.len() > limit;
         names.truncate(limit);
-        let reads = names.iter().map(|name| {
+        let reads = names.iter().map(|dir_name| {
             let session = session.clone();
-            let dir = self.inner.dir(name);
-            async move { inspect_dir(&session, name, &dir).await }
+            let dir = self.inner.dir(dir_name);
+            async move {
+                let (name, family) = match dir_name.split_once('\0') {
+                    Some((name, family)) => (name, Some(family)),
+                    None => (dir_name.as_str(), None),
+                };
+                inspect_dir(&session, name, family, &dir).await
+            }
         });
         let mut locks = Vec::with_capacity(names.len());
         for info in futures::future::join_all(reads).await {

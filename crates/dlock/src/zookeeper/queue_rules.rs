@@ -77,12 +77,17 @@ pub(super) fn dir_name(kind: QueueKind, name: &str) -> String {
 pub(super) fn decide(kind: QueueKind, queue: &[(i64, String)], position: usize) -> Decision {
     let ahead: Vec<Ahead> = queue[..position]
         .iter()
-        .map(|(_, child)| Ahead {
-            writer: is_writer(child),
-            permit_size: permit_size(child),
-        })
+        .map(|(_, child)| ahead_of(child))
         .collect();
     kind.decide(&ahead)
+}
+
+/// What a queue node's name says of its hold, for the queue rules.
+pub(super) fn ahead_of(child: &str) -> Ahead {
+    Ahead {
+        writer: is_writer(child),
+        permit_size: permit_size(child),
+    }
 }
 
 /// A fresh tag for one acquire call: the kind's letter, a unique id, and for a permit its
