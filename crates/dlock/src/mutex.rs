@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Wait};
+use crate::backend::{AcquireRequest, HoldKind, Lease, Wait};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::keeper::KeepPolicy;
@@ -163,41 +163,7 @@ impl MutexBuilder {
 
     async fn run(self, default_wait: WaitSpec) -> Result<Result<MutexGuard, Duration>> {
         let (request, policy, wait) = self.request(default_wait)?;
-        let backend = self.locks.info().name;
-        let span = tracing::info_span!(
-            "dlock.acquire",
-            lock = %request.name,
-            backend,
-            fence = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        let started = std::time::Instant::now();
-        let lease = {
-            // Counted as waiting while the call runs, however it ends (dropped included).
-            let _waiting = Waiting::new(backend);
-            self.locks
-                .backend()
-                .acquire(&request)
-                .instrument(span.clone())
-                .await
-        };
-        let outcome = match &lease {
-            Ok(Some(_)) => "acquired",
-            Ok(None) if request.wait == Wait::No => "busy",
-            Ok(None) => "timed_out",
-            Err(_) => "error",
-        };
-        let took = started.elapsed().as_secs_f64();
-        metrics::histogram!("dlock_acquire_seconds", "backend" => backend, "outcome" => outcome)
-            .record(took);
-        if request.wait != Wait::No {
-            metrics::histogram!("dlock_wait_seconds", "backend" => backend, "outcome" => outcome)
-                .record(took);
-        }
-        span.record("outcome", outcome);
-        if let Ok(Some(lease)) = &lease {
-            span.record("fence", lease.fence().get());
-        }
+        let lease = acquire_observed(&self.locks, &request).await;
         let lease = lease?;
         let Some(lease) = lease else {
             return Ok(Err(wait.duration()));
@@ -586,6 +552,52 @@ impl MutexGuard {
         span.record("outcome", outcome_of(&result));
         result
     }
+}
+
+/// Asks the store for `request`, inside a `dlock.acquire` span (lock, backend, kind, fence,
+/// outcome) and with the acquire metrics (`dlock_acquire_seconds`, `dlock_wait_seconds`, the
+/// `dlock_waiting` gauge): every kind of hold is acquired through here.
+pub(crate) async fn acquire_observed(
+    locks: &Locks,
+    request: &AcquireRequest,
+) -> Result<Option<Arc<dyn Lease>>> {
+    let backend = locks.info().name;
+    let span = tracing::info_span!(
+        "dlock.acquire",
+        lock = %request.name,
+        backend,
+        kind = HoldKind::of(request.kind).as_str(),
+        fence = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    let started = std::time::Instant::now();
+    let lease = {
+        // Counted as waiting while the call runs, however it ends (dropped included).
+        let _waiting = Waiting::new(backend);
+        locks
+            .backend()
+            .acquire(request)
+            .instrument(span.clone())
+            .await
+    };
+    let outcome = match &lease {
+        Ok(Some(_)) => "acquired",
+        Ok(None) if request.wait == Wait::No => "busy",
+        Ok(None) => "timed_out",
+        Err(_) => "error",
+    };
+    let took = started.elapsed().as_secs_f64();
+    metrics::histogram!("dlock_acquire_seconds", "backend" => backend, "outcome" => outcome)
+        .record(took);
+    if request.wait != Wait::No {
+        metrics::histogram!("dlock_wait_seconds", "backend" => backend, "outcome" => outcome)
+            .record(took);
+    }
+    span.record("outcome", outcome);
+    if let Ok(Some(lease)) = &lease {
+        span.record("fence", lease.fence().get());
+    }
+    lease
 }
 
 /// The `outcome` field of an extend or release span.

@@ -115,3 +115,50 @@ fn acquire_extend_and_release_have_spans_with_name_backend_fence_and_outcome() {
     let busy = find("dlock.acquire", "busy");
     assert!(!busy.contains_key("fence"), "{busy:?}");
 }
+
+#[test]
+fn native_semaphores_and_rwlocks_have_acquire_spans_with_their_kind() {
+    let Some(redis) = dlock_testkit::fixture::RedisFixture::start().unwrap() else {
+        return;
+    };
+    let url = dlock_testkit::fixture::Fixture::url(redis.as_ref()).unwrap();
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fences = tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let locks = dlock::connect(&url).await.unwrap();
+            let permit = locks.semaphore("quota", 2).acquire().await.unwrap();
+            let read = locks.rwlock("table").read().await.unwrap();
+            let fences = [permit.fence().get(), read.fence().get()];
+            read.release().await.unwrap();
+            let write = locks.rwlock("table").write().await.unwrap();
+            let fences = [fences[0], fences[1], write.fence().get()];
+            permit.release().await.unwrap();
+            write.release().await.unwrap();
+            fences
+        })
+    });
+    let closed = spans.closed.lock().unwrap().clone();
+    for ((lock, kind), fence) in [
+        ("quota", "permit"),
+        ("table", "reader"),
+        ("table", "writer"),
+    ]
+    .into_iter()
+    .zip(fences)
+    {
+        let fields = closed
+            .iter()
+            .find(|(n, f)| n == "dlock.acquire" && f.get("kind").map(String::as_str) == Some(kind))
+            .map(|(_, f)| f.clone())
+            .unwrap_or_else(|| panic!("no {kind} acquire span: {closed:?}"));
+        assert_eq!(fields["lock"], lock, "{fields:?}");
+        assert_eq!(fields["backend"], "redis", "{fields:?}");
+        assert_eq!(fields["outcome"], "acquired", "{fields:?}");
+        assert_eq!(fields["fence"], fence.to_string(), "{fields:?}");
+    }
+}

@@ -102,7 +102,7 @@ impl RwLockBuilder {
             .mutex(&self.locks, base, deadline)
             .request(WaitSpec::No)?;
         request.kind = kind;
-        let Some(lease) = self.locks.backend().acquire(&request).await? else {
+        let Some(lease) = crate::mutex::acquire_observed(&self.locks, &request).await? else {
             return Ok(None);
         };
         // No await from here on: the keeper takes the lease at once.

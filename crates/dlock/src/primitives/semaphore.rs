@@ -148,7 +148,7 @@ impl SemaphoreBuilder {
         request.kind = LockKind::Permit {
             permits: self.permits,
         };
-        let Some(lease) = self.locks.backend().acquire(&request).await? else {
+        let Some(lease) = crate::mutex::acquire_observed(&self.locks, &request).await? else {
             return Ok(None);
         };
         // No await from here on: the keeper takes the lease at once.
