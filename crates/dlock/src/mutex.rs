@@ -436,6 +436,11 @@ impl MutexGuard {
     /// let guard = locks.mutex("report").ttl(Duration::from_millis(100)).acquire().await?;
     /// guard.lost().await; // a fixed TTL, not renewed
     /// assert_eq!(guard.lost_reason(), Some(dlock::LostReason::Expired));
+    ///
+    /// let broken = locks.mutex("import").acquire().await?;
+    /// assert_eq!(broken.lost_reason(), None);
+    /// locks.force_release("import").await?; // the in-process store announces breaks
+    /// assert_eq!(broken.lost_reason(), Some(dlock::LostReason::Broken));
     /// # Ok(()) }
     /// ```
     pub fn lost_reason(&self) -> Option<crate::LostReason> {

@@ -442,3 +442,39 @@ async fn nothing_per_name_is_left_once_sessions_and_leases_end() -> anyhow::Resu
     })
     .await
 }
+
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_break_and_an_ended_session_say_why_the_hold_was_lost() {
+    let Some(mut server) = server() else { return };
+    let url = url(&server, "session_timeout=2s");
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    // A break: the holder's watch sees its node deleted.
+    let broken = a.mutex("broken").acquire().await.unwrap();
+    assert!(b.force_release("broken").await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), broken.lost())
+        .await
+        .expect("the break was not signalled");
+    assert_eq!(broken.lost_reason(), Some(dlock::LostReason::Broken));
+
+    // A session that ends: the server is silent past the session's timeout, then expires it.
+    let held = a
+        .mutex("session")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| server.pause()).unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::task::block_in_place(|| server.resume()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), held.lost())
+        .await
+        .expect("the ended session was not signalled");
+    assert_eq!(held.lost_reason(), Some(dlock::LostReason::SessionEnded));
+}

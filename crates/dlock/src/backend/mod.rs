@@ -19,7 +19,7 @@ pub(crate) mod queue_rules;
 pub(crate) mod url;
 pub mod wait;
 
-pub use lease_core::LeaseCore;
+pub use lease_core::{LeaseCore, LossSignal};
 
 /// A lock store: Redis, SQLite, memory, …
 ///

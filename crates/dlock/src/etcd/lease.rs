@@ -9,7 +9,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{AcquireRequest, Lease, LeaseCore};
+use crate::backend::{AcquireRequest, Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 
@@ -42,7 +42,7 @@ impl EtcdLease {
         start: Instant,
     ) -> EtcdLease {
         let lease = Arc::new(Mutex::new(lease));
-        let lost = CancellationToken::new();
+        let lost = LossSignal::new();
         let stop = CancellationToken::new();
         // etcd counts leases in whole seconds, so the store would keep a 100 ms lock for a
         // second or two. When the hold is lost (the keeper's local deadline, a refused renewal,
@@ -53,7 +53,7 @@ impl EtcdLease {
                 (inner.clone(), lease.clone(), lost.clone(), stop.clone());
             runtime.spawn(async move {
                 tokio::select! {
-                    () = lost.cancelled() => {
+                    () = lost.token().cancelled() => {
                         let (id, _) = *lease.lock().unwrap_or_else(PoisonError::into_inner);
                         inner.revoke_later(vec![id]);
                     }
@@ -67,7 +67,7 @@ impl EtcdLease {
             key,
             fence,
             lease,
-            core: LeaseCore::with_lost(FencingToken::from_signed(fence), lost, start),
+            core: LeaseCore::with_signal(FencingToken::from_signed(fence), lost, start),
             _stop: stop.drop_guard(),
         }
     }

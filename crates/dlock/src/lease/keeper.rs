@@ -49,15 +49,21 @@ pub enum LostReason {
     /// The lease ran out while renewals failed: the store could not be reached (or answered
     /// too slowly) before the local deadline.
     StoreUnreachable,
-    /// The store itself reported the hold gone: its session ended (ZooKeeper, etcd, the SQL
-    /// session modes), the lock was broken where the store announces breaks, or an explicit
-    /// extend or ownership check was refused.
+    /// The store announced that the lock was broken or taken from this holder (ZooKeeper
+    /// sees the holder's node deleted; the in-process store's `force_release`). Elsewhere a
+    /// break shows at the next renewal, as [`RenewalRefused`](LostReason::RenewalRefused).
+    Broken,
+    /// The store session or connection the hold lived in ended (a ZooKeeper session expired,
+    /// the connection of a SQL session-mode lock died).
+    SessionEnded,
+    /// The store reported the hold gone in another way: an explicit extend or ownership
+    /// check was refused.
     StoreSignal,
 }
 
 impl LostReason {
     /// The lower-case name used as the metric label: `expired`, `renewal_refused`,
-    /// `store_unreachable`, `store_signal`.
+    /// `store_unreachable`, `broken`, `session_ended`, `store_signal`.
     ///
     /// # Examples
     ///
@@ -69,6 +75,8 @@ impl LostReason {
             LostReason::Expired => "expired",
             LostReason::RenewalRefused => "renewal_refused",
             LostReason::StoreUnreachable => "store_unreachable",
+            LostReason::Broken => "broken",
+            LostReason::SessionEnded => "session_ended",
             LostReason::StoreSignal => "store_signal",
         }
     }

@@ -6,10 +6,11 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use crate::backend::LossSignal;
+use crate::lease::keeper::LostReason;
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 use crate::backend::{
@@ -248,8 +249,8 @@ struct Holder {
     expires_at: Instant,
     acquired_at: SystemTime,
     owner: Owner,
-    /// Parent of every lease's lost token for this hold: cancelled on break or takeover.
-    lost: CancellationToken,
+    /// Parent of every lease's loss signal for this hold: fired on expiry or break.
+    lost: LossSignal,
 }
 
 impl Holder {
@@ -273,7 +274,7 @@ impl Slot {
         if self.holder.as_ref().is_some_and(|h| !h.is_live(now))
             && let Some(holder) = self.holder.take()
         {
-            holder.lost.cancel();
+            holder.lost.fire(LostReason::Expired);
         }
     }
 
@@ -369,7 +370,7 @@ impl Store {
         let lost_parent = match &mut slot.holder {
             None => {
                 slot.queue.retain(|w| w.token != req.token);
-                let lost = CancellationToken::new();
+                let lost = LossSignal::new();
                 slot.holder = Some(Holder {
                     token: req.token.clone(),
                     fence: next_fence,
@@ -401,7 +402,7 @@ impl Store {
             store: self.clone(),
             name: req.name.as_str().to_owned(),
             token: req.token.clone(),
-            core: LeaseCore::with_lost(FencingToken::new(fence), lost_parent.child_token(), now),
+            core: LeaseCore::with_signal(FencingToken::new(fence), lost_parent.child(), now),
         })))
     }
 }
@@ -540,7 +541,7 @@ impl MonitorStore for MemoryBackend {
         slot.expire(Instant::now());
         let broken = match slot.holder.take() {
             Some(holder) => {
-                holder.lost.cancel();
+                holder.lost.fire(LostReason::Broken);
                 slot.changed.send_replace(());
                 true
             }

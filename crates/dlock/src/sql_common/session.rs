@@ -10,9 +10,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backend::{Lease, LeaseCore};
+use crate::backend::{Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::lease::keeper::LostReason;
 
 /// The connection that holds one session lock.
 #[async_trait]
@@ -208,7 +209,7 @@ impl SessionLease {
         alarm: watch::Receiver<u64>,
     ) -> SessionLease {
         let (commands, inbox) = mpsc::channel(4);
-        let lost = CancellationToken::new();
+        let lost = LossSignal::new();
         tokio::spawn(keep_session(
             conn,
             name.clone(),
@@ -223,7 +224,7 @@ impl SessionLease {
         ));
         SessionLease {
             name,
-            core: LeaseCore::with_lost(FencingToken::from_signed(fence), lost, start),
+            core: LeaseCore::with_signal(FencingToken::from_signed(fence), lost, start),
             commands,
         }
     }
@@ -295,7 +296,7 @@ async fn keep_session<C: SessionConn>(
     mut conn: C,
     name: String,
     mut inbox: mpsc::Receiver<Command>,
-    lost: CancellationToken,
+    lost: LossSignal,
     mut deadline: Instant,
     mut ttl: Duration,
     checks: Checks,
@@ -326,7 +327,7 @@ async fn keep_session<C: SessionConn>(
                         Err(error) => {
                             tracing::debug!(%name, %error, "session lock connection is gone");
                             let _ = reply.send(Err(Error::not_owned(&name)));
-                            lost.cancel();
+                            lost.fire(LostReason::SessionEnded);
                             conn.discard();
                             return;
                         }
@@ -338,7 +339,7 @@ async fn keep_session<C: SessionConn>(
                         break;
                     }
                     let result = tokio::time::timeout(ROUND_TRIP_LIMIT, conn.unlock()).await;
-                    lost.cancel();
+                    lost.token().cancel();
                     match result {
                         Ok(Ok(true)) => {
                             let _ = reply.send(Ok(()));
@@ -376,7 +377,7 @@ async fn keep_session<C: SessionConn>(
                 let limit = ROUND_TRIP_LIMIT.min(deadline.saturating_duration_since(Instant::now()));
                 if let Err(error) = bounded::<_, C>("the session check", limit, conn.ping()).await {
                     tracing::warn!(%name, %error, "session lock lost: its connection is gone");
-                    lost.cancel();
+                    lost.fire(LostReason::SessionEnded);
                     conn.discard();
                     return;
                 }
@@ -390,7 +391,7 @@ async fn keep_session<C: SessionConn>(
         }
     }
     // Expired or abandoned: free the lock on the server, as a lease store would.
-    lost.cancel();
+    lost.fire(LostReason::Expired);
     match bounded::<_, C>("release", ROUND_TRIP_LIMIT, conn.unlock()).await {
         Ok(true) => conn.recycle(),
         _ => conn.discard(),

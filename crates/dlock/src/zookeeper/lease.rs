@@ -14,6 +14,7 @@ use zookeeper_client::{EventType, WatchedEvent};
 use crate::backend::{AcquireRequest, Lease, LeaseCore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::lease::keeper::LostReason;
 use crate::name::Owner;
 
 use super::acquire::Node;
@@ -125,7 +126,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                 Ok((Some(_), watcher)) => watch = Some(Box::pin(watch_fired(watcher))),
                 Ok((None, _)) => {
                     if !shared.state().over {
-                        shared.core.lost().cancel();
+                        shared.core.signal().fire(LostReason::Broken);
                     }
                     break;
                 }
@@ -151,7 +152,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                     expired
                 };
                 if expired {
-                    shared.core.lost().cancel();
+                    shared.core.signal().fire(LostReason::Expired);
                     delete_until_done(&session, &shared.path).await;
                     break;
                 }
@@ -162,7 +163,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                 match event.map(|event| event.event_type) {
                     Some(EventType::NodeDeleted) => {
                         if !shared.state().over {
-                            shared.core.lost().cancel();
+                            shared.core.signal().fire(LostReason::Broken);
                         }
                         break;
                     }
@@ -172,7 +173,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                 }
             }
             () = session.gone.cancelled() => {
-                shared.core.lost().cancel();
+                shared.core.signal().fire(LostReason::SessionEnded);
                 let was_over = std::mem::replace(&mut shared.state().over, true);
                 if !was_over {
                     delete_until_done(&session, &shared.path).await;
@@ -204,7 +205,7 @@ impl Lease for ZkLease {
         };
         shared.changed.notify_one();
         if shared.session.gone.is_cancelled() {
-            shared.core.lost().cancel();
+            shared.core.signal().fire(LostReason::SessionEnded);
             return Err(not_owned());
         }
         // Suspended: the lock may or may not still be ours.
@@ -233,8 +234,12 @@ impl Lease for ZkLease {
         };
         match result {
             Ok(true) => Ok(()),
-            Ok(false) | Err(zookeeper_client::Error::SessionExpired) => {
-                shared.core.lost().cancel();
+            Ok(false) => {
+                shared.core.signal().fire(LostReason::Broken);
+                Err(not_owned())
+            }
+            Err(zookeeper_client::Error::SessionExpired) => {
+                shared.core.signal().fire(LostReason::SessionEnded);
                 Err(not_owned())
             }
             Err(e) => Err(map(e, &shared.path)),
@@ -265,7 +270,7 @@ impl Lease for ZkLease {
             Ok(()) => Ok(()),
             Err(zookeeper_client::Error::NoNode) => Err(Error::not_owned(&shared.name)),
             Err(zookeeper_client::Error::SessionExpired) => {
-                shared.core.lost().cancel();
+                shared.core.signal().fire(LostReason::SessionEnded);
                 Err(Error::not_owned(&shared.name))
             }
             Err(error) => {

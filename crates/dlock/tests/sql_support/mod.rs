@@ -49,6 +49,7 @@ pub(crate) async fn a_killed_session_fires_lost(url: &str, kill: impl AsyncFnOnc
     tokio::time::timeout(Duration::from_secs(5), held.lost())
         .await
         .expect("the lost signal did not fire after the session was killed");
+    assert_eq!(held.lost_reason(), Some(dlock::LostReason::SessionEnded));
     let next = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("the waiter did not get the lock")
