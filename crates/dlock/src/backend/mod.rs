@@ -14,6 +14,8 @@ use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
 mod lease_core;
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub(crate) mod list_family;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod queue_rules;
 pub(crate) mod url;

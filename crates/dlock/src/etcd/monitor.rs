@@ -5,6 +5,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
 
+use crate::backend::list_family::ListFamily;
 use crate::backend::queue_rules::{Ahead, QueueKind, shared_holders};
 use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::Result;
@@ -44,47 +45,12 @@ fn lock_info(name: String, kv: &KeyValue, ttl_left: Option<Duration>) -> Option<
     ))
 }
 
-/// The kinds of lock a listing walks, in order; each lives in its own key range.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Family {
-    Mutexes,
-    Semaphores,
-    RwLocks,
-}
-
-impl Family {
-    const ALL: [Family; 3] = [Family::Mutexes, Family::Semaphores, Family::RwLocks];
-
-    /// A queue kind of this family, for its key layout.
-    fn queue_kind(self) -> QueueKind {
-        match self {
-            Family::Mutexes => QueueKind::Exclusive,
-            Family::Semaphores => QueueKind::Permit { permits: 0 },
-            Family::RwLocks => QueueKind::Write,
-        }
-    }
-
-    fn letter(self) -> char {
-        match self {
-            Family::Mutexes => 'm',
-            Family::Semaphores => 's',
-            Family::RwLocks => 'r',
-        }
-    }
-
-    /// A page cursor: the family's letter, then the last name listed (none: from the start).
-    fn parse_cursor(cursor: Option<&str>) -> (Family, Option<&str>) {
-        let Some(cursor) = cursor else {
-            return (Family::Mutexes, None);
-        };
-        let mut chars = cursor.chars();
-        let family = match chars.next() {
-            Some('s') => Family::Semaphores,
-            Some('r') => Family::RwLocks,
-            _ => Family::Mutexes,
-        };
-        let after = chars.as_str();
-        (family, (!after.is_empty()).then_some(after))
+/// A queue kind of `family`, for its key layout.
+fn queue_kind(family: ListFamily) -> QueueKind {
+    match family {
+        ListFamily::Mutexes => QueueKind::Exclusive,
+        ListFamily::Semaphores => QueueKind::Permit { permits: 0 },
+        ListFamily::RwLocks => QueueKind::Write,
     }
 }
 
@@ -103,9 +69,9 @@ impl EtcdBackend {
 
     /// The lock `name` of `family` as its queue shows it: the holder that came first, how
     /// many hold and how many wait behind them.
-    async fn describe(&self, family: Family, name: String) -> Result<Option<LockInfo>> {
-        let base = key_base(family.queue_kind(), &self.inner.config.prefix, &name);
-        if family == Family::Mutexes {
+    async fn describe(&self, family: ListFamily, name: String) -> Result<Option<LockInfo>> {
+        let base = key_base(queue_kind(family), &self.inner.config.prefix, &name);
+        if family == ListFamily::Mutexes {
             let Some((kv, waiters)) = self.inner.queue_head(&base).await? else {
                 return Ok(None);
             };
@@ -136,7 +102,7 @@ impl EtcdBackend {
             return Ok(None);
         }
         let kind = match (family, first.writer) {
-            (Family::Semaphores, _) => HoldKind::Permit,
+            (ListFamily::Semaphores, _) => HoldKind::Permit,
             (_, true) => HoldKind::Writer,
             (_, false) => HoldKind::Reader,
         };
@@ -152,13 +118,13 @@ impl EtcdBackend {
     /// whether more follow.
     async fn names(
         &self,
-        family: Family,
+        family: ListFamily,
         prefix: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<String>, bool)> {
         // Every key of the family starts with `root`, then the name, then NUL.
-        let mut root = key_base(family.queue_kind(), &self.inner.config.prefix, "");
+        let mut root = key_base(queue_kind(family), &self.inner.config.prefix, "");
         root.pop();
         let mut scan_from = root.clone();
         scan_from.extend_from_slice(prefix.as_bytes());
@@ -218,7 +184,7 @@ impl EtcdBackend {
 impl MonitorStore for EtcdBackend {
     /// The mutex `name` if it is held, else the semaphore, else the read-write lock.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        for family in Family::ALL {
+        for family in ListFamily::ALL {
             if let Some(info) = self.describe(family, name.as_str().to_owned()).await? {
                 return Ok(Some(info));
             }
@@ -227,7 +193,8 @@ impl MonitorStore for EtcdBackend {
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let (family, after) = Family::parse_cursor(query.cursor);
+        let (family, after) = ListFamily::parse(query.cursor);
+        let after = (!after.is_empty()).then_some(after);
         let (names, more) = self.names(family, query.prefix, after, query.limit).await?;
         // Each lock's holder is read on its own, since a page may cut a lock's keys in two.
         let infos =
@@ -239,12 +206,7 @@ impl MonitorStore for EtcdBackend {
                 locks.push(info);
             }
         }
-        let next_family = Family::ALL.iter().skip_while(|f| **f != family).nth(1);
-        let cursor = match (more, names.last(), next_family) {
-            (true, Some(last), _) => Some(format!("{}{last}", family.letter())),
-            (_, _, Some(next)) => Some(next.letter().to_string()),
-            (_, _, None) => None,
-        };
+        let cursor = family.cursor(names.last().filter(|_| more).map(String::as_str));
         Ok(ListPage::new(locks, cursor))
     }
 

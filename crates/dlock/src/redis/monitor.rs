@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 
+use crate::backend::list_family::ListFamily;
 use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::Result;
 use crate::fence::FencingToken;
@@ -15,52 +16,12 @@ use super::RedisBackend;
 use super::error::{bad_reply, map_timed};
 use super::scripts::{self, SharedKeys};
 
-/// The kinds of key a listing scans, in the order it scans them. A page's cursor is the
-/// family's letter and `SCAN`'s cursor within it (a bare number is the first family).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Family {
-    Mutexes,
-    Semaphores,
-    RwLocks,
-}
-
-impl Family {
-    const ALL: [Family; 3] = [Family::Mutexes, Family::Semaphores, Family::RwLocks];
-
-    fn letter(self) -> char {
-        match self {
-            Family::Mutexes => 'm',
-            Family::Semaphores => 's',
-            Family::RwLocks => 'r',
-        }
-    }
-
-    /// The key of `name` that exists whenever the lock is held, and its Redis type.
-    fn key_prefix(self, prefix: &str) -> (String, &'static str) {
-        match self {
-            Family::Mutexes => (scripts::lock_key(prefix, ""), "string"),
-            Family::Semaphores => (SharedKeys::permits(prefix, "").holders, "zset"),
-            Family::RwLocks => (SharedKeys::rwlock(prefix, "").state, "hash"),
-        }
-    }
-
-    fn next(self) -> Option<Family> {
-        let at = Family::ALL.iter().position(|f| *f == self)?;
-        Family::ALL.get(at + 1).copied()
-    }
-
-    /// Reads a page cursor: the family and `SCAN`'s cursor.
-    fn parse_cursor(cursor: Option<&str>) -> (Family, u64) {
-        let Some(cursor) = cursor else {
-            return (Family::Mutexes, 0);
-        };
-        let (family, rest) = match cursor.chars().next() {
-            Some('s') => (Family::Semaphores, &cursor[1..]),
-            Some('r') => (Family::RwLocks, &cursor[1..]),
-            Some('m') => (Family::Mutexes, &cursor[1..]),
-            _ => (Family::Mutexes, cursor),
-        };
-        (family, rest.parse().unwrap_or(0))
+/// The key of `name` that exists whenever a lock of `family` is held, and its Redis type.
+fn key_prefix(family: ListFamily, prefix: &str) -> (String, &'static str) {
+    match family {
+        ListFamily::Mutexes => (scripts::lock_key(prefix, ""), "string"),
+        ListFamily::Semaphores => (SharedKeys::permits(prefix, "").holders, "zset"),
+        ListFamily::RwLocks => (SharedKeys::rwlock(prefix, "").state, "hash"),
     }
 }
 
@@ -126,7 +87,7 @@ fn shared_info(name: String, reply: &[Option<String>]) -> Result<Option<LockInfo
 
 impl RedisBackend {
     /// One name of one family: `None` when that lock is not held.
-    async fn inspect_family(&self, family: Family, name: &str) -> Result<Option<LockInfo>> {
+    async fn inspect_family(&self, family: ListFamily, name: &str) -> Result<Option<LockInfo>> {
         let mut conn = self.inner.conn.clone();
         let prefix = &self.inner.config.prefix;
         let page = inspect_many(
@@ -145,7 +106,7 @@ impl RedisBackend {
 impl MonitorStore for RedisBackend {
     /// The mutex `name` if it is held, else the semaphore, else the read-write lock.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        for family in Family::ALL {
+        for family in ListFamily::ALL {
             if let Some(info) = self.inspect_family(family, name.as_str()).await? {
                 return Ok(Some(info));
             }
@@ -154,10 +115,11 @@ impl MonitorStore for RedisBackend {
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let (family, cursor) = Family::parse_cursor(query.cursor);
+        let (family, position) = ListFamily::parse(query.cursor);
+        let cursor: u64 = position.parse().unwrap_or(0);
         let mut conn = self.inner.conn.clone();
         let prefix = &self.inner.config.prefix;
-        let (key_prefix, key_type) = family.key_prefix(prefix);
+        let (key_prefix, key_type) = key_prefix(family, prefix);
         let pattern = scripts::scan_pattern(&key_prefix, query.prefix);
         let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
             .arg(cursor)
@@ -184,11 +146,7 @@ impl MonitorStore for RedisBackend {
         .await?;
         // Expired or released between SCAN and the read: not held any more.
         let locks = infos.into_iter().flatten().collect();
-        let cursor = match (next, family.next()) {
-            (0, None) => None,
-            (0, Some(following)) => Some(following.letter().to_string()),
-            (next, _) => Some(format!("{}{next}", family.letter())),
-        };
+        let cursor = family.cursor((next != 0).then(|| next.to_string()).as_deref());
         Ok(ListPage::new(locks, cursor))
     }
 
@@ -210,7 +168,7 @@ impl MonitorStore for RedisBackend {
 /// Reads the locks `names` of one family in one pipeline (one round trip per page).
 async fn inspect_many(
     conn: &mut ConnectionManager,
-    family: Family,
+    family: ListFamily,
     prefix: &str,
     names: &[String],
     timeout: Duration,
@@ -219,21 +177,21 @@ async fn inspect_many(
         return Ok(Vec::new());
     };
     let script = match family {
-        Family::Mutexes => &scripts::INSPECT,
-        Family::Semaphores | Family::RwLocks => &scripts::INSPECT_SHARED,
+        ListFamily::Mutexes => &scripts::INSPECT,
+        ListFamily::Semaphores | ListFamily::RwLocks => &scripts::INSPECT_SHARED,
     };
     let mut pipe = ::redis::pipe();
     for name in names {
         let (first_key, second_key) = match family {
-            Family::Mutexes => {
+            ListFamily::Mutexes => {
                 let keys = scripts::Keys::new(prefix, name);
                 (keys.lock, keys.qexp)
             }
-            Family::Semaphores => {
+            ListFamily::Semaphores => {
                 let keys = SharedKeys::permits(prefix, name);
                 (keys.holders, keys.state)
             }
-            Family::RwLocks => {
+            ListFamily::RwLocks => {
                 let keys = SharedKeys::rwlock(prefix, name);
                 (keys.holders, keys.state)
             }
@@ -245,11 +203,11 @@ async fn inspect_many(
             .arg(first_key)
             .arg(second_key);
         match family {
-            Family::Mutexes => {}
-            Family::Semaphores => {
+            ListFamily::Mutexes => {}
+            ListFamily::Semaphores => {
                 call.arg("permits");
             }
-            Family::RwLocks => {
+            ListFamily::RwLocks => {
                 call.arg("rwlock");
             }
         }
@@ -271,8 +229,8 @@ async fn inspect_many(
         .iter()
         .zip(replies)
         .map(|(name, reply)| match family {
-            Family::Mutexes => lock_info(name.clone(), HoldKind::Mutex, &reply),
-            Family::Semaphores | Family::RwLocks => shared_info(name.clone(), &reply),
+            ListFamily::Mutexes => lock_info(name.clone(), HoldKind::Mutex, &reply),
+            ListFamily::Semaphores | ListFamily::RwLocks => shared_info(name.clone(), &reply),
         })
         .collect()
 }
