@@ -43,7 +43,8 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 pub use results::{
-    Environment, Floor, Handoff, ManyLocks, ManyPoint, Report, Uncontended, WatchdogScale,
+    Environment, Floor, Handoff, ManyLocks, ManyPoint, Report, ServeScrape, Uncontended,
+    WatchdogScale,
 };
 pub use stats::{QUANTILES, Spread};
 
@@ -326,6 +327,21 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             println!("  CPU % core   {}", result.cpu_percent);
             println!("  RSS +MiB     {}", result.rss_growth_mib);
             println!("  lost         {:>10}", result.lost);
+            if let Some(serve) = &result.serve {
+                println!(
+                    "  dlock serve on the same store, {} locks listed:",
+                    serve.listed
+                );
+                println!(
+                    "    /metrics ms    {}  ({} bytes)",
+                    serve.metrics_ms, serve.metrics_bytes
+                );
+                println!(
+                    "    /api/locks ms  {}  ({} bytes)",
+                    serve.api_ms, serve.api_bytes
+                );
+                println!("    serve RSS MiB  {:>10.1}", serve.rss_mib);
+            }
             report.watchdog = Some(result);
         }
     }

@@ -167,6 +167,8 @@ impl Rounds {
                 cpu_percent: merge_spreads(w.iter().map(|w| &w.cpu_percent)),
                 rss_growth_mib: merge_spreads(w.iter().map(|w| &w.rss_growth_mib)),
                 rss_mib: (!rss.is_empty()).then(|| merge_spreads(rss)),
+                // Measured once per report file; several files keep the first.
+                serve: w.iter().find_map(|w| w.serve.clone()),
                 lost: w.iter().map(|w| w.lost).sum(),
             }
         });
@@ -946,19 +948,25 @@ fn watchdog_table(md: &mut String, entries: &Entries) {
     let _ = writeln!(
         md,
         "## Watchdog scale (one process holds {} locks, lease {} ms, renewed every third of it)\n\n\
-         | store | renewals/s | CPU, % of one core | RSS MiB | RSS growth MiB | lost |\n|---|---:|---:|---:|---:|---:|",
+         | store | renewals/s | CPU, % of one core | RSS MiB | RSS growth MiB | lost | `dlock serve` `/metrics` ms | `/metrics` MB | `/api/locks` ms | serve RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         num(f64::from(first.held)),
         num(first.lease_ms)
     );
     for (backend, w) in rows {
         let _ = writeln!(
             md,
-            "| `{backend}` | {} | {} | {} | {} | {} |",
+            "| `{backend}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             cell(&w.renewals_per_sec),
             cell(&w.cpu_percent),
             opt_cell(w.rss_mib.as_ref()),
             cell(&w.rss_growth_mib),
-            w.lost
+            w.lost,
+            opt_cell(w.serve.as_ref().map(|s| &s.metrics_ms)),
+            w.serve
+                .as_ref()
+                .map_or("–".to_owned(), |s| num(s.metrics_bytes as f64 / 1e6)),
+            opt_cell(w.serve.as_ref().map(|s| &s.api_ms)),
+            w.serve.as_ref().map_or("–".to_owned(), |s| num(s.rss_mib)),
         );
     }
     md.push('\n');

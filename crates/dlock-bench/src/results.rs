@@ -196,6 +196,29 @@ pub struct WatchdogScale {
     /// Resident memory of the whole process while holding, MiB.
     #[serde(default)]
     pub rss_mib: Option<Spread>,
+    /// `dlock serve` on the same store while these locks are held (when the bench runs as
+    /// `dlock bench`, whose binary serves).
+    #[serde(default)]
+    pub serve: Option<ServeScrape>,
     /// Locks lost while held (must be 0).
     pub lost: u64,
+}
+
+/// `dlock serve` scraped while the watchdog scenario's locks are held: how long `/metrics` and
+/// `/api/locks` take to answer with every lock in them, how big they are, and serve's memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ServeScrape {
+    /// Time to answer `/metrics`, ms (the store's listing included).
+    pub metrics_ms: Spread,
+    /// Size of the `/metrics` answer, bytes (the last scrape).
+    pub metrics_bytes: u64,
+    /// Time to answer `/api/locks`, ms.
+    pub api_ms: Spread,
+    /// Size of the `/api/locks` answer, bytes (the last request).
+    pub api_bytes: u64,
+    /// Locks in the last `/api/locks` answer (the held ones, when nothing else holds).
+    pub listed: u64,
+    /// Resident memory of the `dlock serve` process after the scrapes, MiB.
+    pub rss_mib: f64,
 }

@@ -18,7 +18,12 @@ pub(crate) fn cpu_time() -> Duration {
 
 /// Resident memory of this process, MiB.
 pub(crate) fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/statm")
+    rss_mib_of("self")
+}
+
+/// Resident memory of process `pid` (`self` for this one), MiB; 0 when unknown.
+pub(crate) fn rss_mib_of(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/statm"))
         .ok()
         .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map_or(0.0, |pages| pages * 4096.0 / (1024.0 * 1024.0))

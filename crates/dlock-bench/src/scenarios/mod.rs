@@ -2,5 +2,6 @@
 
 pub(crate) mod handoff;
 pub(crate) mod many;
+pub(crate) mod serve_scrape;
 pub(crate) mod uncontended;
 pub(crate) mod watchdog;
