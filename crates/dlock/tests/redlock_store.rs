@@ -323,3 +323,75 @@ async fn fences_rise_after_every_node_restarts_from_an_older_snapshot() -> anyho
     );
     Ok(())
 }
+
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspection_reads_what_a_majority_keeps() -> anyhow::Result<()> {
+    let mut nodes = nodes_or_skip!();
+    let url = url(
+        &nodes,
+        "?node_timeout=50ms&connect_timeout=200ms&timeout=200ms",
+    );
+    let (a, b) = (
+        dlock::connect(&url).await?.with_label("majority")?,
+        dlock::connect(&url).await?,
+    );
+    let guard = a
+        .mutex("watched")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await?;
+    // A value on a minority of nodes is no lock: write a foreign holder's copy on one node.
+    let mut admin = redis::Client::open(format!("redis://{}", nodes.addrs()[0]))?
+        .get_multiplexed_async_connection()
+        .await?;
+    let _: () = redis::cmd("SET")
+        .arg("dlock:rlock:minority")
+        .arg("dlockr1\0someone\07\01\0host\01\0")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut admin)
+        .await?;
+    ensure!(
+        b.inspect("minority").await?.is_none(),
+        "a minority copy inspected as held"
+    );
+    let listed: Vec<String> = futures::TryStreamExt::try_collect::<Vec<_>>(
+        futures::TryStreamExt::map_ok(b.list(""), |info| info.name),
+    )
+    .await?;
+    ensure!(listed == ["watched"], "listed {listed:?}");
+    let info = b.inspect("watched").await?.context("not inspected")?;
+    ensure!(
+        info.fence == guard.fence(),
+        "fence {} for {}",
+        info.fence,
+        guard.fence()
+    );
+    ensure!(
+        info.waiters.is_none(),
+        "Redlock counted waiters: {:?}",
+        info.waiters
+    );
+    // Two of five nodes down: the other three still tell who holds it.
+    nodes.nodes[1].kill()?;
+    nodes.nodes[3].kill()?;
+    let info = b.inspect("watched").await?.context("not inspected")?;
+    ensure!(
+        info.owner.label.as_deref() == Some("majority"),
+        "{:?}",
+        info.owner
+    );
+    // Three down: no majority answers, so no answer is given.
+    nodes.nodes[4].kill()?;
+    let refused = b.inspect("watched").await;
+    ensure!(
+        matches!(refused, Err(Error::Unavailable { .. })),
+        "inspected without a majority: {refused:?}"
+    );
+    drop(guard);
+    Ok(())
+}

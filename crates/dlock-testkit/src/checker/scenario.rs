@@ -789,7 +789,7 @@ fn reap(workers: Workers, deadline: Duration) -> Vec<String> {
 }
 
 /// The lock, if a client of `url` still sees it held after `within`: by `inspect`, or where
-/// the store has no inspection (Redlock) by trying to take it.
+/// the store has no inspection (the SQL session modes) by trying to take it.
 fn leftover(
     url: &str,
     name: &str,
@@ -868,7 +868,7 @@ async fn probe(
     }
 }
 
-/// Whether the mutex is held, by `inspect` or where the store has no inspection (Redlock) by
+/// Whether the mutex is held, by `inspect` or where the store has no inspection (SQL sessions) by
 /// trying to take it.
 async fn inspect(locks: &dlock::Locks, name: &str) -> anyhow::Result<Option<String>> {
     Ok(match locks.inspect(name).await {

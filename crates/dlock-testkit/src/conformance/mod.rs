@@ -104,6 +104,9 @@ pub enum Needs {
     Monitor,
     /// A backend *without* inspection (to check the unsupported error).
     NotMonitor,
+    /// Inspection that counts a lock's waiters: every store with inspection but Redlock,
+    /// which keeps no queue (a waiter only listens for releases).
+    MonitorWaiters,
     /// Inspection of native semaphores and read-write locks (composed ones are listed as their
     /// parts, which `dlock ls` folds).
     MonitorNativeShared,
@@ -120,7 +123,7 @@ pub enum Needs {
     RetryFindsItsGrant,
     /// Semaphores that refuse another size than their holders use: every store's native ones
     /// (the size is in each permit's entry), and composed ones on stores that can list their
-    /// slots. Not composed ones on stores without listing (Redlock, SQL sessions).
+    /// slots. Not composed ones on stores without listing (the SQL session modes).
     SemaphoreSize,
 }
 
@@ -143,6 +146,13 @@ impl Needs {
                 .then_some("composed semaphores cannot list their slots to compare sizes"),
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),
             Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
+            Needs::MonitorWaiters => {
+                if fx.backend().starts_with("redlock") {
+                    Some("Redlock keeps no queue of waiters to count")
+                } else {
+                    Needs::Monitor.unmet(caps, fx)
+                }
+            }
             Needs::MonitorNativeShared => (!(caps.monitor && caps.permits && caps.rwlock))
                 .then_some("no native semaphores and read-write locks to inspect"),
             Needs::Values => (!caps.values).then_some("no versioned values"),

@@ -14,8 +14,9 @@ cases!["monitor",
         inspect_shows_the_holder,
         list_finds_held_locks_by_prefix,
         list_pages_through_many_locks,
-        inspect_and_list_count_waiters,
         force_release_frees_the_lock;
+    Needs::MonitorWaiters =>
+        inspect_and_list_count_waiters;
     Needs::MonitorNativeShared =>
         native_semaphores_and_rwlocks_are_listed_once_each;
     Needs::NotMonitor =>

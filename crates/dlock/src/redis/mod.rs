@@ -2,9 +2,9 @@
 
 mod config;
 pub(crate) mod error;
-mod monitor;
+pub(crate) mod monitor;
 pub(crate) mod node;
-mod scripts;
+pub(crate) mod scripts;
 mod shared_holds;
 pub(crate) mod wake;
 

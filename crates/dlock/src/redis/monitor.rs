@@ -1,7 +1,7 @@
 //! Inspection of Redis locks: mutexes (`lock:` strings), native semaphores (`permits:` zsets)
 //! and native read-write locks (`rw:` hashes), each listed as one entry; force-release.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
@@ -25,6 +25,24 @@ fn key_prefix(family: ListFamily, prefix: &str) -> (String, &'static str) {
     }
 }
 
+/// Reads an owner field as [`owner_field`](super::owner_field) wrote it (at, host, pid, label;
+/// the label last, as it may hold anything): who holds, and since when. Redlock's values keep
+/// the same field.
+pub(crate) fn read_owner(field: &str) -> (Owner, SystemTime) {
+    let number = |field: Option<&str>| field.and_then(|v| v.parse::<u64>().ok());
+    let mut parts = field.splitn(4, '\0');
+    let (at, host, pid, label) = (parts.next(), parts.next(), parts.next(), parts.next());
+    let owner = Owner::new(
+        label.filter(|l| !l.is_empty()).map(str::to_owned),
+        host.unwrap_or_default(),
+        number(pid).and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+    );
+    (
+        owner,
+        UNIX_EPOCH + Duration::from_millis(number(at).unwrap_or(0)),
+    )
+}
+
 /// Reads a reply of `inspect.lua` (`kind` Mutex) or `inspect_shared.lua` (after its kind):
 /// token, fence, holds, owner, ms left, waiters ('' when the store cannot count them).
 fn lock_info(name: String, kind: HoldKind, reply: &[Option<String>]) -> Result<Option<LockInfo>> {
@@ -35,16 +53,7 @@ fn lock_info(name: String, kind: HoldKind, reply: &[Option<String>]) -> Result<O
         return Err(bad_reply("inspect"));
     };
     let number = |field: Option<&str>| field.and_then(|v| v.parse::<i64>().ok());
-    // at, host, pid, label: as `acquire` wrote them (the label last, as it may hold anything).
-    let mut parts = owner.as_deref().unwrap_or_default().splitn(4, '\0');
-    let (at, host, pid, label) = (parts.next(), parts.next(), parts.next(), parts.next());
-    let owner = Owner::new(
-        label.filter(|l| !l.is_empty()).map(str::to_owned),
-        host.unwrap_or_default(),
-        number(pid).and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-    );
-    let acquired_at = UNIX_EPOCH
-        + Duration::from_millis(number(at).and_then(|a| u64::try_from(a).ok()).unwrap_or(0));
+    let (owner, acquired_at) = read_owner(owner.as_deref().unwrap_or_default());
     let ttl_left = number(pttl.as_deref())
         .and_then(|p| u64::try_from(p).ok())
         .map(Duration::from_millis);

@@ -112,7 +112,7 @@ pub(super) fn channel(prefix: &str, name: &str) -> String {
 
 /// The `SCAN MATCH` pattern for the keys `key_prefix` + a name that starts with
 /// `name_prefix`, with the glob's special characters escaped.
-pub(super) fn scan_pattern(key_prefix: &str, name_prefix: &str) -> String {
+pub(crate) fn scan_pattern(key_prefix: &str, name_prefix: &str) -> String {
     let mut pattern = String::with_capacity(key_prefix.len() + name_prefix.len() + 8);
     for c in key_prefix.chars().chain(name_prefix.chars()) {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

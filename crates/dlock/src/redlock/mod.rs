@@ -2,6 +2,7 @@
 
 mod config;
 mod lease;
+mod monitor;
 
 pub use config::{MAX_NODES, RedlockConfig};
 
@@ -17,7 +18,9 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
-use crate::backend::{AcquireRequest, Backend, BackendInfo, Capabilities, Lease, LeaseCore, Wait};
+use crate::backend::{
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, LeaseCore, MonitorStore, Wait,
+};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::redis::error::{bad_reply, map};
@@ -39,7 +42,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_wait: true,
         native_loss_signal: false,
         cross_process: true,
-        monitor: false,
+        monitor: true,
         values: false,
         permits: false,
         rwlock: false,
@@ -315,6 +318,14 @@ enum Answer<T> {
 }
 
 impl Inner {
+    /// The key prefix, the same on every node (the config checks it).
+    fn prefix(&self) -> &str {
+        self.config
+            .nodes
+            .first()
+            .map_or("", |node| node.prefix.as_str())
+    }
+
     fn quorum(&self) -> usize {
         self.config.quorum()
     }
@@ -608,15 +619,13 @@ impl Backend for RedlockBackend {
         &INFO
     }
 
+    fn monitor(&self) -> Option<&dyn MonitorStore> {
+        Some(self)
+    }
+
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let inner = &self.inner;
-        let prefix = inner
-            .config
-            .nodes
-            .first()
-            .map(|n| n.prefix.as_str())
-            .unwrap_or_default();
-        let keys = Keys::new(prefix, req.name.as_str());
+        let keys = Keys::new(inner.prefix(), req.name.as_str());
         let owner = owner_field(&req.owner);
         // A release on any node wakes the waiter.
         let waiters: Vec<Waiter> = if req.wait == Wait::No {
