@@ -350,7 +350,7 @@ async fn inspection_reads_what_a_majority_keeps() -> anyhow::Result<()> {
         .await?;
     let _: () = redis::cmd("SET")
         .arg("dlock:rlock:minority")
-        .arg("dlockr1\0someone\07\01\0host\01\0")
+        .arg(["dlockr1", "someone", "7", "1", "host", "1", ""].join("\0"))
         .arg("PX")
         .arg(30_000)
         .query_async(&mut admin)
