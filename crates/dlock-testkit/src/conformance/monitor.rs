@@ -99,6 +99,8 @@ async fn list_finds_held_locks_by_prefix(cx: Ctx) -> anyhow::Result<()> {
     ensure!(orders == expected, "{orders:?}");
     let all: Vec<_> = locks.list(cx.prefix()).try_collect().await?;
     ensure!(all.len() == 3, "{all:?}");
+    let none: Vec<_> = locks.list(&cx.name("nothing-here/")).try_collect().await?;
+    ensure!(none.is_empty(), "{none:?}");
     a1.release().await?;
     let orders: Vec<_> = locks.list(&cx.name("orders/")).try_collect().await?;
     ensure!(orders.len() == 1);

@@ -128,12 +128,12 @@ impl EtcdBackend {
         root.pop();
         let mut scan_from = root.clone();
         scan_from.extend_from_slice(prefix.as_bytes());
+        let scan_end = etcd_prefix_end(&scan_from);
         // Names are never empty, so nothing of this family starts with NUL after the root
         // (below the mutexes' root, the other families and the values do).
         let mut first_name = root.clone();
         first_name.push(1);
         scan_from = scan_from.max(first_name);
-        let scan_end = etcd_prefix_end(&scan_from);
         if let Some(after) = after {
             // Strictly after every key of the lock named `after`: its keys continue with NUL,
             // any other name with a byte of at least 1.

@@ -74,6 +74,9 @@ impl Inner {
     /// node that fails or does not answer in time has none. Fails when fewer than a quorum
     /// answered, since then no answer can be trusted.
     async fn copies(&self, names: &[String]) -> Result<Vec<Vec<Option<Copy>>>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
         let timeout = read_timeout(self);
         let reads = self
             .nodes
