@@ -13,8 +13,12 @@ use crate::name::LockName;
 /// The largest value accepted, in bytes (ZooKeeper's and etcd's request limits are about 1 MiB).
 pub const MAX_VALUE_LEN: usize = 256 * 1024;
 
-/// How many times [`VersionedValue::update`] tries when no limit is given.
-pub const DEFAULT_UPDATE_ATTEMPTS: u32 = 16;
+/// How many times [`VersionedValue::update`] tries when no limit is given. Generous on
+/// purpose: a writer that lost backs off while a writer that just won starts its next update
+/// at once, so under steady contention one writer can lose many times in a row (with 16, eight
+/// busy writers gave up about once in 300 runs of 400 updates on a loaded machine). The pause
+/// stops growing at 64 round trips, so giving up takes at most a few thousand round trips.
+pub const DEFAULT_UPDATE_ATTEMPTS: u32 = 64;
 
 /// A named value with a version; made by [`Locks::value`].
 ///
@@ -62,7 +66,7 @@ impl VersionedValue {
     }
 
     /// How many times [`update`](Self::update) reads and tries to write before it gives up with
-    /// [`Error::Conflict`] (default 16; at least 1).
+    /// [`Error::Conflict`] (default [`DEFAULT_UPDATE_ATTEMPTS`], 64; at least 1).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts;
         self
