@@ -43,9 +43,13 @@ def test_processes_exclude_each_other(store_url, name, tmp_path, start_method):
     assert counter.read_text() == "80"
 
 
+# The waiter installs Python's own Ctrl-C handler: a process started with SIGINT ignored (any
+# command a non-interactive shell runs in the background, CI runners among them) would
+# otherwise keep ignoring it, and no interrupt would reach the acquire.
 WAITER = textwrap.dedent(
     """
-    import sys, dlock
+    import signal, sys, dlock
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     locks = dlock.connect(sys.argv[1])
     lock = locks.lock(sys.argv[2])
     print("waiting", flush=True)
