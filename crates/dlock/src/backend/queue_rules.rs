@@ -20,7 +20,7 @@
     allow(dead_code, unused_imports)
 )]
 
-use crate::backend::LockKind;
+use crate::backend::{HoldKind, LockInfo, LockKind};
 
 /// The kind of hold a queue entry stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +137,28 @@ pub(crate) fn shared_holders(queue: &[Ahead]) -> usize {
         .enumerate()
         .take_while(|(at, entry)| entry.shared_kind().decide(&queue[..*at]) == Decision::Granted)
         .count()
+}
+
+/// `info` (read from the queue's head) as the entry of a whole semaphore or read-write lock:
+/// its kind, how many hold and how many wait behind them. `None` when nobody holds.
+pub(crate) fn shared_lock_info(
+    info: LockInfo,
+    semaphore: bool,
+    queue: &[Ahead],
+) -> Option<LockInfo> {
+    let holders = shared_holders(queue);
+    let head = queue.first().filter(|_| holders > 0)?;
+    let kind = match (semaphore, head.writer) {
+        (true, _) => HoldKind::Permit,
+        (false, true) => HoldKind::Writer,
+        (false, false) => HoldKind::Reader,
+    };
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let mut info = info
+        .with_kind(kind)
+        .with_waiters(count(queue.len() - holders));
+    info.holds = count(holders);
+    Some(info)
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
 
 use crate::backend::list_family::ListFamily;
-use crate::backend::queue_rules::{Ahead, QueueKind, shared_holders};
-use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::backend::queue_rules::{Ahead, QueueKind, shared_lock_info};
+use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
@@ -94,24 +94,13 @@ impl EtcdBackend {
             .iter()
             .map(|kv| ahead_of(&kv.key()[base.len()..]))
             .collect();
-        let holders = shared_holders(&queue);
-        let (Some(head), Some(first)) = (reply.kvs().first(), queue.first()) else {
+        let Some(head) = reply.kvs().first() else {
             return Ok(None);
-        };
-        if holders == 0 {
-            return Ok(None);
-        }
-        let kind = match (family, first.writer) {
-            (ListFamily::Semaphores, _) => HoldKind::Permit,
-            (_, true) => HoldKind::Writer,
-            (_, false) => HoldKind::Reader,
         };
         let ttl_left = self.ttl_left(head.lease()).await?;
-        Ok(lock_info(name, head, ttl_left).map(|mut info| {
-            info.holds = u32::try_from(holders).unwrap_or(u32::MAX);
-            info.with_kind(kind)
-                .with_waiters(u32::try_from(queue.len() - holders).unwrap_or(u32::MAX))
-        }))
+        let semaphore = family == ListFamily::Semaphores;
+        Ok(lock_info(name, head, ttl_left)
+            .and_then(|info| shared_lock_info(info, semaphore, &queue)))
     }
 
     /// The names of `family` that start with `prefix`, after `after`, at most `limit`; and

@@ -11,7 +11,7 @@
 //! registration and ends when nothing is registered.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -133,8 +133,6 @@ struct Entry {
     /// The last renewal failed with a store error (not a refusal): a deadline passing now
     /// means the store could not be reached.
     failing: bool,
-    /// Why the keeper gave the lease up, shared with the guard's registration.
-    reason: Arc<OnceLock<LostReason>>,
 }
 
 #[derive(Debug, Default)]
@@ -174,16 +172,9 @@ pub(crate) struct Registration {
     backend: &'static str,
     /// When the hold was registered, for the hold time recorded when it ends.
     since: Instant,
-    /// Set by the keeper when it gives the lease up.
-    reason: Arc<OnceLock<LostReason>>,
 }
 
 impl Registration {
-    /// Why the keeper gave this lease up, if it did.
-    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
-        self.reason.get().copied()
-    }
-
     /// Records a successful extension: the lease now lasts `ttl` from `started`.
     pub(crate) fn extended(&self, started: Instant, ttl: Duration) {
         let mut guard = self.keeper.lock();
@@ -225,7 +216,6 @@ fn held_gauge(backend: &'static str) -> metrics::Gauge {
 
 /// Gives up a lease for `reason`: the reason for its guard, the loss counted, the signal fired.
 fn give_up(entry: &Entry, reason: LostReason) {
-    let _ = entry.reason.set(reason);
     metrics::counter!(
         "dlock_lost_total",
         "backend" => entry.label.backend,
@@ -233,7 +223,7 @@ fn give_up(entry: &Entry, reason: LostReason) {
     )
     .increment(1);
     held_gauge(entry.label.backend).decrement(1.0);
-    entry.lease.lost().cancel();
+    entry.lease.core().signal().fire(reason);
 }
 
 fn renew_allowed(entry: &Entry, at: Instant) -> bool {
@@ -266,7 +256,6 @@ impl Keeper {
         started: Instant,
     ) -> Registration {
         let backend = label.backend;
-        let reason = Arc::new(OnceLock::new());
         held_gauge(backend).increment(1.0);
         let mut state = self.lock();
         let id = state.next_id;
@@ -280,7 +269,6 @@ impl Keeper {
             due: started,
             renewing: false,
             failing: false,
-            reason: reason.clone(),
         };
         entry.due = next_due(&entry, started);
         let wake = state.needs_wake(entry.due);
@@ -305,7 +293,6 @@ impl Keeper {
             id,
             backend,
             since: Instant::now(),
-            reason,
         }
     }
 

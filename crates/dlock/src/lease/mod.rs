@@ -92,14 +92,14 @@ impl HeldLease {
         self.lease.lost().is_cancelled()
     }
 
-    /// Why the hold was lost: the keeper's reason when it gave the lease up, else the reason
-    /// the store fired its signal with; `None` while it is held.
+    /// Why the hold was lost: the first reason its loss signal was fired with (by the keeper
+    /// giving the lease up, or by the store); `None` while it is held.
     pub(crate) fn lost_reason(&self) -> Option<keeper::LostReason> {
         self.is_lost().then(|| {
-            self.registration
-                .as_ref()
-                .and_then(Registration::lost_reason)
-                .or_else(|| self.lease.core().signal().reason())
+            self.lease
+                .core()
+                .signal()
+                .reason()
                 .unwrap_or(keeper::LostReason::StoreSignal)
         })
     }

@@ -6,8 +6,6 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use crate::backend::LossSignal;
-use crate::lease::keeper::LostReason;
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -15,10 +13,11 @@ use tokio::time::Instant;
 use crate::backend::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
-    ListQuery, LockInfo, MonitorStore, ValueStore, Versioned,
+    ListQuery, LockInfo, LossSignal, MonitorStore, ValueStore, Versioned,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::lease::keeper::LostReason;
 use crate::name::{LockName, Owner};
 
 /// URL schemes served by this backend: `memory://` (the process-wide store) and

@@ -1,8 +1,10 @@
 //! Inspection of Redis locks: mutexes (`lock:` strings), native semaphores (`permits:` zsets)
 //! and native read-write locks (`rw:` hashes), each listed as one entry; force-release.
 
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ::redis::Script;
 use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 
@@ -94,33 +96,21 @@ fn shared_info(name: String, reply: &[Option<String>]) -> Result<Option<LockInfo
     lock_info(name, kind, rest)
 }
 
-impl RedisBackend {
-    /// One name of one family: `None` when that lock is not held.
-    async fn inspect_family(&self, family: ListFamily, name: &str) -> Result<Option<LockInfo>> {
+#[async_trait]
+impl MonitorStore for RedisBackend {
+    /// The mutex `name` if it is held, else the semaphore, else the read-write lock (all three
+    /// read in one round trip).
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let mut conn = self.inner.conn.clone();
-        let prefix = &self.inner.config.prefix;
-        let page = inspect_many(
+        let locks = ListFamily::ALL.map(|family| (family, name.as_str().to_owned()));
+        let infos = inspect_many(
             &mut conn,
-            family,
-            prefix,
-            &[name.to_owned()],
+            &self.inner.config.prefix,
+            &locks,
             self.inner.config.response_timeout,
         )
         .await?;
-        Ok(page.into_iter().next().flatten())
-    }
-}
-
-#[async_trait]
-impl MonitorStore for RedisBackend {
-    /// The mutex `name` if it is held, else the semaphore, else the read-write lock.
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        for family in ListFamily::ALL {
-            if let Some(info) = self.inspect_family(family, name.as_str()).await? {
-                return Ok(Some(info));
-            }
-        }
-        Ok(None)
+        Ok(infos.into_iter().flatten().next())
     }
 
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
@@ -145,11 +135,12 @@ impl MonitorStore for RedisBackend {
             .iter()
             .map(|key| key.strip_prefix(&key_prefix).unwrap_or(key).to_owned())
             .collect();
+        let locks: Vec<(ListFamily, String)> =
+            names.into_iter().map(|name| (family, name)).collect();
         let infos = inspect_many(
             &mut conn,
-            family,
             prefix,
-            &names,
+            &locks,
             self.inner.config.response_timeout,
         )
         .await?;
@@ -174,70 +165,66 @@ impl MonitorStore for RedisBackend {
     }
 }
 
-/// Reads the locks `names` of one family in one pipeline (one round trip per page).
-async fn inspect_many(
-    conn: &mut ConnectionManager,
-    family: ListFamily,
-    prefix: &str,
-    names: &[String],
-    timeout: Duration,
-) -> Result<Vec<Option<LockInfo>>> {
-    let Some(first) = names.first() else {
-        return Ok(Vec::new());
-    };
-    let script = match family {
+/// The inspection script of a family.
+fn inspect_script(family: ListFamily) -> &'static LazyLock<Script> {
+    match family {
         ListFamily::Mutexes => &scripts::INSPECT,
         ListFamily::Semaphores | ListFamily::RwLocks => &scripts::INSPECT_SHARED,
+    }
+}
+
+/// Reads `locks` (each a family and a name) in one pipeline: one round trip per page.
+async fn inspect_many(
+    conn: &mut ConnectionManager,
+    prefix: &str,
+    locks: &[(ListFamily, String)],
+    timeout: Duration,
+) -> Result<Vec<Option<LockInfo>>> {
+    let Some((_, first)) = locks.first() else {
+        return Ok(Vec::new());
     };
     let mut pipe = ::redis::pipe();
-    for name in names {
-        let (first_key, second_key) = match family {
+    for (family, name) in locks {
+        let (first_key, second_key, shape) = match family {
             ListFamily::Mutexes => {
                 let keys = scripts::Keys::new(prefix, name);
-                (keys.lock, keys.qexp)
+                (keys.lock, keys.qexp, None)
             }
             ListFamily::Semaphores => {
                 let keys = SharedKeys::permits(prefix, name);
-                (keys.holders, keys.state)
+                (keys.holders, keys.state, Some("permits"))
             }
             ListFamily::RwLocks => {
                 let keys = SharedKeys::rwlock(prefix, name);
-                (keys.holders, keys.state)
+                (keys.holders, keys.state, Some("rwlock"))
             }
         };
-        let call = pipe
-            .cmd("EVALSHA")
-            .arg(script.get_hash())
+        pipe.cmd("EVALSHA")
+            .arg(inspect_script(*family).get_hash())
             .arg(2)
             .arg(first_key)
-            .arg(second_key);
-        match family {
-            ListFamily::Mutexes => {}
-            ListFamily::Semaphores => {
-                call.arg("permits");
-            }
-            ListFamily::RwLocks => {
-                call.arg("rwlock");
-            }
-        }
+            .arg(second_key)
+            .arg(shape);
     }
     let failed = |e| map_timed(e, first, timeout);
     let replies: Vec<Vec<Option<String>>> = match pipe.query_async(conn).await {
         Ok(replies) => replies,
         Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
-            script
-                .prepare_invoke()
-                .load_async(conn)
-                .await
-                .map_err(failed)?;
+            for script in [&scripts::INSPECT, &scripts::INSPECT_SHARED] {
+                script
+                    .prepare_invoke()
+                    .load_async(conn)
+                    .await
+                    .map_err(failed)?;
+            }
             pipe.query_async(conn).await.map_err(failed)?
         }
         Err(e) => return Err(failed(e)),
     };
-    names
+    locks
         .iter()
         .zip(replies)
-        .map(|(name, reply)| match family {
+        .map(|((family, name), reply)| match family {
             ListFamily::Mutexes => lock_info(name.clone(), HoldKind::Mutex, &reply),
             ListFamily::Semaphores | ListFamily::RwLocks => shared_info(name.clone(), &reply),
         })

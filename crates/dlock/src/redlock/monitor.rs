@@ -69,6 +69,15 @@ fn holders_fence(copies: &[&Copy], quorum: usize) -> i64 {
         .unwrap_or(0)
 }
 
+/// The copies of the holder a quorum of nodes agree on, if any.
+fn majority(copies: &[Copy], quorum: usize) -> Option<Vec<&Copy>> {
+    let mut agreeing: HashMap<&str, Vec<&Copy>> = HashMap::new();
+    for copy in copies {
+        agreeing.entry(copy.token.as_str()).or_default().push(copy);
+    }
+    agreeing.into_values().find(|same| same.len() >= quorum)
+}
+
 impl Inner {
     /// Every node's copy of each of `names` (one pipeline per node, all nodes at once); a
     /// node that fails or does not answer in time has none. Fails when fewer than a quorum
@@ -130,12 +139,7 @@ impl Inner {
                 .iter_mut()
                 .filter_map(|node| node.get_mut(at).and_then(Option::take))
                 .collect();
-            let mut agreeing: HashMap<&str, Vec<&Copy>> = HashMap::new();
-            for copy in &copies {
-                agreeing.entry(copy.token.as_str()).or_default().push(copy);
-            }
-            let held = agreeing.into_values().find(|same| same.len() >= quorum);
-            infos.push(held.map(|mut same| {
+            infos.push(majority(&copies, quorum).map(|mut same| {
                 // Held for as long as a quorum still has it: the quorum-th longest TTL.
                 same.sort_by_key(|copy| std::cmp::Reverse(copy.pttl));
                 let ttl_left = u64::try_from(same[quorum - 1].pttl)
@@ -251,16 +255,10 @@ impl MonitorStore for RedlockBackend {
             .iter_mut()
             .filter_map(|node| node[0].take())
             .collect();
-        let mut counts: HashMap<&str, usize> = HashMap::new();
-        for copy in &copies {
-            *counts.entry(copy.token.as_str()).or_default() += 1;
-        }
-        let Some((token, _)) = counts
-            .into_iter()
-            .find(|(_, count)| *count >= self.inner.quorum())
-        else {
+        let Some(held) = majority(&copies, self.inner.quorum()) else {
             return Ok(false);
         };
+        let token = held[0].token.as_str();
         let (released, _, errors) = self
             .inner
             .release_on(&self.inner.all(), &keys, token, read_timeout(&self.inner))

@@ -4,8 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use crate::backend::queue_rules::{Ahead, shared_holders};
-use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
+use crate::backend::queue_rules::{Ahead, QueueKind, shared_lock_info};
+use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
@@ -14,7 +14,7 @@ use super::ZookeeperBackend;
 use super::error::{BACKEND, map};
 use super::queue_rules::decode_name;
 use super::queue_rules::unix_ms;
-use super::queue_rules::{ahead_of, queue};
+use super::queue_rules::{ahead_of, dir_name, queue};
 use super::session::Session;
 
 /// Reads a lock directory: the holder (the first node in line) and its data, with how many
@@ -50,21 +50,8 @@ async fn inspect_dir(
             return Ok(Some(info.with_waiters(waiters)));
         };
         let entries: Vec<Ahead> = queue.iter().map(|(_, child)| ahead_of(child)).collect();
-        let holders = shared_holders(&entries);
-        if holders == 0 {
-            return Ok(None);
-        }
-        let kind = match (family, entries[0].writer) {
-            ("sem", _) => HoldKind::Permit,
-            (_, true) => HoldKind::Writer,
-            (_, false) => HoldKind::Reader,
-        };
-        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        let mut info = info
-            .with_kind(kind)
-            .with_waiters(count(entries.len() - holders));
-        info.holds = count(holders);
-        return Ok(Some(info));
+        let semaphore = Some(family) == QueueKind::Permit { permits: 0 }.family();
+        return Ok(shared_lock_info(info, semaphore, &entries));
     }
     Err(Error::Unavailable {
         backend: BACKEND,
@@ -110,12 +97,13 @@ impl MonitorStore for ZookeeperBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let session = self.inner.session().await?;
         let name = name.as_str();
-        for family in [None, Some("sem"), Some("rw")] {
-            let dir = match family {
-                None => self.inner.dir(name),
-                Some(family) => self.inner.dir(&format!("{name}\0{family}")),
-            };
-            if let Some(info) = inspect_dir(&session, name, family, &dir).await? {
+        for kind in [
+            QueueKind::Exclusive,
+            QueueKind::Permit { permits: 0 },
+            QueueKind::Write,
+        ] {
+            let dir = self.inner.dir(&dir_name(kind, name));
+            if let Some(info) = inspect_dir(&session, name, kind.family(), &dir).await? {
                 return Ok(Some(info));
             }
         }
