@@ -6,8 +6,8 @@ use dlock::Locks;
 use futures::future::BoxFuture;
 
 use crate::server::{
-    Etcd, EtcdCluster, Redis, RedisNodes, RedisReplicaSet, ServerProcess, Zookeeper,
-    ZookeeperEnsemble,
+    Etcd, EtcdCluster, Redis, RedisNodes, RedisReplicaSet, RedisSentinelSet, ServerProcess,
+    Zookeeper, ZookeeperEnsemble,
 };
 
 /// One backend under test. Each call to [`connect`](Fixture::connect) must return a new,
@@ -295,7 +295,7 @@ fn unless_missing<T>(
 ) -> anyhow::Result<Option<T>> {
     // `DLOCK_TEST_REQUIRE` names servers: `redis` covers Redlock, `etcd` the etcd cluster.
     let server = match backend {
-        "redlock" => "redis",
+        "redlock" | "redis-sentinel" => "redis",
         "etcd-cluster" => "etcd",
         "zookeeper-ensemble" => "zookeeper",
         other => other,
@@ -371,6 +371,9 @@ pub type RedisFixture = ServerFixture<Redis>;
 /// ([`RedisReplicaSet`]): for faults that lose part of the data (a failover to a lagging
 /// replica, a restart from an older snapshot).
 pub type RedisReplicaFixture = ServerFixture<RedisReplicaSet, RedisReplicaSet>;
+/// A real Redis primary, replica and three sentinels; clients find the primary through the
+/// sentinels (`redis+sentinel://`).
+pub type RedisSentinelFixture = ServerFixture<RedisSentinelSet, RedisSentinelSet>;
 /// Redlock over real `redis-server` processes.
 pub type RedlockFixture = ServerFixture<RedisNodes, RedisNodes>;
 /// A real single-member etcd on free loopback ports.
@@ -423,6 +426,21 @@ impl RedisReplicaFixture {
     /// The stable address clients use.
     pub fn addr(&self) -> std::net::SocketAddr {
         self.server().addr()
+    }
+}
+
+impl RedisSentinelFixture {
+    /// Starts the set and waits until the sentinels know it whole.
+    ///
+    /// # Errors
+    ///
+    /// See above; also a set that did not settle.
+    pub fn start() -> anyhow::Result<Option<Arc<RedisSentinelFixture>>> {
+        let set = unless_missing("redis-sentinel", RedisSentinelSet::start())?;
+        Ok(set.map(|set| {
+            let url = set.url();
+            ServerFixture::new("redis-sentinel", set, url)
+        }))
     }
 }
 

@@ -12,6 +12,8 @@ const FEATURE_OF_SCHEME: &[(&str, &str)] = &[
     ("sqlite", "sqlite"),
     ("redis", "redis"),
     ("rediss", "redis"),
+    ("redis+sentinel", "redis"),
+    ("rediss+sentinel", "redis"),
     ("redlock", "redis"),
     ("redlocks", "redis"),
     ("postgres", "postgres"),
@@ -31,6 +33,8 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes.extend_from_slice(crate::sqlite::SQLITE_SCHEMES);
     #[cfg(feature = "redis")]
     schemes.extend_from_slice(crate::redis::REDIS_SCHEMES);
+    #[cfg(feature = "redis")]
+    schemes.extend_from_slice(crate::redis::SENTINEL_SCHEMES);
     #[cfg(feature = "redis")]
     schemes.extend_from_slice(crate::redlock::REDLOCK_SCHEMES);
     #[cfg(feature = "postgres")]
@@ -79,7 +83,7 @@ async fn connect_scheme(url: &str) -> Result<DynBackend> {
             crate::sqlite::SqliteBackend::connect_url(url).await?,
         )),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Arc::new(
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Ok(Arc::new(
             crate::redis::RedisBackend::connect_url(url).await?,
         )),
         #[cfg(feature = "redis")]

@@ -197,7 +197,7 @@ pub fn restore_snapshot(server: &mut ServerProcess) -> Result<(), ServerError> {
     remove_snapshot(server)
 }
 
-fn remove_snapshot(server: &ServerProcess) -> Result<(), ServerError> {
+pub(super) fn remove_snapshot(server: &ServerProcess) -> Result<(), ServerError> {
     match std::fs::remove_file(server.dir().join(SNAPSHOT_FILE)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(ServerError::Io {
             kind: "redis",
@@ -335,13 +335,13 @@ impl RedisReplicaSet {
 }
 
 /// `INFO replication`'s text.
-fn replication_info(addr: SocketAddr) -> io::Result<String> {
+pub(super) fn replication_info(addr: SocketAddr) -> io::Result<String> {
     let (mut reader, line) = exchange(addr, &["INFO", "replication"], COMMAND_TIMEOUT)?;
     bulk_body(&mut reader, &line)?.ok_or_else(|| io::Error::other("INFO: nil"))
 }
 
 /// Runs a command that must answer `+OK` (`REPLICAOF` may add why: "+OK Already connected…").
-fn expect_ok(addr: SocketAddr, args: &[&str]) -> io::Result<()> {
+pub(super) fn expect_ok(addr: SocketAddr, args: &[&str]) -> io::Result<()> {
     match redis_command(addr, args)? {
         reply if reply.starts_with("+OK") => Ok(()),
         reply => Err(io::Error::other(format!("{}: {reply}", args.join(" ")))),
@@ -389,7 +389,7 @@ pub fn redis_get(addr: SocketAddr, key: &str) -> io::Result<Option<String>> {
 }
 
 /// The value of a bulk-string reply whose first line is `line`, `None` for nil.
-fn bulk_body(reader: &mut BufReader<TcpStream>, line: &str) -> io::Result<Option<String>> {
+pub(super) fn bulk_body(reader: &mut BufReader<TcpStream>, line: &str) -> io::Result<Option<String>> {
     let Some(len) = line.strip_prefix('$') else {
         return Err(if line.starts_with('-') {
             io::Error::other(line.to_owned())
@@ -417,7 +417,7 @@ fn bulk_body(reader: &mut BufReader<TcpStream>, line: &str) -> io::Result<Option
 
 /// Connects, sends `args` as a RESP array and reads the first reply line.
 /// Returns the reader too, so callers can consume the rest of the reply.
-fn exchange(
+pub(super) fn exchange(
     addr: SocketAddr,
     args: &[&str],
     timeout: Duration,

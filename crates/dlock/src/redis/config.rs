@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::REDIS_SCHEMES;
+use super::{REDIS_SCHEMES, SENTINEL_SCHEMES};
 use crate::backend::url::StoreUrl;
 use crate::error::{Error, Result, redact_url};
 
@@ -43,6 +43,55 @@ pub struct RedisConfig {
     /// Largest fallback polling delay (URL `poll_max`, at most 250 ms, so a queued waiter
     /// keeps its place). Default: 250 ms.
     pub poll_max: Duration,
+    /// The sentinels that name the primary (a `redis+sentinel://` URL); `None` for one fixed
+    /// server. With sentinels, the host of [`server`](RedisConfig::server) is the master's
+    /// name and stands for whichever server the sentinels name as its primary; the rest of
+    /// `server` (credentials, database, options) is used as written.
+    pub sentinel: Option<SentinelConfig>,
+}
+
+/// Where the sentinels of a Redis primary are, and what to ask them (`redis+sentinel://`).
+///
+/// # Examples
+///
+/// ```
+/// use dlock::redis::RedisConfig;
+/// let config = RedisConfig::from_url(
+///     "redis+sentinel://app:secret@s1:26379,s2,s3:26380/orders/2?sentinel_password=guard",
+/// )
+/// .unwrap();
+/// let sentinel = config.sentinel.as_ref().unwrap();
+/// assert_eq!(sentinel.master, "orders");
+/// assert_eq!(sentinel.sentinels, ["s1:26379", "s2:26379", "s3:26380"]);
+/// assert_eq!(sentinel.password.as_deref(), Some("guard"));
+/// assert!(!format!("{config:?}").contains("guard"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SentinelConfig {
+    /// Each sentinel's `host:port` (port 26379 when the URL gives none), asked in this order.
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    pub master: String,
+    /// The user name the sentinels want (URL `sentinel_user`); the URL's own user name and
+    /// password are the primary's. Default: none.
+    pub username: Option<String>,
+    /// The sentinels' password (URL `sentinel_password`). Default: none.
+    pub password: Option<String>,
+}
+
+/// The port of a sentinel address without one.
+pub const SENTINEL_PORT: u16 = 26379;
+
+impl fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelConfig")
+            .field("sentinels", &self.sentinels)
+            .field("master", &self.master)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 /// The slowest fallback polling allowed: a waiter refreshes its place in the queue when it
@@ -63,6 +112,7 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(1),
             poll_min: Duration::from_millis(20),
             poll_max: MAX_POLL,
+            sentinel: None,
         }
     }
 }
@@ -77,11 +127,16 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("poll_min", &self.poll_min)
             .field("poll_max", &self.poll_max)
+            .field("sentinel", &self.sentinel)
             .finish()
     }
 }
 
 const OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, protocol";
+const SENTINEL_OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, \
+                                protocol, sentinel_user, sentinel_password";
+/// The shape of a sentinel URL, for errors.
+const SENTINEL_FORM: &str = "redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/DB]";
 
 impl RedisConfig {
     /// Reads `redis://[user[:password]@]host[:port][/db][?option=value&…]` or `rediss://…`.
@@ -100,6 +155,12 @@ impl RedisConfig {
     /// assert_eq!(config.ca_file.as_deref(), Some(std::path::Path::new("/etc/ssl/ca.pem")));
     /// ```
     pub fn from_url(url: &str) -> Result<RedisConfig> {
+        if SENTINEL_SCHEMES.iter().any(|scheme| {
+            url.get(..scheme.len() + 3)
+                .is_some_and(|head| head.eq_ignore_ascii_case(&format!("{scheme}://")))
+        }) {
+            return RedisConfig::from_sentinel_url(url);
+        }
         let parsed = StoreUrl::parse(url, REDIS_SCHEMES, "redis://host[:port][/db]")?;
         let hosts = parsed.hosts();
         if hosts.len() > 1 {
@@ -108,7 +169,99 @@ impl RedisConfig {
             ));
         }
         parsed.endpoint(hosts[0], false)?;
-        let db = parsed.path().strip_prefix('/').unwrap_or("");
+        let mut config = RedisConfig::default();
+        let passed = config.read_options(&parsed, |option| Err(option.unknown(OPTIONS)))?;
+        config.finish(&parsed, &parsed.scheme, parsed.address, &passed)?;
+        Ok(config)
+    }
+
+    /// Reads a `redis+sentinel://` or `rediss+sentinel://` URL (see [`SENTINEL_FORM`]).
+    fn from_sentinel_url(url: &str) -> Result<RedisConfig> {
+        let parsed = StoreUrl::parse(url, SENTINEL_SCHEMES, SENTINEL_FORM)?;
+        if parsed.path().contains('@') {
+            return Err(parsed.invalid("a `/` in the user name or password must be written as %2F"));
+        }
+        let sentinels = parsed
+            .endpoints(false)?
+            .iter()
+            .map(|endpoint| endpoint.with_port(SENTINEL_PORT))
+            .collect();
+        let mut path = parsed.path().strip_prefix('/').unwrap_or("").splitn(2, '/');
+        let master = path.next().unwrap_or("");
+        if master.is_empty() {
+            return Err(parsed.invalid(format!(
+                "no master name: the sentinels are asked for a primary by name ({SENTINEL_FORM})"
+            )));
+        }
+        if !master
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return Err(parsed.invalid(format!(
+                "master name {master:?}: use letters, digits, '.', '_' and '-'"
+            )));
+        }
+        let db = path.next().unwrap_or("");
+        let mut sentinel = SentinelConfig {
+            sentinels,
+            master: master.to_owned(),
+            username: None,
+            password: None,
+        };
+        let mut config = RedisConfig::default();
+        let passed = config.read_options(&parsed, |option| {
+            match option.key {
+                "sentinel_user" => sentinel.username = Some(option.text()?),
+                "sentinel_password" => sentinel.password = Some(option.text()?),
+                _ => return Err(option.unknown(SENTINEL_OPTIONS)),
+            }
+            Ok(())
+        })?;
+        let userinfo = parsed.userinfo().map(|u| format!("{u}@")).unwrap_or_default();
+        let slash_db = if db.is_empty() { String::new() } else { format!("/{db}") };
+        // The primary's URL with the master's name for a host, replaced by an address when
+        // the sentinels name one.
+        let scheme = parsed.scheme.trim_end_matches("+sentinel");
+        config.finish(&parsed, scheme, &format!("{userinfo}{master}{slash_db}"), &passed)?;
+        config.sentinel = Some(sentinel);
+        Ok(config)
+    }
+
+    /// Reads the options every Redis URL has; `own` handles the others. Returns the options
+    /// that go to redis-rs as written.
+    fn read_options<'a>(
+        &mut self,
+        parsed: &'a StoreUrl<'_>,
+        mut own: impl FnMut(&crate::backend::url::UrlOption<'_, '_>) -> Result<()>,
+    ) -> Result<Vec<&'a str>> {
+        let mut passed = Vec::new();
+        for option in parsed.options() {
+            match option.key {
+                "prefix" => self.prefix = option.text()?,
+                "ca" => self.ca_file = Some(PathBuf::from(option.text()?)),
+                "timeout" => self.response_timeout = option.duration("250ms or 2s")?,
+                "connect_timeout" => self.connect_timeout = option.duration("250ms or 2s")?,
+                "poll_min" => self.poll_min = option.duration("250ms or 2s")?,
+                "poll_max" => self.poll_max = option.duration("250ms or 2s")?,
+                "protocol" => passed.push(option.pair),
+                _ => own(&option)?,
+            }
+        }
+        Ok(passed)
+    }
+
+    /// Sets `server` from the parts of the URL and checks the whole config, and that redis-rs
+    /// can read the server's URL.
+    fn finish(
+        &mut self,
+        parsed: &StoreUrl<'_>,
+        scheme: &str,
+        address: &str,
+        passed: &[&str],
+    ) -> Result<()> {
+        let db = address
+            .find('/')
+            .map_or("", |at| &address[at + 1..]);
         if db.contains('@') {
             return Err(parsed.invalid("a `/` in the user name or password must be written as %2F"));
         }
@@ -117,34 +270,20 @@ impl RedisConfig {
                 "database {db:?} is not a number (redis://host:port/DB)"
             )));
         }
-        let mut config = RedisConfig::default();
-        let mut passed = Vec::new();
-        for option in parsed.options() {
-            match option.key {
-                "prefix" => config.prefix = option.text()?,
-                "ca" => config.ca_file = Some(PathBuf::from(option.text()?)),
-                "timeout" => config.response_timeout = option.duration("250ms or 2s")?,
-                "connect_timeout" => config.connect_timeout = option.duration("250ms or 2s")?,
-                "poll_min" => config.poll_min = option.duration("250ms or 2s")?,
-                "poll_max" => config.poll_max = option.duration("250ms or 2s")?,
-                "protocol" => passed.push(option.pair),
-                _ => return Err(option.unknown(OPTIONS)),
-            }
-        }
-        config.server = format!("{}://{}", parsed.scheme, parsed.address);
+        self.server = format!("{scheme}://{address}");
         if !passed.is_empty() {
-            config.server = format!("{}?{}", config.server, passed.join("&"));
+            self.server = format!("{}?{}", self.server, passed.join("&"));
         }
         if let Some(fragment) = parsed.fragment {
-            config.server = format!("{}#{fragment}", config.server);
+            self.server = format!("{}#{fragment}", self.server);
         }
-        parsed.checked(config.validate())?;
+        parsed.checked(self.validate())?;
         // Let redis-rs reject what it cannot read (IPv6 forms, protocol values) now.
-        ::redis::parse_redis_url(&config.server)
+        ::redis::parse_redis_url(&self.server)
             .ok_or_else(|| parsed.invalid("not a valid redis URL"))?;
-        ::redis::IntoConnectionInfo::into_connection_info(config.server.as_str())
+        ::redis::IntoConnectionInfo::into_connection_info(self.server.as_str())
             .map_err(|e| parsed.invalid(e.to_string()))?;
-        Ok(config)
+        Ok(())
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

@@ -5,10 +5,11 @@ pub(crate) mod error;
 pub(crate) mod monitor;
 pub(crate) mod node;
 pub(crate) mod scripts;
+mod sentinel;
 mod shared_holds;
 pub(crate) mod wake;
 
-pub use config::{MAX_POLL, RedisConfig, WAITER_TTL};
+pub use config::{MAX_POLL, RedisConfig, SENTINEL_PORT, SentinelConfig, WAITER_TTL};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,10 +32,11 @@ use crate::name::{LockName, Owner};
 use error::{BACKEND, bad_reply, map_timed};
 use node::Node;
 use scripts::Keys;
-use wake::Wakeups;
 
-/// URL schemes served by this backend.
+/// URL schemes served by this backend for one server.
 pub const REDIS_SCHEMES: &[&str] = &["redis", "rediss"];
+/// URL schemes of a primary found through Redis Sentinel.
+pub const SENTINEL_SCHEMES: &[&str] = &["redis+sentinel", "rediss+sentinel"];
 
 const INFO: BackendInfo = BackendInfo::new(
     BACKEND,
@@ -147,8 +149,7 @@ impl RedisBuilder {
         let node = Node::connect(&self.config, true).await?;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
-                conn: node.conn,
-                wakeups: node.wakeups,
+                node,
                 config: self.config,
             }),
         })
@@ -175,15 +176,25 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    conn: ConnectionManager,
-    wakeups: Wakeups,
+    node: Node,
     config: RedisConfig,
 }
 
 impl Inner {
+    /// The command connection to the current primary.
+    fn conn(&self) -> ConnectionManager {
+        self.node.conn()
+    }
+
     /// A failed request as dlock's error; a timeout says the configured response timeout.
+    /// A server that cannot be reached (or answers as a replica) may have been replaced by a
+    /// failover: behind Sentinel, the sentinels are asked at once.
     fn fail(&self, error: ::redis::RedisError, key: &str) -> Error {
-        map_timed(error, key, self.config.response_timeout)
+        let error = map_timed(error, key, self.config.response_timeout);
+        if matches!(error, Error::Unavailable { .. }) {
+            self.node.suspect();
+        }
+        error
     }
 }
 
@@ -278,7 +289,7 @@ impl Drop for Abandon<'_> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the queue entry and any lease expire on their own
         };
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let keys = self.keys.clone();
         let token = self.token.to_owned();
         // A reentrant token is shared by the client's holds: never release by token alone.
@@ -326,7 +337,7 @@ impl Backend for RedisBackend {
             leftovers: &leftovers,
             armed: true,
         };
-        let waiter = waits.then(|| inner.wakeups.waiter(&keys.channel, &req.token));
+        let waiter = waits.then(|| inner.node.wakeups.waiter(&keys.channel, &req.token));
         let ttl_ms = ms(req.ttl);
         let owner = owner_field(&req.owner);
         let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
@@ -334,7 +345,7 @@ impl Backend for RedisBackend {
             req.wait,
             Some(poll),
             || async {
-                let mut conn = inner.conn.clone();
+                let mut conn = inner.conn();
                 let mut invocation = scripts::ACQUIRE.key(&keys.lock);
                 invocation
                     .key(&keys.queue)
@@ -418,7 +429,7 @@ impl RedisBackend {
         for req in reqs {
             invocation.arg(&req.token);
         }
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let start = Instant::now();
         let reply: Vec<i64> = invocation
             .invoke_async(&mut conn)
@@ -470,7 +481,7 @@ impl Lease for RedisLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let owned: i64 = scripts::EXTEND
             .key(&self.keys.lock)
             .arg(&self.token)
@@ -487,14 +498,14 @@ impl Lease for RedisLease {
     }
 
     async fn release(&self) -> Result<()> {
-        self.release_on(self.inner.conn.clone()).await
+        self.release_on(self.inner.conn()).await
     }
 
     /// On a connection of the runtime this runs on: the client's belongs to the runtime that
     /// made it, which may be shutting down.
     async fn release_elsewhere(&self) -> Result<()> {
         let node = Node::connect(&self.inner.config, true).await?;
-        self.release_on(node.conn).await
+        self.release_on(node.conn()).await
     }
 }
 
@@ -521,7 +532,7 @@ impl RedisLease {
 impl ValueStore for RedisBackend {
     async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
         let key = scripts::value_key(&self.inner.config.prefix, name.as_str());
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let (version, value): (Option<u64>, Option<Vec<u8>>) = ::redis::cmd("HMGET")
             .arg(&key)
             .arg("version")
@@ -547,7 +558,7 @@ impl ValueStore for RedisBackend {
             Expect::Absent => ("absent", 0),
             Expect::Version(version) => ("version", version),
         };
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         scripts::VALUE_PUT
             .key(&key)
             .arg(condition)

@@ -101,7 +101,7 @@ impl MonitorStore for RedisBackend {
     /// The mutex `name` if it is held, else the semaphore, else the read-write lock (all three
     /// read in one round trip).
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let locks = ListFamily::ALL.map(|family| (family, name.as_str().to_owned()));
         let infos = inspect_many(
             &mut conn,
@@ -116,7 +116,7 @@ impl MonitorStore for RedisBackend {
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
         let (family, position) = ListFamily::parse(query.cursor);
         let cursor: u64 = position.parse().unwrap_or(0);
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let prefix = &self.inner.config.prefix;
         let (key_prefix, key_type) = key_prefix(family, prefix);
         let pattern = scripts::scan_pattern(&key_prefix, query.prefix);
@@ -152,7 +152,7 @@ impl MonitorStore for RedisBackend {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let keys = self.inner.keys(name.as_str());
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let broken: i64 = scripts::FORCE_RELEASE
             .key(&keys.lock)
             .key(&keys.queue)

@@ -1,20 +1,50 @@
 //! One Redis server as dlock talks to it: a multiplexed command connection that reconnects by
 //! itself, and the pub/sub side for waiters. The Redis backend has one; Redlock has one per
-//! node.
+//! node. Behind Sentinel the server is whichever one the sentinels name as primary: a
+//! follower task ([`super::sentinel`]) moves both sides to the new primary after a failover.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{Notify, watch};
 
 use super::config::RedisConfig;
 use super::error::{map, map_timed};
+use super::sentinel;
 use super::wake::Wakeups;
 use crate::error::{Error, Result, redact_url};
 
+/// The server commands go to now.
+pub(crate) struct Primary {
+    /// Its `host:port`, as the sentinels name it (the URL's for a fixed server).
+    pub(crate) addr: String,
+    pub(crate) client: ::redis::Client,
+    pub(crate) conn: ConnectionManager,
+}
+
+impl std::fmt::Debug for Primary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Primary")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A connected server.
 pub(crate) struct Node {
-    pub(crate) conn: ConnectionManager,
+    primary: watch::Receiver<Arc<Primary>>,
     pub(crate) wakeups: Wakeups,
+    /// Behind Sentinel: asks the follower to check the primary now.
+    suspect: Option<Arc<Notify>>,
+    /// Keeps the channel open for a fixed server (nothing ever changes it), and tells a
+    /// sentinel follower that the node is gone when dropped.
+    _keep: Keep,
+}
+
+enum Keep {
+    Fixed(#[allow(dead_code)] watch::Sender<Arc<Primary>>),
+    Followed(#[allow(dead_code)] Arc<()>),
 }
 
 impl std::fmt::Debug for Node {
@@ -24,31 +54,69 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Connects to `config.server`. With `check`, connects now and sends a `PING`, so bad
-    /// credentials and unreachable servers fail here rather than on the first lock; without
-    /// it, the connection is made on the first command (a Redlock node may be down).
+    /// Connects to `config.server` (behind Sentinel: to the primary the sentinels name, found
+    /// now). With `check`, connects now and sends a `PING`, so bad credentials and
+    /// unreachable servers fail here rather than on the first lock; without it, the
+    /// connection is made on the first command (a Redlock node may be down).
     pub(crate) async fn connect(config: &RedisConfig, check: bool) -> Result<Node> {
         config.validate()?;
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: redact_url(&config.server),
-            reason,
-        };
-        let client = match &config.ca_file {
-            Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| {
-                    Error::invalid_argument("ca", format!("{}: {e}", path.display()))
-                })?;
-                ::redis::Client::build_with_tls(
-                    config.server.as_str(),
-                    ::redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            None => ::redis::Client::open(config.server.as_str()),
+        if let Some(sentinels) = &config.sentinel {
+            let primary = sentinel::find_primary(config, sentinels).await?;
+            let (sender, receiver) = watch::channel(Arc::new(primary));
+            let suspect = Arc::new(Notify::new());
+            let alive = Arc::new(());
+            sentinel::follow(
+                config.clone(),
+                sentinels.clone(),
+                sender,
+                suspect.clone(),
+                Arc::downgrade(&alive),
+            );
+            return Ok(Node {
+                wakeups: Wakeups::new(receiver.clone()),
+                primary: receiver,
+                suspect: Some(suspect),
+                _keep: Keep::Followed(alive),
+            });
         }
-        .map_err(|e| invalid(e.to_string()))?;
+        let primary = Primary::connect(config, &config.server, check).await?;
+        let (sender, receiver) = watch::channel(Arc::new(primary));
+        Ok(Node {
+            wakeups: Wakeups::new(receiver.clone()),
+            primary: receiver,
+            suspect: None,
+            _keep: Keep::Fixed(sender),
+        })
+    }
+
+    /// The command connection to the current primary.
+    pub(crate) fn conn(&self) -> ConnectionManager {
+        self.primary.borrow().conn.clone()
+    }
+
+    /// After a failure that may mean the primary moved: behind Sentinel, the follower asks
+    /// the sentinels at once instead of at its next check.
+    pub(crate) fn suspect(&self) {
+        if let Some(suspect) = &self.suspect {
+            suspect.notify_one();
+        }
+    }
+
+    /// Sends a `PING`.
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn();
+        ::redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| map(e, ""))
+    }
+}
+
+impl Primary {
+    /// A command connection to the server of `url` (`config.server`, or it with the address
+    /// the sentinels named). With `check`, connected and `PING`ed now.
+    pub(crate) async fn connect(config: &RedisConfig, url: &str, check: bool) -> Result<Primary> {
+        let client = open_client(config, url)?;
         let manager = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
             .set_connection_timeout(Some(config.connect_timeout))
@@ -68,18 +136,30 @@ impl Node {
             ConnectionManager::new_lazy_with_config(client.clone(), manager)
                 .map_err(|e| map(e, ""))?
         };
-        Ok(Node {
-            conn,
-            wakeups: Wakeups::new(client),
-        })
+        let addr = client.get_connection_info().addr().to_string();
+        Ok(Primary { addr, client, conn })
     }
+}
 
-    /// Sends a `PING`.
-    pub(crate) async fn ping(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
-        ::redis::cmd("PING")
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| map(e, ""))
+/// A redis-rs client of `url`, trusting `config.ca_file` for TLS when it is set.
+pub(crate) fn open_client(config: &RedisConfig, url: &str) -> Result<::redis::Client> {
+    let invalid = |reason: String| Error::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    match &config.ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| Error::invalid_argument("ca", format!("{}: {e}", path.display())))?;
+            ::redis::Client::build_with_tls(
+                url,
+                ::redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            )
+        }
+        None => ::redis::Client::open(url),
     }
+    .map_err(|e| invalid(e.to_string()))
 }

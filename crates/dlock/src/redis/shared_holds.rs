@@ -95,7 +95,7 @@ pub(super) async fn acquire(
     let name = req.name.as_str();
     let waits = req.wait != Wait::No;
     let keys = shape.keys(&inner.config.prefix, name);
-    let waiter = waits.then(|| inner.wakeups.waiter(&keys.channel, &req.token));
+    let waiter = waits.then(|| inner.node.wakeups.waiter(&keys.channel, &req.token));
     let in_flight = AtomicBool::new(false);
     let mut abandon = Abandon {
         inner,
@@ -112,7 +112,7 @@ pub(super) async fn acquire(
         req.wait,
         Some(poll),
         || async {
-            let mut conn = inner.conn.clone();
+            let mut conn = inner.conn();
             let mut invocation = shape.acquire_script().key(&keys.holders);
             invocation.key(&keys.state).arg(&req.token).arg(ms(req.ttl));
             shape.acquire_args(&mut invocation, waits, &owner);
@@ -184,7 +184,7 @@ impl Drop for Abandon<'_> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the lease or claim expires on its own
         };
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let keys = self.keys.clone();
         let shape = self.shape;
         let token = self.token.to_owned();
@@ -223,7 +223,7 @@ impl Lease for SharedHold {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.conn();
         let owned: i64 = self
             .shape
             .extend_script()
@@ -243,13 +243,13 @@ impl Lease for SharedHold {
     }
 
     async fn release(&self) -> Result<()> {
-        self.release_on(self.inner.conn.clone()).await
+        self.release_on(self.inner.conn()).await
     }
 
     /// On a fresh connection of the runtime this runs on (see `RedisLease`).
     async fn release_elsewhere(&self) -> Result<()> {
         let node = super::node::Node::connect(&self.inner.config, true).await?;
-        self.release_on(node.conn).await
+        self.release_on(node.conn()).await
     }
 }
 

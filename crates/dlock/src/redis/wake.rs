@@ -17,6 +17,8 @@ use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use super::node::Primary;
+
 /// How long a channel stays subscribed with no waiter.
 const LINGER: Duration = Duration::from_secs(10);
 /// How long a SUBSCRIBE may take before the connection is considered broken.
@@ -41,7 +43,8 @@ struct Shared {
 
 #[derive(Debug)]
 struct Task {
-    client: ::redis::Client,
+    /// The server to subscribe on: the current primary (it moves after a Sentinel failover).
+    primary: watch::Receiver<Arc<Primary>>,
     requests: mpsc::UnboundedReceiver<String>,
 }
 
@@ -70,15 +73,16 @@ struct Waiting {
 }
 
 impl Wakeups {
-    /// The pub/sub side of a client of `client`'s server; connects on the first wait.
-    pub(crate) fn new(client: ::redis::Client) -> Wakeups {
+    /// The pub/sub side of a client of `primary`'s server; connects on the first wait, and
+    /// again whenever the primary moves.
+    pub(crate) fn new(primary: watch::Receiver<Arc<Primary>>) -> Wakeups {
         let (requests, receiver) = mpsc::unbounded_channel();
         Wakeups {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 requests,
                 task: Mutex::new(Some(Task {
-                    client,
+                    primary,
                     requests: receiver,
                 })),
             }),
@@ -216,9 +220,12 @@ async fn run(mut slot: TaskSlot) {
         return;
     };
     let mut pause = RECONNECT_MIN;
+    // False once the primary can no longer move (its sender is gone with the client).
+    let mut may_move = true;
     loop {
-        let pubsub =
-            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, task.client.get_async_pubsub()).await {
+        let client = task.primary.borrow_and_update().client.clone();
+        let pubsub = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await
+        {
                 Ok(Ok(pubsub)) => pubsub,
                 failed => {
                     let error = failed.map(|r| r.err());
@@ -268,6 +275,13 @@ async fn run(mut slot: TaskSlot) {
                 request = task.requests.recv() => {
                     let Some(channel) = request else { return };
                     subscribe(&shared, &sink, channel);
+                }
+                moved = task.primary.changed(), if may_move => {
+                    if moved.is_ok() {
+                        // Releases are published on the new primary: subscribe there.
+                        break;
+                    }
+                    may_move = false;
                 }
                 _ = sweep.tick() => {
                     let Some(shared) = shared.upgrade() else { return };

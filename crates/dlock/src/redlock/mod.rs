@@ -369,7 +369,7 @@ impl Inner {
         let mut pending: FuturesUnordered<_> = indexes
             .iter()
             .map(|&index| {
-                let mut conn = self.nodes[index].conn.clone();
+                let mut conn = self.nodes[index].conn();
                 let invocation = invocation();
                 let key = key.to_owned();
                 let node = self.config.node_label(index);

@@ -97,7 +97,7 @@ impl Inner {
                     let key = Keys::new(self.prefix(), name).lock;
                     pipe.cmd("GET").arg(&key).cmd("PTTL").arg(key);
                 }
-                let mut conn = node.conn.clone();
+                let mut conn = node.conn();
                 let reply =
                     tokio::time::timeout(timeout, pipe.query_async::<Vec<Value>>(&mut conn))
                         .await
@@ -169,7 +169,7 @@ impl Inner {
         let scans = self.nodes.iter().enumerate().map(|(index, node)| {
             let (pattern, key_prefix) = (&pattern, &key_prefix);
             async move {
-                let mut conn = node.conn.clone();
+                let mut conn = node.conn();
                 let mut names = Vec::new();
                 let mut cursor = 0_u64;
                 loop {

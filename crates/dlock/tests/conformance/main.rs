@@ -36,6 +36,12 @@ fn main() {
     );
     #[cfg(feature = "redis")]
     or_missing!(
+        dlock_testkit::fixture::RedisSentinelFixture::start().expect("redis-server (sentinel)"),
+        "redis-sentinel",
+        "redis-server"
+    );
+    #[cfg(feature = "redis")]
+    or_missing!(
         dlock_testkit::fixture::RedlockFixture::start(5).expect("redis-server"),
         "redlock",
         "redis-server"
