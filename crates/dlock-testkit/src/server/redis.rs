@@ -389,7 +389,10 @@ pub fn redis_get(addr: SocketAddr, key: &str) -> io::Result<Option<String>> {
 }
 
 /// The value of a bulk-string reply whose first line is `line`, `None` for nil.
-pub(super) fn bulk_body(reader: &mut BufReader<TcpStream>, line: &str) -> io::Result<Option<String>> {
+pub(super) fn bulk_body(
+    reader: &mut BufReader<TcpStream>,
+    line: &str,
+) -> io::Result<Option<String>> {
     let Some(len) = line.strip_prefix('$') else {
         return Err(if line.starts_with('-') {
             io::Error::other(line.to_owned())

@@ -114,7 +114,11 @@ impl RedisSentinelSet {
 
     /// `redis+sentinel://…/dlock` naming the three sentinels.
     pub fn url(&self) -> String {
-        let sentinels: Vec<String> = self.sentinel_addrs().iter().map(ToString::to_string).collect();
+        let sentinels: Vec<String> = self
+            .sentinel_addrs()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         format!("redis+sentinel://{}/{SENTINEL_MASTER}", sentinels.join(","))
     }
 
@@ -141,7 +145,10 @@ impl RedisSentinelSet {
     ///
     /// The sentinels refused, or the set did not settle in time.
     pub fn fail_over(&mut self) -> Result<(), ServerError> {
-        command(self.sentinels[0].addr(), &["SENTINEL", "FAILOVER", SENTINEL_MASTER])?;
+        command(
+            self.sentinels[0].addr(),
+            &["SENTINEL", "FAILOVER", SENTINEL_MASTER],
+        )?;
         std::mem::swap(&mut self.primary, &mut self.replica);
         self.settle()
     }
@@ -245,8 +252,12 @@ fn master_port(sentinel: SocketAddr) -> io::Result<Option<u16>> {
 
 /// One field of `SENTINEL MASTER dlock` (a flat array of names and values).
 fn sentinel_field(sentinel: SocketAddr, field: &str) -> Option<String> {
-    let (mut reader, line) =
-        exchange(sentinel, &["SENTINEL", "MASTER", SENTINEL_MASTER], COMMAND_TIMEOUT).ok()?;
+    let (mut reader, line) = exchange(
+        sentinel,
+        &["SENTINEL", "MASTER", SENTINEL_MASTER],
+        COMMAND_TIMEOUT,
+    )
+    .ok()?;
     let count: usize = line.strip_prefix('*')?.parse().ok()?;
     let mut values = Vec::with_capacity(count);
     for _ in 0..count {

@@ -136,7 +136,8 @@ const OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max,
 const SENTINEL_OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, \
                                 protocol, sentinel_user, sentinel_password";
 /// The shape of a sentinel URL, for errors.
-const SENTINEL_FORM: &str = "redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/DB]";
+const SENTINEL_FORM: &str =
+    "redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/DB]";
 
 impl RedisConfig {
     /// Reads `redis://[user[:password]@]host[:port][/db][?option=value&…]` or `rediss://…`.
@@ -217,12 +218,24 @@ impl RedisConfig {
             }
             Ok(())
         })?;
-        let userinfo = parsed.userinfo().map(|u| format!("{u}@")).unwrap_or_default();
-        let slash_db = if db.is_empty() { String::new() } else { format!("/{db}") };
+        let userinfo = parsed
+            .userinfo()
+            .map(|u| format!("{u}@"))
+            .unwrap_or_default();
+        let slash_db = if db.is_empty() {
+            String::new()
+        } else {
+            format!("/{db}")
+        };
         // The primary's URL with the master's name for a host, replaced by an address when
         // the sentinels name one.
         let scheme = parsed.scheme.trim_end_matches("+sentinel");
-        config.finish(&parsed, scheme, &format!("{userinfo}{master}{slash_db}"), &passed)?;
+        config.finish(
+            &parsed,
+            scheme,
+            &format!("{userinfo}{master}{slash_db}"),
+            &passed,
+        )?;
         config.sentinel = Some(sentinel);
         Ok(config)
     }
@@ -259,9 +272,7 @@ impl RedisConfig {
         address: &str,
         passed: &[&str],
     ) -> Result<()> {
-        let db = address
-            .find('/')
-            .map_or("", |at| &address[at + 1..]);
+        let db = address.find('/').map_or("", |at| &address[at + 1..]);
         if db.contains('@') {
             return Err(parsed.invalid("a `/` in the user name or password must be written as %2F"));
         }
@@ -347,6 +358,43 @@ mod tests {
                 "redis://h?prefix=%zz",
                 "memory://x",
             ],
+        );
+    }
+
+    #[test]
+    fn reads_sentinel_urls() {
+        let c = RedisConfig::from_url(
+            "rediss+sentinel://u:p@a,b:1/orders/3?sentinel_user=s&sentinel_password=x&prefix=q:#insecure",
+        )
+        .unwrap();
+        assert_eq!(c.server, "rediss://u:p@orders/3#insecure");
+        assert_eq!(c.prefix, "q:");
+        let s = c.sentinel.unwrap();
+        assert_eq!(s.sentinels, ["a:26379", "b:1"]);
+        assert_eq!(
+            (s.username.as_deref(), s.password.as_deref()),
+            (Some("s"), Some("x"))
+        );
+        assert_eq!(RedisConfig::from_url("redis://h").unwrap().sentinel, None);
+        assert_each_url_refused(
+            RedisConfig::from_url,
+            &[
+                "redis+sentinel://h",
+                "redis+sentinel://h/",
+                "redis+sentinel://h/m/x",
+                "redis+sentinel://h/bad%20name",
+                "redis+sentinel://h/m?bogus=1",
+                "redis+sentinel://h:x/m",
+                "redis+sentinel://u:p/w@h/m",
+            ],
+        );
+        // A password with a raw `/` is not quoted in the error.
+        let message = RedisConfig::from_url("redis+sentinel://u:se/cret@h/m")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !message.contains("se/cret") && !message.contains("cret@"),
+            "{message}"
         );
     }
 

@@ -283,7 +283,10 @@ mod tests {
             primary_url("redis://u:p%2F@orders/2?protocol=resp3", "10.0.0.5:6380"),
             "redis://u:p%2F@10.0.0.5:6380/2?protocol=resp3"
         );
-        assert_eq!(primary_url("rediss://orders#insecure", "h:1"), "rediss://h:1#insecure");
+        assert_eq!(
+            primary_url("rediss://orders#insecure", "h:1"),
+            "rediss://h:1#insecure"
+        );
     }
 
     #[test]

@@ -226,21 +226,21 @@ async fn run(mut slot: TaskSlot) {
         let client = task.primary.borrow_and_update().client.clone();
         let pubsub = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await
         {
-                Ok(Ok(pubsub)) => pubsub,
-                failed => {
-                    let error = failed.map(|r| r.err());
-                    tracing::debug!(
-                        ?error,
-                        "redis pub/sub connect failed; waiters poll meanwhile"
-                    );
-                    if shared.strong_count() == 0 {
-                        return;
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RECONNECT_MAX);
-                    continue;
+            Ok(Ok(pubsub)) => pubsub,
+            failed => {
+                let error = failed.map(|r| r.err());
+                tracing::debug!(
+                    ?error,
+                    "redis pub/sub connect failed; waiters poll meanwhile"
+                );
+                if shared.strong_count() == 0 {
+                    return;
                 }
-            };
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RECONNECT_MAX);
+                continue;
+            }
+        };
         pause = RECONNECT_MIN;
         let (sink, mut stream) = pubsub.split();
         // Everything with waiters (or still lingering) is subscribed again on this connection.
