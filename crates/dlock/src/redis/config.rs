@@ -83,6 +83,32 @@ pub struct SentinelConfig {
 /// The port of a sentinel address without one.
 pub const SENTINEL_PORT: u16 = 26379;
 
+impl SentinelConfig {
+    /// Sentinels at `sentinels` (`host:port` each) monitoring the primary named `master`,
+    /// without credentials of their own.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use dlock::redis::{RedisBuilder, RedisConfig, SentinelConfig};
+    /// let mut config = RedisConfig::default();
+    /// config.server = "redis://app:secret@orders/0".into(); // the master's name as host
+    /// config.sentinel = Some(SentinelConfig::new(["10.0.0.1:26379", "10.0.0.2:26379"], "orders"));
+    /// let builder = RedisBuilder::from_config(config);
+    /// ```
+    pub fn new(
+        sentinels: impl IntoIterator<Item = impl Into<String>>,
+        master: impl Into<String>,
+    ) -> SentinelConfig {
+        SentinelConfig {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+            username: None,
+            password: None,
+        }
+    }
+}
+
 impl fmt::Debug for SentinelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SentinelConfig")
@@ -298,6 +324,17 @@ impl RedisConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(sentinel) = &self.sentinel {
+            if sentinel.sentinels.is_empty() {
+                return Err(Error::invalid_argument("sentinels", "none given"));
+            }
+            if sentinel.master.is_empty() {
+                return Err(Error::invalid_argument(
+                    "master",
+                    "the master's name is empty",
+                ));
+            }
+        }
         if self.poll_min.is_zero() || self.poll_min > self.poll_max {
             return Err(Error::invalid_argument(
                 "poll_min/poll_max",

@@ -122,11 +122,11 @@ struct Asker {
 impl Asker {
     /// The primary's `host:port` by the first sentinel that knows the master.
     async fn ask(&mut self, config: &RedisConfig, sentinels: &SentinelConfig) -> Result<String> {
-        if let Some((index, mut conn)) = self.kept.take() {
-            if let Ok(Some(addr)) = master_addr(&mut conn, &sentinels.master).await {
-                self.kept = Some((index, conn));
-                return Ok(addr);
-            }
+        if let Some((index, mut conn)) = self.kept.take()
+            && let Ok(Some(addr)) = master_addr(&mut conn, &sentinels.master).await
+        {
+            self.kept = Some((index, conn));
+            return Ok(addr);
         }
         let mut failures: Vec<String> = Vec::new();
         let mut refused: Option<Error> = None;
