@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::fixture::{
     EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, RedisFixture, RedisReplicaFixture,
-    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
-    ZookeeperFixture,
+    RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer, SqliteFixture,
+    ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use crate::server::{self, ServerProcess};
 
@@ -284,6 +284,23 @@ impl Strikable for RedisReplicaFixture {
             snapshot: Some((on(&primary, save_snapshot), on(&primary, restore_snapshot))),
             fail_over: Some((detach, fail_over)),
             ..server_faults(&primary, vec![self.addr()])
+        }
+    }
+}
+
+/// Behind Sentinel the "leader" is the primary: killing it makes the sentinels promote the
+/// replica (with what it had); the killed server comes back as the new primary's replica
+/// within the same action, so bringing it back does nothing more.
+impl Strikable for RedisSentinelFixture {
+    const OFFERS: Offers = CLUSTER;
+    fn faults(self: &Arc<Self>) -> Faults {
+        let fx = self.clone();
+        let kill: Action = Arc::new(move || Ok(fx.server().kill_primary()?));
+        let back: Action = Arc::new(|| Ok(()));
+        Faults {
+            leader_kill: Some((kill, back)),
+            holder_processes: true,
+            ..Faults::default()
         }
     }
 }

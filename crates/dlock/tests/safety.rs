@@ -30,8 +30,8 @@ use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
     EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, MysqlFixture, PostgresFixture,
-    RedisReplicaFixture, RedlockFixture, SqlFixture, SqlServer, SqliteFixture,
-    ZookeeperEnsembleFixture, ZookeeperFixture,
+    RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer,
+    SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use dlock_testkit::server::{self, Mariadb, Postgres};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -150,7 +150,7 @@ struct Backend {
 
 /// The backends and their fixtures: the faults each trial can use come from the fixture's
 /// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
-const BACKENDS: [Backend; 12] = [
+const BACKENDS: [Backend; 13] = [
     Backend {
         name: "memory",
         offers: MemoryFixture::OFFERS,
@@ -172,6 +172,16 @@ const BACKENDS: [Backend; 12] = [
             ..LEASES
         },
         start: |tuning| Stand::new(RedisReplicaFixture::start()?, tuning),
+    },
+    Backend {
+        // A primary, a replica and three sentinels: the leader kill is a Sentinel failover.
+        name: "redis-sentinel",
+        offers: RedisSentinelFixture::OFFERS,
+        tuning: Tuning {
+            volatile: true,
+            ..LEASES
+        },
+        start: |tuning| Stand::new(RedisSentinelFixture::start()?, tuning),
     },
     Backend {
         name: "redlock",
@@ -297,14 +307,19 @@ impl FaultKind {
     }
 
     /// Whether the fault can lose the store's data: a restart from an older snapshot or a
-    /// failover to a lagging replica always does; a killed or restarted server does where it
-    /// keeps nothing on disk (Redis, every Redlock node). SQL servers, etcd and ZooKeeper keep
-    /// what they acknowledged.
+    /// failover to a lagging replica always does; a killed or restarted server, or a killed
+    /// leader, does where servers keep nothing on disk and replicate asynchronously (Redis,
+    /// a Sentinel failover, a Redlock minority that comes back empty). SQL servers, etcd and
+    /// ZooKeeper keep what they acknowledged.
     fn loses_data(self, tuning: Tuning) -> bool {
         matches!(
             self,
             FaultKind::SnapshotRestore | FaultKind::LaggingFailover
-        ) || (tuning.volatile && matches!(self, FaultKind::ServerKill | FaultKind::ServerRestart))
+        ) || (tuning.volatile
+            && matches!(
+                self,
+                FaultKind::ServerKill | FaultKind::ServerRestart | FaultKind::LeaderKill
+            ))
     }
 
     /// Whether the fault cuts the holder it strikes off from the store for longer than a lease.
@@ -416,6 +431,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("sqlite", HolderPause)
                 | ("redis", ServerRestart | Partition | LaggingFailover)
                 | ("redlock", ServerRestart)
+                | ("redis-sentinel", LeaderKill)
                 | ("postgres", HolderPause | Partition)
                 | ("postgres-session", ServerPause)
                 | ("mariadb", ServerPause)
@@ -500,7 +516,7 @@ impl CanaryKind {
 fn installed(backend: &str) -> bool {
     let (kind, found) = match backend {
         "memory" | "sqlite" => return true,
-        "redis" | "redlock" => (
+        "redis" | "redlock" | "redis-sentinel" => (
             "redis",
             server::find_binary(&server::Redis::default()).is_some(),
         ),
