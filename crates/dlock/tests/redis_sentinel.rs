@@ -219,3 +219,59 @@ async fn bad_sentinel_urls_are_typed_errors_without_secrets() -> anyhow::Result<
     }
     Ok(())
 }
+
+/// `min_replicas`: a grant or an extension returns only once a replica has it. With the
+/// replica frozen, a grant fails as unavailable and leaves the lock free, and an extension
+/// fails as unavailable (not as lost); with the replica back, both succeed again.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_holds_grants_and_extensions_until_a_replica_has_them() -> anyhow::Result<()> {
+    let fx = sentinels_or_skip!();
+    let url = format!("{}?min_replicas=1&replica_timeout=300ms", fx.url().unwrap());
+    let acked = dlock::connect(&url).await?;
+    let plain = fx.connect().await?;
+    let held = acked.mutex("acked/held").acquire().await?;
+    held.extend(Duration::from_secs(30)).await?;
+    fault(&fx, |set| set.replica().pause())?;
+    let refused = acked.mutex("acked/refused").acquire().await;
+    let extended = held.extend(Duration::from_secs(30)).await;
+    let permit = acked.semaphore("acked/permits", 2).acquire().await;
+    fault(&fx, |set| set.replica().resume())?;
+    match refused {
+        Err(Error::Unavailable { source, .. }) if source.to_string().contains("min_replicas") => {}
+        other => anyhow::bail!("a grant no replica had: {other:?}"),
+    }
+    ensure!(
+        matches!(permit, Err(Error::Unavailable { .. })),
+        "a permit no replica had: {permit:?}"
+    );
+    ensure!(
+        matches!(extended, Err(Error::Unavailable { .. })),
+        "an extension no replica had: {extended:?}"
+    );
+    // Nothing of the refused grants is left held.
+    let free = plain.mutex("acked/refused").try_acquire().await?;
+    ensure!(
+        free.is_some(),
+        "a grant the replicas never confirmed is still held"
+    );
+    let a = plain.semaphore("acked/permits", 2).try_acquire().await?;
+    let b = plain.semaphore("acked/permits", 2).try_acquire().await?;
+    ensure!(a.is_some() && b.is_some(), "a refused permit is still held");
+    ensure!(
+        !held.is_lost(),
+        "an unconfirmed extension counted as a loss"
+    );
+    held.extend(Duration::from_secs(30)).await?;
+    acked
+        .mutex("acked/again")
+        .acquire()
+        .await?
+        .release()
+        .await?;
+    held.release().await?;
+    Ok(())
+}

@@ -48,6 +48,12 @@ pub struct RedisConfig {
     /// name and stands for whichever server the sentinels name as its primary; the rest of
     /// `server` (credentials, database, options) is used as written.
     pub sentinel: Option<SentinelConfig>,
+    /// How many replicas must have a grant or an extension before it returns (URL
+    /// `min_replicas`; Redis `WAIT`). 0 (the default) returns once the primary has it.
+    pub min_replicas: u32,
+    /// How long a grant or an extension waits for [`min_replicas`](RedisConfig::min_replicas)
+    /// replicas (URL `replica_timeout`); shorter than the response timeout. Default: 500 ms.
+    pub replica_timeout: Duration,
 }
 
 /// Where the sentinels of a Redis primary are, and what to ask them (`redis+sentinel://`).
@@ -139,6 +145,8 @@ impl Default for RedisConfig {
             poll_min: Duration::from_millis(20),
             poll_max: MAX_POLL,
             sentinel: None,
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -154,13 +162,17 @@ impl fmt::Debug for RedisConfig {
             .field("poll_min", &self.poll_min)
             .field("poll_max", &self.poll_max)
             .field("sentinel", &self.sentinel)
+            .field("min_replicas", &self.min_replicas)
+            .field("replica_timeout", &self.replica_timeout)
             .finish()
     }
 }
 
-const OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, protocol";
+const OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, protocol, \
+                       min_replicas, replica_timeout";
 const SENTINEL_OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, \
-                                protocol, sentinel_user, sentinel_password";
+                                protocol, min_replicas, replica_timeout, sentinel_user, \
+                                sentinel_password";
 /// The shape of a sentinel URL, for errors.
 const SENTINEL_FORM: &str =
     "redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/DB]";
@@ -282,6 +294,8 @@ impl RedisConfig {
                 "connect_timeout" => self.connect_timeout = option.duration("250ms or 2s")?,
                 "poll_min" => self.poll_min = option.duration("250ms or 2s")?,
                 "poll_max" => self.poll_max = option.duration("250ms or 2s")?,
+                "min_replicas" => self.min_replicas = option.number()?,
+                "replica_timeout" => self.replica_timeout = option.duration("250ms or 2s")?,
                 "protocol" => passed.push(option.pair),
                 _ => own(&option)?,
             }
@@ -351,6 +365,15 @@ impl RedisConfig {
             if timeout.is_zero() || timeout > Duration::from_secs(3600) {
                 return Err(Error::invalid_argument(what, "must be between 1ms and 1h"));
             }
+        }
+        if self.min_replicas > 0
+            && (self.replica_timeout.is_zero() || self.replica_timeout >= self.response_timeout)
+        {
+            return Err(Error::invalid_argument(
+                "replica_timeout",
+                "must be above 0 and below the response timeout (`timeout`), which bounds the \
+                 WAIT that asks the replicas",
+            ));
         }
         if self.prefix.len() > 256 {
             return Err(Error::invalid_argument("prefix", "longer than 256 bytes"));

@@ -186,6 +186,55 @@ impl Inner {
         self.node.conn()
     }
 
+    /// With `min_replicas`, waits until that many replicas have every write this client sent
+    /// so far (`WAIT`, on the shared command connection); `what` names the write for the
+    /// error.
+    async fn replicated(&self, what: &str) -> Result<()> {
+        let wanted = self.config.min_replicas;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let acked: u32 = ::redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(ms(self.config.replica_timeout))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.fail(e, ""))?;
+        if acked >= wanted {
+            return Ok(());
+        }
+        Err(Error::Unavailable {
+            backend: BACKEND,
+            source: format!(
+                "{what}: {acked} of the {wanted} replicas asked for (min_replicas) acknowledged it \
+                 within {:?} (replica_timeout)",
+                self.config.replica_timeout
+            )
+            .into(),
+        })
+    }
+
+    /// A grant that must reach `min_replicas` replicas: when it does not, it is released
+    /// again and the call fails, so no caller holds a lock the replicas do not know.
+    async fn confirm_grants(
+        &self,
+        leases: Option<Vec<Arc<dyn Lease>>>,
+    ) -> Result<Option<Vec<Arc<dyn Lease>>>> {
+        let Some(leases) = leases else {
+            return Ok(None);
+        };
+        if let Err(error) = self.replicated("the grant").await {
+            for lease in &leases {
+                if let Err(release) = lease.release().await {
+                    tracing::debug!(%release, "releasing a grant the replicas did not confirm failed; it expires instead");
+                }
+            }
+            return Err(error);
+        }
+        Ok(Some(leases))
+    }
+
     /// A failed request as dlock's error; a timeout says the configured response timeout.
     /// A server that cannot be reached (or answers as a replica) may have been replaced by a
     /// failover: behind Sentinel, the sentinels are asked at once.
@@ -322,10 +371,41 @@ impl Backend for RedisBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        let granted = match shared_holds::acquire(&self.inner, req).await {
+            Some(shared) => shared?,
+            None => self.acquire_mutex(req).await?,
+        };
+        let confirmed = self
+            .inner
+            .confirm_grants(granted.map(|lease| vec![lease]))
+            .await?;
+        Ok(confirmed.and_then(|mut leases| leases.pop()))
+    }
+
+    fn monitor(&self) -> Option<&dyn MonitorStore> {
+        Some(self)
+    }
+
+    async fn try_acquire_all(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
+        let granted = match self.acquire_all(reqs).await {
+            Ok(granted) => granted,
+            Err(error) => return Some(Err(error)),
+        };
+        Some(self.inner.confirm_grants(granted).await)
+    }
+
+    fn values(&self) -> Option<&dyn ValueStore> {
+        Some(self)
+    }
+}
+
+impl RedisBackend {
+    /// A mutex hold: `acquire.lua`, waiting by pub/sub.
+    async fn acquire_mutex(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let inner = &self.inner;
-        if let Some(shared) = shared_holds::acquire(inner, req).await {
-            return shared;
-        }
         let keys = inner.keys(req.name.as_str());
         let waits = req.wait != Wait::No;
         let leftovers = Leftovers::default();
@@ -395,23 +475,6 @@ impl Backend for RedisBackend {
         acquired
     }
 
-    fn monitor(&self) -> Option<&dyn MonitorStore> {
-        Some(self)
-    }
-
-    async fn try_acquire_all(
-        &self,
-        reqs: &[AcquireRequest],
-    ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
-        Some(self.acquire_all(reqs).await)
-    }
-
-    fn values(&self) -> Option<&dyn ValueStore> {
-        Some(self)
-    }
-}
-
-impl RedisBackend {
     /// `acquire_all.lua`: every lock or none, in one script (one node holds them all).
     async fn acquire_all(&self, reqs: &[AcquireRequest]) -> Result<Option<Vec<Arc<dyn Lease>>>> {
         let (Some(first), Some(ttl)) = (reqs.first(), reqs.iter().map(|r| r.ttl).min()) else {
@@ -490,11 +553,10 @@ impl Lease for RedisLease {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
-        if owned == 1 {
-            Ok(())
-        } else {
-            Err(Error::not_owned(self.name()))
+        if owned != 1 {
+            return Err(Error::not_owned(self.name()));
         }
+        self.inner.replicated("the extension").await
     }
 
     async fn release(&self) -> Result<()> {

@@ -235,11 +235,10 @@ impl Lease for SharedHold {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.inner.fail(e, &self.keys.holders))?;
-        if owned == 1 {
-            Ok(())
-        } else {
-            Err(Error::not_owned(&self.name))
+        if owned != 1 {
+            return Err(Error::not_owned(&self.name));
         }
+        self.inner.replicated("the extension").await
     }
 
     async fn release(&self) -> Result<()> {
