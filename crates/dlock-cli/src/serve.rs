@@ -94,7 +94,7 @@ pub(crate) async fn serve(url: &str, args: ServeArgs) -> i32 {
         Ok(locks) => locks,
         Err(code) => return code,
     };
-    if !locks.info().capabilities.monitor {
+    if !locks.info().capabilities.list {
         eprintln!(
             "dlock: the {} store cannot list its locks: nothing to serve",
             locks.info().name

@@ -456,3 +456,79 @@ async fn an_old_lease_table_is_migrated_with_fences_above_its_own() {
     )
     .await;
 }
+
+/// Session mode inspects what the server shows: the holder (from its connection's tag), the
+/// waiters (ungranted entries of the same key), and a foreign holder of the key without a tag;
+/// breaking ends the holder's connection, and its client is told.
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_locks_are_inspected_and_broken_through_the_server() {
+    let Some(server) = server() else { return };
+    let url = format!(
+        "{}?mode=session&check_interval=100ms",
+        Postgres::url(&server)
+    );
+    let holder = dlock::connect(&url)
+        .await
+        .unwrap()
+        .with_label("nightly")
+        .unwrap();
+    let observer = dlock::connect(&url).await.unwrap();
+    let guard = holder.mutex("report").acquire().await.unwrap();
+    let waiter = dlock::connect(&url).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .mutex("report")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    let mut info = observer.inspect("report").await.unwrap().unwrap();
+    for _ in 0..100 {
+        if info.waiters == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        info = observer.inspect("report").await.unwrap().unwrap();
+    }
+    assert_eq!(info.waiters, Some(1), "{info:?}");
+    assert_eq!(info.fence, guard.fence());
+    assert_eq!(info.owner.label.as_deref(), Some("nightly"));
+    assert_eq!(info.owner.pid, std::process::id());
+    assert_eq!(info.ttl_left, None);
+    assert!(observer.inspect("other").await.unwrap().is_none());
+    let listed: Result<Vec<_>, _> = futures::TryStreamExt::try_collect(observer.list("")).await;
+    assert!(
+        matches!(listed, Err(Error::Unsupported { .. })),
+        "{listed:?}"
+    );
+
+    // Broken: the holder's connection ends, its client is told, the waiter gets the lock.
+    assert!(observer.force_release("report").await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the broken holder was not told");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > info.fence);
+    let shown = observer.inspect("report").await.unwrap().unwrap();
+    assert_eq!((shown.fence, shown.waiters), (next.fence(), Some(0)));
+    next.release().await.unwrap();
+
+    // A holder of the same key that is not dlock's is shown as such.
+    let admin = admin(&server).await;
+    let mut foreign = admin.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('report', $1))")
+        .bind(0x64_6c_6f_63_6b_i64)
+        .execute(&mut *foreign)
+        .await
+        .unwrap();
+    let shown = observer.inspect("report").await.unwrap().unwrap();
+    assert_eq!(shown.owner.label.as_deref(), Some("not a dlock holder"));
+}

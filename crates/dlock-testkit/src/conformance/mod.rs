@@ -61,6 +61,11 @@ impl Ctx {
         format!("{}/{suffix}", self.prefix)
     }
 
+    /// The backend under test, as its fixture names it (`postgres-session`, …).
+    pub fn backend(&self) -> &'static str {
+        self.fx.backend()
+    }
+
     /// This case's name prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -100,8 +105,12 @@ pub enum Needs {
     NotFair,
     /// Fair locks shared with other processes.
     FairCrossProcess,
-    /// Inspection: inspect, list, force_release.
+    /// Inspection: inspect, force_release.
     Monitor,
+    /// Listing by name prefix.
+    List,
+    /// Inspection without listing (to check the unsupported error).
+    MonitorWithoutList,
     /// A backend *without* inspection (to check the unsupported error).
     NotMonitor,
     /// Inspection that counts a lock's waiters: every store with inspection but Redlock,
@@ -142,18 +151,22 @@ impl Needs {
                     Needs::CrossProcess.unmet(caps, fx)
                 }
             }
-            Needs::SemaphoreSize => (!caps.permits && !caps.monitor)
+            Needs::SemaphoreSize => (!caps.permits && !caps.list)
                 .then_some("composed semaphores cannot list their slots to compare sizes"),
             Needs::Monitor => (!caps.monitor).then_some("no inspection"),
             Needs::NotMonitor => caps.monitor.then_some("inspection is supported"),
+            Needs::List => (!caps.list).then_some("no listing"),
+            Needs::MonitorWithoutList => {
+                (!caps.monitor || caps.list).then_some("not a store that inspects without listing")
+            }
             Needs::MonitorWaiters => {
                 if fx.backend().starts_with("redlock") {
                     Some("Redlock keeps no queue of waiters to count")
                 } else {
-                    Needs::Monitor.unmet(caps, fx)
+                    Needs::List.unmet(caps, fx)
                 }
             }
-            Needs::MonitorNativeShared => (!(caps.monitor && caps.permits && caps.rwlock))
+            Needs::MonitorNativeShared => (!(caps.list && caps.permits && caps.rwlock))
                 .then_some("no native semaphores and read-write locks to inspect"),
             Needs::Values => (!caps.values).then_some("no versioned values"),
             Needs::NotValues => caps.values.then_some("versioned values are supported"),

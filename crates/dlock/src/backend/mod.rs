@@ -205,8 +205,11 @@ pub struct Capabilities {
     pub native_loss_signal: bool,
     /// Locks are visible to other processes (false only for `memory`).
     pub cross_process: bool,
-    /// `inspect`, `list` and `force_release` are available.
+    /// `inspect` and `force_release` are available ([`Backend::monitor`]).
     pub monitor: bool,
+    /// `list` is available too: the store can find its locks by name prefix. False where it
+    /// keeps only a hash of each name (PostgreSQL's session locks).
+    pub list: bool,
     /// Versioned values with atomic compare-and-set ([`Backend::values`]).
     pub values: bool,
     /// Native semaphores: [`LockKind::Permit`] requests (reentrant and fair are never asked).
@@ -225,6 +228,7 @@ impl Capabilities {
             native_loss_signal: false,
             cross_process: false,
             monitor: false,
+            list: false,
             values: false,
             permits: false,
             rwlock: false,

@@ -43,6 +43,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: false,
         cross_process: true,
         monitor: true,
+        list: true,
         values: true,
         permits: true,
         rwlock: true,

@@ -33,6 +33,7 @@ const INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         cross_process: false,
         monitor: true,
+        list: true,
         values: true,
         permits: false,
         rwlock: false,

@@ -3,6 +3,13 @@
 //! they exclude each other: safe, but one waits for the other). Waits happen inside the server
 //! (`lock_timeout` + `pg_advisory_lock`); the lock is gone when its connection is, which the
 //! holder's task notices at a cadence.
+//!
+//! Inspection: while it holds a lock, the holder's connection carries a tag in its
+//! `application_name` (fence, grant time, pid, host, label), set in the statement that takes
+//! the fence. `inspect` finds the holder's connection in `pg_locks` by the name's key and
+//! reads its tag from `pg_stat_activity`; the waiters are the ungranted entries of the same
+//! key. `force_release` ends the holder's connection (`pg_terminate_backend`). Listing is not
+//! possible: the server keeps only each name's hash.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +20,10 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
 
 use crate::backend::wait::{Attempt, acquire_loop};
-use crate::backend::{AcquireRequest, Lease, Wait};
+use crate::backend::{AcquireRequest, Lease, ListPage, ListQuery, LockInfo, MonitorStore, Wait};
 use crate::error::{Error, Result};
+use crate::fence::FencingToken;
+use crate::name::{LockName, Owner};
 use crate::sql_common::{
     ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing,
     detached_attempt,
@@ -39,6 +48,8 @@ pub(crate) struct SessionStore {
 #[derive(Debug)]
 struct Shared {
     pool: PgPool,
+    /// Takes the next fence and tags the holder's connection with it (returning the
+    /// connection's `application_name` before, restored at release).
     fence_sql: Arc<str>,
     /// The table of the fence counter, for errors.
     table: Arc<str>,
@@ -51,7 +62,11 @@ struct Shared {
 impl SessionStore {
     pub(super) fn new(pool: PgPool, table: &str, check_interval: Duration) -> SessionStore {
         // One counter for every name: the table stays one row however many names are used.
-        let fence_sql = super::schema::next_fence_sql(table);
+        let fence_sql = format!(
+            "WITH f AS ({}) SELECT counter, current_setting('application_name'), \
+             set_config('application_name', left($1 || counter || $2, {TAG_LEN}), false) FROM f",
+            super::schema::next_fence_sql(table)
+        );
         SessionStore {
             shared: Arc::new(Shared {
                 watch: Arc::new(Watch { pool: pool.clone() }),
@@ -67,6 +82,10 @@ impl SessionStore {
 
 #[async_trait]
 impl ModeStore for SessionStore {
+    fn session_monitor(&self) -> Option<&dyn MonitorStore> {
+        Some(self)
+    }
+
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         let shared = &self.shared;
         shared.alarm.ensure_watcher(&shared.watch);
@@ -137,11 +156,14 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     // (counting from before a long wait made a lock granted after a wait longer than its TTL
     // lost on arrival).
     let start = Instant::now();
-    let fence = sqlx::query_scalar::<_, i64>(AssertSqlSafe(shared.fence_sql.clone()))
+    let (head, tail) = holder_tag(&req.owner);
+    let fence = sqlx::query_as::<_, (i64, String, String)>(AssertSqlSafe(shared.fence_sql.clone()))
+        .bind(head)
+        .bind(tail)
         .fetch_optional(&mut *conn)
         .await;
-    let fence = match fence {
-        Ok(Some(fence)) => fence,
+    let (fence, app_name) = match fence {
+        Ok(Some((fence, before, _))) => (fence, before),
         Ok(None) => {
             conn.close_on_drop();
             return Err(counter_missing("postgres", &shared.table));
@@ -157,6 +179,7 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
         Held {
             conn,
             name: name.clone(),
+            app_name,
         },
         name,
         fence,
@@ -171,6 +194,8 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
 struct Held {
     conn: PoolConnection<Postgres>,
     name: String,
+    /// The connection's `application_name` before the holder's tag replaced it.
+    app_name: String,
 }
 
 #[async_trait]
@@ -182,12 +207,17 @@ impl SessionConn for Held {
     }
 
     async fn unlock(&mut self) -> Result<bool> {
-        sqlx::query_scalar::<_, bool>("SELECT pg_advisory_unlock(hashtextextended($1, $2))")
-            .bind(&self.name)
-            .bind(KEY_SEED)
-            .fetch_one(&mut *self.conn)
-            .await
-            .map_err(from_sqlx)
+        sqlx::query_as::<_, (bool, String)>(
+            "SELECT pg_advisory_unlock(hashtextextended($1, $2)), \
+             set_config('application_name', $3, false)",
+        )
+        .bind(&self.name)
+        .bind(KEY_SEED)
+        .bind(&self.app_name)
+        .fetch_one(&mut *self.conn)
+        .await
+        .map(|(unlocked, _)| unlocked)
+        .map_err(from_sqlx)
     }
 
     fn recycle(self) {
@@ -230,5 +260,146 @@ impl SessionWatch for Watch {
             .await
             .map(drop)
             .map_err(from_sqlx)
+    }
+}
+
+/// The longest `application_name` PostgreSQL keeps (`NAMEDATALEN - 1` bytes).
+const TAG_LEN: usize = 63;
+/// The start of a holder's tag.
+const TAG_MARK: &str = "dlock:";
+
+/// A holder's tag around its fence: `dlock:` FENCE `:` GRANT-MS `:` PID `:` HOST [`:` LABEL],
+/// numbers in base 36 to leave room for the host and label. The server cuts it at
+/// [`TAG_LEN`] bytes, so a long host or label is shown shortened.
+fn holder_tag(owner: &Owner) -> (String, String) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut tail = format!(":{}:{}:{}", base36(now_ms), owner.pid, owner.host);
+    if let Some(label) = &owner.label {
+        tail.push(':');
+        tail.push_str(label);
+    }
+    (TAG_MARK.to_owned(), tail)
+}
+
+/// The fence the statement puts between the tag's two halves is written in decimal by
+/// PostgreSQL; the grant time in base 36 by [`holder_tag`].
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[usize::try_from(n % 36).unwrap_or(0)]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// What a holder's tag says: its fence, grant time and owner; `None` for another
+/// `application_name` (a holder that is not dlock's, or an older dlock).
+fn parse_holder_tag(tag: &str) -> Option<(i64, std::time::SystemTime, Owner)> {
+    let rest = tag.strip_prefix(TAG_MARK)?;
+    let mut parts = rest.splitn(5, ':');
+    let fence = parts.next()?.parse().ok()?;
+    let ms = u64::from_str_radix(parts.next()?, 36).ok()?;
+    let pid = parts.next()?.parse().ok()?;
+    let host = parts.next()?.to_owned();
+    let label = parts.next().map(str::to_owned);
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    Some((fence, at, Owner::new(label, host, pid)))
+}
+
+/// The holder of the name's key in this database, its tag and how many wait for the key.
+const INSPECT_SQL: &str = "\
+    WITH k AS (SELECT hashtextextended($1, $2) AS key), \
+    held AS (\
+        SELECT l.pid, l.classid, l.objid FROM pg_locks l, k \
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+          AND l.classid = ((k.key >> 32) & 4294967295)::oid \
+          AND l.objid = (k.key & 4294967295)::oid) \
+    SELECT held.pid, coalesce(a.application_name, ''), \
+        (SELECT count(*) FROM pg_locks w \
+         WHERE w.locktype = 'advisory' AND NOT w.granted AND w.objsubid = 1 \
+           AND w.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+           AND w.classid = held.classid AND w.objid = held.objid) \
+    FROM held LEFT JOIN pg_stat_activity a ON a.pid = held.pid";
+
+#[async_trait]
+impl MonitorStore for SessionStore {
+    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        let row = sqlx::query_as::<_, (i32, String, i64)>(INSPECT_SQL)
+            .bind(name.as_str())
+            .bind(KEY_SEED)
+            .fetch_optional(&self.shared.pool)
+            .await
+            .map_err(from_sqlx)?;
+        let Some((pid, tag, waiting)) = row else {
+            return Ok(None);
+        };
+        // Not a dlock holder (or its tag not set yet): the server's process is all there is.
+        let (fence, at, owner) = parse_holder_tag(&tag).unwrap_or_else(|| {
+            let owner = Owner::new(
+                Some("not a dlock holder".into()),
+                "postgres backend",
+                pid.unsigned_abs(),
+            );
+            (0, std::time::UNIX_EPOCH, owner)
+        });
+        let info = LockInfo::new(
+            name.as_str().to_owned(),
+            FencingToken::from_signed(fence),
+            owner,
+            at,
+            None,
+            1,
+        )
+        .with_waiters(u32::try_from(waiting).unwrap_or(u32::MAX));
+        Ok(Some(info))
+    }
+
+    async fn list_page(&self, _query: ListQuery<'_>) -> Result<ListPage> {
+        Err(Error::Unsupported {
+            operation: "listing session locks (the server keeps only a hash of each name)",
+            backend: "postgres",
+        })
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        // Ends the holder's connection, which frees its lock; waits up to 5 s for it to end.
+        let ended = sqlx::query_scalar::<_, bool>(
+            "WITH k AS (SELECT hashtextextended($1, $2) AS key) \
+             SELECT pg_terminate_backend(l.pid, 5000) FROM pg_locks l, k \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND l.classid = ((k.key >> 32) & 4294967295)::oid \
+               AND l.objid = (k.key & 4294967295)::oid",
+        )
+        .bind(name.as_str())
+        .bind(KEY_SEED)
+        .fetch_optional(&self.shared.pool)
+        .await
+        .map_err(from_sqlx)?;
+        Ok(ended.unwrap_or(false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_tag_reads_back() {
+        let owner = Owner::new(Some("job:7".into()), "web-1", 4242);
+        let (head, tail) = holder_tag(&owner);
+        let tag = format!("{head}123{tail}");
+        let (fence, at, read) = parse_holder_tag(&tag).unwrap();
+        assert_eq!((fence, read), (123, owner));
+        assert!(at <= std::time::SystemTime::now());
+        assert!(parse_holder_tag("psql").is_none());
     }
 }

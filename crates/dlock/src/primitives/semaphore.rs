@@ -110,7 +110,7 @@ impl SemaphoreBuilder {
     /// always sees the earlier (both may refuse, never both keep). Stores that cannot list
     /// their locks skip the check.
     async fn checked(&self, base: &LockName, guard: MutexGuard) -> Result<Permit> {
-        if !self.locks.info().capabilities.monitor {
+        if !self.locks.info().capabilities.list {
             return Ok(Permit { guard });
         }
         let prefix = format!("{base}#p");

@@ -1,5 +1,6 @@
 //! A SQL backend's store in the mode chosen when it was built: the lease table or session
-//! locks. Only the lease table can be inspected.
+//! locks. The lease table can be inspected and listed; session locks only where the server
+//! shows who holds a lock (PostgreSQL), and never listed (the server keeps only hashes).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -13,6 +14,11 @@ use crate::error::{Error, Result};
 #[async_trait]
 pub(crate) trait ModeStore: Debug + Send + Sync {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>>;
+
+    /// Inspection of session locks, where the server can show their holders.
+    fn session_monitor(&self) -> Option<&dyn MonitorStore> {
+        None
+    }
 }
 
 /// The store of one SQL client: lease table `L` or session locks `S`.
@@ -45,7 +51,7 @@ impl<L: ModeStore + MonitorStore, S: ModeStore> SqlStore<L, S> {
     pub(crate) fn monitor(&self) -> Option<&dyn MonitorStore> {
         match self {
             SqlStore::Lease(store) => Some(store),
-            SqlStore::Session(_) => None,
+            SqlStore::Session(store) => store.session_monitor(),
         }
     }
 
