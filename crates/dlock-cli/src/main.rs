@@ -34,7 +34,8 @@ fn backends() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = Vec::new();
     for scheme in dlock::enabled_schemes() {
         let name = match scheme {
-            "rediss" | "redis+sentinel" | "rediss+sentinel" => "redis",
+            "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster" => "redis",
             "redlocks" => "redlock",
             "postgresql" => "postgres",
             "mariadb" => "mysql",

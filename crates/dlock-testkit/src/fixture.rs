@@ -6,8 +6,8 @@ use dlock::Locks;
 use futures::future::BoxFuture;
 
 use crate::server::{
-    Etcd, EtcdCluster, Redis, RedisNodes, RedisReplicaSet, RedisSentinelSet, ServerProcess,
-    Zookeeper, ZookeeperEnsemble,
+    Etcd, EtcdCluster, Redis, RedisCluster, RedisNodes, RedisReplicaSet, RedisSentinelSet,
+    ServerProcess, Zookeeper, ZookeeperEnsemble,
 };
 
 /// One backend under test. Each call to [`connect`](Fixture::connect) must return a new,
@@ -295,7 +295,7 @@ fn unless_missing<T>(
 ) -> anyhow::Result<Option<T>> {
     // `DLOCK_TEST_REQUIRE` names servers: `redis` covers Redlock, `etcd` the etcd cluster.
     let server = match backend {
-        "redlock" | "redis-sentinel" => "redis",
+        "redlock" | "redis-sentinel" | "redis-cluster" => "redis",
         "etcd-cluster" => "etcd",
         "zookeeper-ensemble" => "zookeeper",
         other => other,
@@ -374,6 +374,8 @@ pub type RedisReplicaFixture = ServerFixture<RedisReplicaSet, RedisReplicaSet>;
 /// A real Redis primary, replica and three sentinels; clients find the primary through the
 /// sentinels (`redis+sentinel://`).
 pub type RedisSentinelFixture = ServerFixture<RedisSentinelSet, RedisSentinelSet>;
+/// A real Redis Cluster: three primaries with a replica each (`redis+cluster://`).
+pub type RedisClusterFixture = ServerFixture<RedisCluster, RedisCluster>;
 /// Redlock over real `redis-server` processes.
 pub type RedlockFixture = ServerFixture<RedisNodes, RedisNodes>;
 /// A real single-member etcd on free loopback ports.
@@ -440,6 +442,21 @@ impl RedisSentinelFixture {
         Ok(set.map(|set| {
             let url = set.url();
             ServerFixture::new("redis-sentinel", set, url)
+        }))
+    }
+}
+
+impl RedisClusterFixture {
+    /// Starts the cluster and waits until every node serves every slot.
+    ///
+    /// # Errors
+    ///
+    /// See above; also a cluster that did not settle.
+    pub fn start() -> anyhow::Result<Option<Arc<RedisClusterFixture>>> {
+        let cluster = unless_missing("redis-cluster", RedisCluster::start())?;
+        Ok(cluster.map(|cluster| {
+            let url = cluster.url();
+            ServerFixture::new("redis-cluster", cluster, url)
         }))
     }
 }

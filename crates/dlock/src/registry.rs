@@ -14,6 +14,8 @@ const FEATURE_OF_SCHEME: &[(&str, &str)] = &[
     ("rediss", "redis"),
     ("redis+sentinel", "redis"),
     ("rediss+sentinel", "redis"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis"),
     ("redlock", "redis"),
     ("redlocks", "redis"),
     ("postgres", "postgres"),
@@ -35,6 +37,8 @@ pub fn enabled_schemes() -> Vec<&'static str> {
     schemes.extend_from_slice(crate::redis::REDIS_SCHEMES);
     #[cfg(feature = "redis")]
     schemes.extend_from_slice(crate::redis::SENTINEL_SCHEMES);
+    #[cfg(feature = "redis")]
+    schemes.extend_from_slice(crate::redis::CLUSTER_SCHEMES);
     #[cfg(feature = "redis")]
     schemes.extend_from_slice(crate::redlock::REDLOCK_SCHEMES);
     #[cfg(feature = "postgres")]
@@ -83,7 +87,8 @@ async fn connect_scheme(url: &str) -> Result<DynBackend> {
             crate::sqlite::SqliteBackend::connect_url(url).await?,
         )),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Ok(Arc::new(
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+        | "rediss+cluster" => Ok(Arc::new(
             crate::redis::RedisBackend::connect_url(url).await?,
         )),
         #[cfg(feature = "redis")]

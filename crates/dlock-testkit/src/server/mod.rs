@@ -28,6 +28,7 @@ pub mod port;
 pub mod postgres;
 mod process;
 pub mod redis;
+pub mod redis_cluster;
 pub mod redis_sentinel;
 mod template;
 pub mod zookeeper;
@@ -42,5 +43,6 @@ pub use redis::{
     Redis, RedisNodes, RedisReplicaSet, RedisTls, redis_command, redis_command_with_timeout,
     redis_get, restore_snapshot, save_snapshot,
 };
+pub use redis_cluster::RedisCluster;
 pub use redis_sentinel::{RedisSentinel, RedisSentinelSet, SENTINEL_MASTER};
 pub use zookeeper::{Zookeeper, ZookeeperEnsemble, four_letter, zookeeper_installed};

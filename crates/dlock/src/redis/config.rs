@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{REDIS_SCHEMES, SENTINEL_SCHEMES};
+use super::{CLUSTER_SCHEMES, REDIS_SCHEMES, SENTINEL_SCHEMES};
 use crate::backend::url::StoreUrl;
 use crate::error::{Error, Result, redact_url};
 
@@ -48,6 +48,10 @@ pub struct RedisConfig {
     /// name and stands for whichever server the sentinels name as its primary; the rest of
     /// `server` (credentials, database, options) is used as written.
     pub sentinel: Option<SentinelConfig>,
+    /// The nodes of a Redis Cluster to start from (a `redis+cluster://` URL), each
+    /// `host:port`; empty for one server. With them, [`server`](RedisConfig::server) is the
+    /// first node's URL and gives the credentials and options of every node.
+    pub cluster: Vec<String>,
     /// How many replicas must have a grant or an extension before it returns (URL
     /// `min_replicas`; Redis `WAIT`). 0 (the default) returns once the primary has it.
     pub min_replicas: u32,
@@ -145,6 +149,7 @@ impl Default for RedisConfig {
             poll_min: Duration::from_millis(20),
             poll_max: MAX_POLL,
             sentinel: None,
+            cluster: Vec::new(),
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
         }
@@ -162,6 +167,7 @@ impl fmt::Debug for RedisConfig {
             .field("poll_min", &self.poll_min)
             .field("poll_max", &self.poll_max)
             .field("sentinel", &self.sentinel)
+            .field("cluster", &self.cluster)
             .field("min_replicas", &self.min_replicas)
             .field("replica_timeout", &self.replica_timeout)
             .finish()
@@ -173,6 +179,8 @@ const OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max,
 const SENTINEL_OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, \
                                 protocol, min_replicas, replica_timeout, sentinel_user, \
                                 sentinel_password";
+/// The shape of a cluster URL, for errors.
+const CLUSTER_FORM: &str = "redis+cluster://[user:password@]host:port[,host:port…]";
 /// The shape of a sentinel URL, for errors.
 const SENTINEL_FORM: &str =
     "redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/DB]";
@@ -199,6 +207,12 @@ impl RedisConfig {
                 .is_some_and(|head| head.eq_ignore_ascii_case(&format!("{scheme}://")))
         }) {
             return RedisConfig::from_sentinel_url(url);
+        }
+        if CLUSTER_SCHEMES.iter().any(|scheme| {
+            url.get(..scheme.len() + 3)
+                .is_some_and(|head| head.eq_ignore_ascii_case(&format!("{scheme}://")))
+        }) {
+            return RedisConfig::from_cluster_url(url);
         }
         let parsed = StoreUrl::parse(url, REDIS_SCHEMES, "redis://host[:port][/db]")?;
         let hosts = parsed.hosts();
@@ -278,6 +292,46 @@ impl RedisConfig {
         Ok(config)
     }
 
+    /// Reads a `redis+cluster://` or `rediss+cluster://` URL (see [`CLUSTER_FORM`]).
+    fn from_cluster_url(url: &str) -> Result<RedisConfig> {
+        let parsed = StoreUrl::parse(url, CLUSTER_SCHEMES, CLUSTER_FORM)?;
+        let nodes: Vec<String> = parsed
+            .endpoints(true)?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let path = parsed.path();
+        if path.contains('@') {
+            return Err(parsed.invalid("a `/` in the user name or password must be written as %2F"));
+        }
+        if !matches!(path, "" | "/" | "/0") {
+            return Err(parsed.invalid(format!(
+                "a cluster has only database 0; drop the path ({CLUSTER_FORM})"
+            )));
+        }
+        let mut config = RedisConfig::default();
+        let passed = config.read_options(&parsed, |option| Err(option.unknown(OPTIONS)))?;
+        let userinfo = parsed
+            .userinfo()
+            .map(|u| format!("{u}@"))
+            .unwrap_or_default();
+        let scheme = parsed.scheme.trim_end_matches("+cluster");
+        config.finish(&parsed, scheme, &format!("{userinfo}{}", nodes[0]), &passed)?;
+        config.cluster = nodes;
+        Ok(config)
+    }
+
+    /// The URL of one cluster node: `server` (the first node's) with `node` for its address.
+    pub(crate) fn node_url(&self, node: &str) -> String {
+        let Some((scheme, rest)) = self.server.split_once("://") else {
+            return self.server.clone();
+        };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..end];
+        let userinfo = authority.rfind('@').map_or("", |at| &authority[..=at]);
+        format!("{scheme}://{userinfo}{node}{}", &rest[end..])
+    }
+
     /// Reads the options every Redis URL has; `own` handles the others. Returns the options
     /// that go to redis-rs as written.
     fn read_options<'a>(
@@ -338,6 +392,12 @@ impl RedisConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
+        if self.sentinel.is_some() && !self.cluster.is_empty() {
+            return Err(Error::invalid_argument(
+                "cluster",
+                "a Redis Cluster is not found through sentinels: set one of the two",
+            ));
+        }
         if let Some(sentinel) = &self.sentinel {
             if sentinel.sentinels.is_empty() {
                 return Err(Error::invalid_argument("sentinels", "none given"));
@@ -417,6 +477,38 @@ mod tests {
                 "redis://h?poll_max=1s",
                 "redis://h?prefix=%zz",
                 "memory://x",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_node_url_keeps_all_but_the_host() {
+        let mut config = RedisConfig {
+            server: "redis://u:p%2F@orders/2?protocol=resp3".into(),
+            ..RedisConfig::default()
+        };
+        assert_eq!(
+            config.node_url("10.0.0.5:6380"),
+            "redis://u:p%2F@10.0.0.5:6380/2?protocol=resp3"
+        );
+        config.server = "rediss://orders#insecure".into();
+        assert_eq!(config.node_url("h:1"), "rediss://h:1#insecure");
+    }
+
+    #[test]
+    fn reads_cluster_urls() {
+        let c = RedisConfig::from_url("rediss+cluster://u:p@a:1,b:2?prefix=q:#insecure").unwrap();
+        assert_eq!(c.server, "rediss://u:p@a:1#insecure");
+        assert_eq!(c.cluster, ["a:1", "b:2"]);
+        assert_eq!(c.node_url("b:2"), "rediss://u:p@b:2#insecure");
+        assert_each_url_refused(
+            RedisConfig::from_url,
+            &[
+                "redis+cluster://",
+                "redis+cluster://a",
+                "redis+cluster://a:1/2",
+                "redis+cluster://a:1?bogus=1",
+                "redis+cluster://a:1,b",
             ],
         );
     }

@@ -1,6 +1,8 @@
 #![doc = include_str!("docs.md")]
 
+mod cluster;
 mod config;
+pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod monitor;
 pub(crate) mod node;
@@ -16,8 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
-use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
+use conn::Conn;
 use tokio::time::Instant;
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
@@ -37,6 +39,8 @@ use scripts::Keys;
 pub const REDIS_SCHEMES: &[&str] = &["redis", "rediss"];
 /// URL schemes of a primary found through Redis Sentinel.
 pub const SENTINEL_SCHEMES: &[&str] = &["redis+sentinel", "rediss+sentinel"];
+/// URL schemes of a Redis Cluster.
+pub const CLUSTER_SCHEMES: &[&str] = &["redis+cluster", "rediss+cluster"];
 
 const INFO: BackendInfo = BackendInfo::new(
     BACKEND,
@@ -182,8 +186,8 @@ struct Inner {
 }
 
 impl Inner {
-    /// The command connection to the current primary.
-    fn conn(&self) -> ConnectionManager {
+    /// The command connection to the current primary (or the cluster).
+    fn conn(&self) -> Conn {
         self.node.conn()
     }
 
@@ -288,7 +292,31 @@ impl RedisBackend {
 
 impl Inner {
     fn keys(&self, name: &str) -> Keys {
-        Keys::new(&self.config.prefix, name)
+        Keys::new(&self.config.prefix, &self.in_key(name))
+    }
+
+    /// Whether the store is a Redis Cluster.
+    fn is_cluster(&self) -> bool {
+        !self.config.cluster.is_empty()
+    }
+
+    /// The name as the lock's keys hold it: inside a hash tag on a cluster, so every key of
+    /// the lock lives in one slot ([`cluster::tagged`]).
+    fn in_key<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.is_cluster() {
+            std::borrow::Cow::Owned(cluster::tagged(name))
+        } else {
+            std::borrow::Cow::Borrowed(name)
+        }
+    }
+
+    /// The lock name a key's name part holds ([`in_key`](Inner::in_key) reversed).
+    fn name_in<'a>(&self, in_key: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.is_cluster() {
+            cluster::untagged(in_key)
+        } else {
+            std::borrow::Cow::Borrowed(in_key)
+        }
     }
 }
 
@@ -391,6 +419,17 @@ impl Backend for RedisBackend {
         &self,
         reqs: &[AcquireRequest],
     ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
+        // One script reaches one cluster node: names in different slots are taken one at a
+        // time (by the caller, in canonical order, all or nothing).
+        if self.inner.is_cluster() {
+            let mut slots = reqs
+                .iter()
+                .map(|req| cluster::slot(&self.inner.keys(req.name.as_str()).lock));
+            let first = slots.next();
+            if slots.any(|slot| Some(slot) != first) {
+                return None;
+            }
+        }
         let granted = match self.acquire_all(reqs).await {
             Ok(granted) => granted,
             Err(error) => return Some(Err(error)),
@@ -530,11 +569,13 @@ struct RedisLease {
 }
 
 impl RedisLease {
-    fn name(&self) -> &str {
-        self.keys
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        let in_key = self
+            .keys
             .lock
             .strip_prefix(&scripts::lock_key(&self.inner.config.prefix, ""))
-            .unwrap_or(&self.keys.lock)
+            .unwrap_or(&self.keys.lock);
+        self.inner.name_in(in_key)
     }
 }
 
@@ -555,7 +596,7 @@ impl Lease for RedisLease {
             .await
             .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
         if owned != 1 {
-            return Err(Error::not_owned(self.name()));
+            return Err(Error::not_owned(&self.name()));
         }
         self.inner.replicated("the extension").await
     }
@@ -573,7 +614,7 @@ impl Lease for RedisLease {
 }
 
 impl RedisLease {
-    async fn release_on(&self, mut conn: ConnectionManager) -> Result<()> {
+    async fn release_on(&self, mut conn: Conn) -> Result<()> {
         let left: i64 = scripts::RELEASE
             .key(&self.keys.lock)
             .key(&self.keys.queue)
@@ -585,7 +626,7 @@ impl RedisLease {
             .await
             .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
         if left < 0 {
-            return Err(Error::not_owned(self.name()));
+            return Err(Error::not_owned(&self.name()));
         }
         Ok(())
     }

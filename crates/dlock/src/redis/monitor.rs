@@ -4,8 +4,8 @@
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::conn::Conn;
 use ::redis::Script;
-use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 
 use crate::backend::list_family::ListFamily;
@@ -14,9 +14,9 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
-use super::RedisBackend;
 use super::error::{bad_reply, map_timed};
 use super::scripts::{self, SharedKeys};
+use super::{Inner, RedisBackend};
 
 /// The key of `name` that exists whenever a lock of `family` is held, and its Redis type.
 fn key_prefix(family: ListFamily, prefix: &str) -> (String, &'static str) {
@@ -103,50 +103,41 @@ impl MonitorStore for RedisBackend {
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let mut conn = self.inner.conn();
         let locks = ListFamily::ALL.map(|family| (family, name.as_str().to_owned()));
-        let infos = inspect_many(
-            &mut conn,
-            &self.inner.config.prefix,
-            &locks,
-            self.inner.config.response_timeout,
-        )
-        .await?;
+        let infos = inspect_many(&self.inner, &mut conn, &locks).await?;
         Ok(infos.into_iter().flatten().next())
     }
 
+    /// A page of one server's `SCAN`; on a cluster, of each primary's in turn (the cursor
+    /// names the primary by its place in the sorted list of primaries).
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
-        let (family, position) = ListFamily::parse(query.cursor);
-        let cursor: u64 = position.parse().unwrap_or(0);
         let mut conn = self.inner.conn();
-        let prefix = &self.inner.config.prefix;
-        let (key_prefix, key_type) = key_prefix(family, prefix);
-        let pattern = scripts::scan_pattern(&key_prefix, query.prefix);
-        let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(query.limit.max(10))
-            .arg("TYPE")
-            .arg(key_type)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.inner.fail(e, &pattern))?;
-        let names: Vec<String> = keys
-            .iter()
-            .map(|key| key.strip_prefix(&key_prefix).unwrap_or(key).to_owned())
-            .collect();
-        let locks: Vec<(ListFamily, String)> =
-            names.into_iter().map(|name| (family, name)).collect();
-        let infos = inspect_many(
-            &mut conn,
-            prefix,
-            &locks,
-            self.inner.config.response_timeout,
-        )
-        .await?;
-        // Expired or released between SCAN and the read: not held any more.
-        let locks = infos.into_iter().flatten().collect();
-        let cursor = family.cursor((next != 0).then(|| next.to_string()).as_deref());
+        if conn.cluster().is_none() {
+            let (locks, cursor) = self
+                .scan_page(&mut conn, None, query.prefix, query.cursor, query.limit)
+                .await?;
+            return Ok(ListPage::new(locks, cursor));
+        }
+        let (node_index, within) = match query.cursor.and_then(|c| c.split_once('|')) {
+            Some((node, within)) => (node.parse::<usize>().unwrap_or(0), Some(within)),
+            None => (0, None),
+        };
+        let primaries = match conn.cluster() {
+            Some(cluster) => super::cluster::primaries(cluster)
+                .await
+                .map_err(|e| self.inner.fail(e, ""))?,
+            None => Vec::new(),
+        };
+        let Some(node) = primaries.get(node_index) else {
+            return Ok(ListPage::new(Vec::new(), None));
+        };
+        let (locks, cursor) = self
+            .scan_page(&mut conn, Some(node), query.prefix, within, query.limit)
+            .await?;
+        let cursor = match cursor {
+            Some(within) => Some(format!("{node_index}|{within}")),
+            None if node_index + 1 < primaries.len() => Some(format!("{}|", node_index + 1)),
+            None => None,
+        };
         Ok(ListPage::new(locks, cursor))
     }
 
@@ -165,6 +156,62 @@ impl MonitorStore for RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// One `SCAN` step over the family the cursor is in (on `node` of a cluster), and the
+    /// locks it found, read in one round trip; the cursor of the page after.
+    async fn scan_page(
+        &self,
+        conn: &mut Conn,
+        node: Option<&String>,
+        name_prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<LockInfo>, Option<String>)> {
+        let (family, position) = ListFamily::parse(cursor.filter(|c| !c.is_empty()));
+        let cursor: u64 = position.parse().unwrap_or(0);
+        let prefix = &self.inner.config.prefix;
+        let (key_prefix, key_type) = key_prefix(family, prefix);
+        // On a cluster a key's name part starts inside its hash tag.
+        let in_key = self.inner.in_key(name_prefix);
+        let in_key = in_key.strip_suffix('}').unwrap_or(&in_key);
+        let pattern = scripts::scan_pattern(&key_prefix, in_key);
+        let mut scan = ::redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(limit.max(10))
+            .arg("TYPE")
+            .arg(key_type);
+        let scanned: ::redis::RedisResult<(u64, Vec<String>)> = match (node, conn.cluster()) {
+            (Some(node), Some(cluster)) => {
+                let routing =
+                    super::cluster::to_node(node).ok_or_else(|| bad_reply("CLUSTER NODES"))?;
+                match cluster.route_command(scan, routing).await {
+                    Ok(value) => {
+                        ::redis::from_redis_value(value).map_err(::redis::RedisError::from)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => scan.query_async(conn).await,
+        };
+        let (next, keys) = scanned.map_err(|e| self.inner.fail(e, &pattern))?;
+        let locks: Vec<(ListFamily, String)> = keys
+            .iter()
+            .map(|key| {
+                let in_key = key.strip_prefix(&key_prefix).unwrap_or(key);
+                (family, self.inner.name_in(in_key).into_owned())
+            })
+            .collect();
+        let infos = inspect_many(&self.inner, conn, &locks).await?;
+        // Expired or released between SCAN and the read: not held any more.
+        let locks = infos.into_iter().flatten().collect();
+        let cursor = family.cursor((next != 0).then(|| next.to_string()).as_deref());
+        Ok((locks, cursor))
+    }
+}
+
 /// The inspection script of a family.
 fn inspect_script(family: ListFamily) -> &'static LazyLock<Script> {
     match family {
@@ -173,32 +220,61 @@ fn inspect_script(family: ListFamily) -> &'static LazyLock<Script> {
     }
 }
 
-/// Reads `locks` (each a family and a name) in one pipeline: one round trip per page.
-async fn inspect_many(
-    conn: &mut ConnectionManager,
+/// The keys the inspection script of `family` reads for a lock whose keys hold `in_key`, and
+/// the shape argument of the shared script.
+fn inspected_keys(
+    family: ListFamily,
     prefix: &str,
+    in_key: &str,
+) -> (String, String, Option<&'static str>) {
+    match family {
+        ListFamily::Mutexes => {
+            let keys = scripts::Keys::new(prefix, in_key);
+            (keys.lock, keys.qexp, None)
+        }
+        ListFamily::Semaphores => {
+            let keys = SharedKeys::permits(prefix, in_key);
+            (keys.holders, keys.state, Some("permits"))
+        }
+        ListFamily::RwLocks => {
+            let keys = SharedKeys::rwlock(prefix, in_key);
+            (keys.holders, keys.state, Some("rwlock"))
+        }
+    }
+}
+
+/// Reads `locks` (each a family and a name): in one pipeline on one server (one round trip
+/// per page); on a cluster one script per lock, all at once (a pipeline reaches one slot).
+async fn inspect_many(
+    inner: &Inner,
+    conn: &mut Conn,
     locks: &[(ListFamily, String)],
-    timeout: Duration,
 ) -> Result<Vec<Option<LockInfo>>> {
+    let prefix = &inner.config.prefix;
+    let timeout = inner.config.response_timeout;
     let Some((_, first)) = locks.first() else {
         return Ok(Vec::new());
     };
+    if inner.is_cluster() {
+        let reads = locks.iter().map(|(family, name)| {
+            let mut conn = conn.clone();
+            async move {
+                let (first_key, second_key, shape) =
+                    inspected_keys(*family, prefix, &inner.in_key(name));
+                let mut invocation = inspect_script(*family).key(first_key);
+                invocation.key(second_key).arg(shape);
+                let reply: Vec<Option<String>> = invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| map_timed(e, name, timeout))?;
+                read_reply(*family, name, &reply)
+            }
+        });
+        return futures::future::try_join_all(reads).await;
+    }
     let mut pipe = ::redis::pipe();
     for (family, name) in locks {
-        let (first_key, second_key, shape) = match family {
-            ListFamily::Mutexes => {
-                let keys = scripts::Keys::new(prefix, name);
-                (keys.lock, keys.qexp, None)
-            }
-            ListFamily::Semaphores => {
-                let keys = SharedKeys::permits(prefix, name);
-                (keys.holders, keys.state, Some("permits"))
-            }
-            ListFamily::RwLocks => {
-                let keys = SharedKeys::rwlock(prefix, name);
-                (keys.holders, keys.state, Some("rwlock"))
-            }
-        };
+        let (first_key, second_key, shape) = inspected_keys(*family, prefix, name);
         pipe.cmd("EVALSHA")
             .arg(inspect_script(*family).get_hash())
             .arg(2)
@@ -224,9 +300,18 @@ async fn inspect_many(
     locks
         .iter()
         .zip(replies)
-        .map(|((family, name), reply)| match family {
-            ListFamily::Mutexes => lock_info(name.clone(), HoldKind::Mutex, &reply),
-            ListFamily::Semaphores | ListFamily::RwLocks => shared_info(name.clone(), &reply),
-        })
+        .map(|((family, name), reply)| read_reply(*family, name, &reply))
         .collect()
+}
+
+/// Reads the reply of `family`'s inspection script for the lock `name`.
+fn read_reply(
+    family: ListFamily,
+    name: &str,
+    reply: &[Option<String>],
+) -> Result<Option<LockInfo>> {
+    match family {
+        ListFamily::Mutexes => lock_info(name.to_owned(), HoldKind::Mutex, reply),
+        ListFamily::Semaphores | ListFamily::RwLocks => shared_info(name.to_owned(), reply),
+    }
 }

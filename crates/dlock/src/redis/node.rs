@@ -2,6 +2,8 @@
 //! itself, and the pub/sub side for waiters. The Redis backend has one; Redlock has one per
 //! node. Behind Sentinel the server is whichever one the sentinels name as primary: a
 //! follower task ([`super::sentinel`]) moves both sides to the new primary after a failover.
+//! A Redis Cluster is one node too: its connection routes commands ([`super::cluster`]), and
+//! its pub/sub side listens on any one node (a cluster passes every message to all nodes).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +12,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Notify, watch};
 
 use super::config::RedisConfig;
+use super::conn::Conn;
 use super::error::{map, map_timed};
 use super::sentinel;
 use super::wake::Wakeups;
@@ -17,10 +20,15 @@ use crate::error::{Error, Result, redact_url};
 
 /// The server commands go to now.
 pub(crate) struct Primary {
-    /// Its `host:port`, as the sentinels name it (the URL's for a fixed server).
+    /// Its `host:port`, as the sentinels name it (the URL's for a fixed server, the seed
+    /// nodes for a cluster).
     pub(crate) addr: String,
+    /// The server the pub/sub side subscribes on.
     pub(crate) client: ::redis::Client,
-    pub(crate) conn: ConnectionManager,
+    /// Other servers to subscribe on when `client`'s does not answer (a cluster's other seed
+    /// nodes).
+    pub(crate) others: Vec<::redis::Client>,
+    pub(crate) conn: Conn,
 }
 
 impl std::fmt::Debug for Primary {
@@ -60,6 +68,16 @@ impl Node {
     /// connection is made on the first command (a Redlock node may be down).
     pub(crate) async fn connect(config: &RedisConfig, check: bool) -> Result<Node> {
         config.validate()?;
+        if !config.cluster.is_empty() {
+            let primary = super::cluster::connect(config).await?;
+            let (sender, receiver) = watch::channel(Arc::new(primary));
+            return Ok(Node {
+                wakeups: Wakeups::new(receiver.clone()),
+                primary: receiver,
+                suspect: None,
+                _keep: Keep::Fixed(sender),
+            });
+        }
         if let Some(sentinels) = &config.sentinel {
             let primary = sentinel::find_primary(config, sentinels).await?;
             let (sender, receiver) = watch::channel(Arc::new(primary));
@@ -89,8 +107,8 @@ impl Node {
         })
     }
 
-    /// The command connection to the current primary.
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    /// The command connection to the current primary (or the cluster).
+    pub(crate) fn conn(&self) -> Conn {
         self.primary.borrow().conn.clone()
     }
 
@@ -137,7 +155,12 @@ impl Primary {
                 .map_err(|e| map(e, ""))?
         };
         let addr = client.get_connection_info().addr().to_string();
-        Ok(Primary { addr, client, conn })
+        Ok(Primary {
+            addr,
+            client,
+            others: Vec::new(),
+            conn: Conn::Server(conn),
+        })
     }
 }
 

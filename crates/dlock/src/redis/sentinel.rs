@@ -202,7 +202,7 @@ async fn connect_primary(
     sentinels: &SentinelConfig,
     addr: &str,
 ) -> Result<Primary> {
-    let url = primary_url(&config.server, addr);
+    let url = config.node_url(addr);
     let mut primary = Primary::connect(config, &url, true).await?;
     let role: Role = ::redis::cmd("ROLE")
         .query_async(&mut primary.conn)
@@ -262,32 +262,9 @@ fn sentinel_url(config: &RedisConfig, sentinels: &SentinelConfig, addr: &str) ->
     format!("{scheme}://{userinfo}{addr}{fragment}")
 }
 
-/// `server` with its host (the master's name) replaced by `addr`.
-fn primary_url(server: &str, addr: &str) -> String {
-    let Some((scheme, rest)) = server.split_once("://") else {
-        return server.to_owned();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let userinfo = authority.rfind('@').map_or("", |at| &authority[..=at]);
-    format!("{scheme}://{userinfo}{addr}{}", &rest[end..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_primary_url_keeps_all_but_the_host() {
-        assert_eq!(
-            primary_url("redis://u:p%2F@orders/2?protocol=resp3", "10.0.0.5:6380"),
-            "redis://u:p%2F@10.0.0.5:6380/2?protocol=resp3"
-        );
-        assert_eq!(
-            primary_url("rediss://orders#insecure", "h:1"),
-            "rediss://h:1#insecure"
-        );
-    }
 
     #[test]
     fn a_sentinel_url_has_the_sentinels_credentials() {

@@ -94,7 +94,7 @@ pub(super) async fn acquire(
     let shape = Shape::of(req.kind)?;
     let name = req.name.as_str();
     let waits = req.wait != Wait::No;
-    let keys = shape.keys(&inner.config.prefix, name);
+    let keys = shape.keys(&inner.config.prefix, &inner.in_key(name));
     let waiter = waits.then(|| inner.node.wakeups.waiter(&keys.channel, &req.token));
     let in_flight = AtomicBool::new(false);
     let mut abandon = Abandon {
@@ -253,7 +253,7 @@ impl Lease for SharedHold {
 }
 
 impl SharedHold {
-    async fn release_on(&self, mut conn: ::redis::aio::ConnectionManager) -> Result<()> {
+    async fn release_on(&self, mut conn: super::conn::Conn) -> Result<()> {
         let released: i64 = self
             .shape
             .release_script()

@@ -222,8 +222,19 @@ async fn run(mut slot: TaskSlot) {
     let mut pause = RECONNECT_MIN;
     // False once the primary can no longer move (its sender is gone with the client).
     let mut may_move = true;
+    // Which of the primary's servers to subscribe on (only a cluster has more than one).
+    let mut pick = 0usize;
     loop {
-        let client = task.primary.borrow_and_update().client.clone();
+        // A cluster passes every message to all its nodes: when one does not answer, the
+        // next seed node will do.
+        let client = {
+            let primary = task.primary.borrow_and_update();
+            let choices = 1 + primary.others.len();
+            match pick % choices {
+                0 => primary.client.clone(),
+                other => primary.others[other - 1].clone(),
+            }
+        };
         let pubsub = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await
         {
             Ok(Ok(pubsub)) => pubsub,
@@ -236,6 +247,7 @@ async fn run(mut slot: TaskSlot) {
                 if shared.strong_count() == 0 {
                     return;
                 }
+                pick = pick.wrapping_add(1);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(RECONNECT_MAX);
                 continue;

@@ -42,6 +42,12 @@ fn main() {
     );
     #[cfg(feature = "redis")]
     or_missing!(
+        dlock_testkit::fixture::RedisClusterFixture::start().expect("redis-server (cluster)"),
+        "redis-cluster",
+        "redis-server"
+    );
+    #[cfg(feature = "redis")]
+    or_missing!(
         dlock_testkit::fixture::RedlockFixture::start(5).expect("redis-server"),
         "redlock",
         "redis-server"
