@@ -103,9 +103,25 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
+/// How the confirmation of a turn ended.
+enum Confirmed {
+    /// Our key is on the hold's lease: the lock is ours.
+    Ours,
+    /// Our key is still queued, but a key ahead of it is left: wait again.
+    NotFirst,
+}
+
+/// Whether a lease of `secs` asked for at `since` has, at `now`, at least `margin` left in
+/// etcd (which started it after `since`).
+fn lasts(secs: i64, since: Instant, now: Instant, margin: Duration) -> bool {
+    let granted = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+    since + granted > now + margin
+}
+
 /// How the wait for the predecessor ended.
 enum Turn {
-    /// No key with a lower create revision is left: the lock is ours.
+    /// No key ahead is left, as read; or, where the first in line wins, the key we watched
+    /// was deleted (the confirmation checks that no other is left ahead).
     First,
     /// The wait ran out.
     TimedOut,
@@ -213,7 +229,10 @@ impl EtcdBackend {
         }
 
         // Wait with a short lease on the queue key, so a waiter that dies (or is paused) holds
-        // up the queue for seconds, not for its TTL.
+        // up the queue for seconds, not for its TTL. The hold's own lease stays granted, with no
+        // key on it, so that the turn needs no LeaseGrant (a Raft write) on the hand-off path:
+        // a keep-alive restarts it at its full length then. A waiter that dies leaves a lease
+        // with no key, which etcd expires.
         let mut queue_lease = (hold, granted);
         if granted > WAITER_LEASE_SECS {
             let waiter = inner.grant(WAITER_LEASE_SECS).await?;
@@ -237,83 +256,129 @@ impl EtcdBackend {
             if !moved.succeeded() {
                 return Err(place_lost());
             }
-            pending.revoke(hold);
             queue_lease = waiter;
         }
+        // The hold's lease, its granted length, and an instant before it was asked for: etcd
+        // keeps it at least until `since + secs` unless it is kept alive.
+        let mut hold = (hold, granted, start);
 
-        match self
-            .wait_turn(
-                shape,
-                &prefix,
-                my_rev,
-                queue_lease.0,
-                queue_lease.1,
-                req.wait,
-            )
-            .await?
-        {
-            Turn::TimedOut => {
-                pending.revoke_all();
-                return Ok(None);
-            }
-            Turn::First => {}
-        }
-
-        // Our turn. Confirm that our key still exists under a live lease before returning
-        // (etcd issue 11456: a lock granted on a lease that expired during the wait), and start
-        // the hold's TTL afresh.
-        let start = Instant::now();
-        let confirm = |lease: i64| {
-            Txn::new()
-                .when([Compare::create_revision(
-                    key.clone(),
-                    CompareOp::Equal,
+        loop {
+            match self
+                .wait_turn(
+                    shape,
+                    &prefix,
                     my_rev,
-                )])
-                .and_then([TxnOp::put(
-                    key.clone(),
-                    encode_value(req),
-                    Some(PutOptions::new().with_lease(lease)),
-                )])
-        };
-        let lease = if queue_lease.0 == hold {
-            let (alive, confirmed) =
-                tokio::join!(inner.keep_alive(hold), inner.raw_txn(confirm(hold)));
-            match alive {
-                Err(error) if lease_gone(&error) => return Err(place_lost()),
-                Err(error) => return Err(map(error)),
-                Ok(()) => {}
-            }
-            if !confirmed
-                .map_err(|e| lease_lost_is_retryable(e, true))?
-                .succeeded()
+                    queue_lease.0,
+                    queue_lease.1,
+                    req.wait,
+                )
+                .await?
             {
-                return Err(place_lost());
+                Turn::TimedOut => {
+                    pending.revoke_all();
+                    return Ok(None);
+                }
+                Turn::First => {}
             }
-            (hold, granted)
-        } else {
-            let lease = inner.grant(secs).await?;
-            pending.track(lease.0);
-            if !inner
-                .raw_txn(confirm(lease.0))
-                .await
-                .map_err(|e| lease_lost_is_retryable(e, true))?
-                .succeeded()
+            let start = Instant::now();
+            let fresh =
+                hold.0 != queue_lease.0 && !lasts(hold.1, hold.2, start, inner.config.timeout);
+            if fresh {
+                // Waited about as long as the hold's lease: a keep-alive could land on a lease
+                // that has just expired (and etcd would then delete our key with it). A fresh
+                // one instead.
+                let granted = inner.grant(secs).await?;
+                pending.track(granted.0);
+                pending.revoke(hold.0);
+                hold = (granted.0, granted.1, start);
+            }
+            match self
+                .confirm(shape, &prefix, &key, my_rev, req, (hold.0, !fresh))
+                .await?
             {
-                return Err(place_lost());
+                Confirmed::Ours => {}
+                // A key ahead is still there (the one we watched was a waiter that left):
+                // wait again.
+                Confirmed::NotFirst => continue,
             }
-            pending.revoke(queue_lease.0);
-            lease
-        };
-        pending.keep(lease.0);
-        Ok(Some(EtcdLease::new(
-            inner.clone(),
-            req,
-            key,
+            if queue_lease.0 != hold.0 {
+                pending.revoke(queue_lease.0);
+            }
+            pending.keep(hold.0);
+            return Ok(Some(EtcdLease::new(
+                inner.clone(),
+                req,
+                key,
+                my_rev,
+                (hold.0, hold.1),
+                start,
+            )));
+        }
+    }
+
+    /// Our turn (or, for the kinds where the first in line wins, the deletion of the key we
+    /// watched, checked here). Confirms in one transaction that our key still exists with its
+    /// create revision (and, where the first in line wins, that no key is left ahead of it)
+    /// while putting it on the hold's lease `lease.0`, so that a lock is never granted on a
+    /// lease that expired during the wait (etcd issue 11456); `lease.1` says that the lease
+    /// needs a keep-alive first (it was granted before the wait), which runs in parallel and
+    /// starts its TTL afresh.
+    async fn confirm(
+        &self,
+        shape: QueueKind,
+        prefix: &[u8],
+        key: &[u8],
+        my_rev: i64,
+        req: &AcquireRequest,
+        lease: (i64, bool),
+    ) -> Result<Confirmed> {
+        let inner = &self.inner;
+        let mut when = vec![Compare::create_revision(
+            key.to_vec(),
+            CompareOp::Equal,
             my_rev,
-            lease,
-            start,
-        )))
+        )];
+        if shape.first_in_line_wins() {
+            // Every key of the lock was created at or after ours: none is left ahead.
+            when.push(
+                Compare::create_revision(prefix.to_vec(), CompareOp::Greater, my_rev - 1)
+                    .with_prefix(),
+            );
+        }
+        let txn = Txn::new()
+            .when(when)
+            .and_then([TxnOp::put(
+                key.to_vec(),
+                encode_value(req),
+                Some(PutOptions::new().with_lease(lease.0)),
+            )])
+            .or_else([TxnOp::get(key.to_vec(), None)]);
+        let (alive, confirmed) = if lease.1 {
+            tokio::join!(inner.keep_alive(lease.0), inner.raw_txn(txn))
+        } else {
+            (Ok(()), inner.raw_txn(txn).await)
+        };
+        match alive {
+            Err(error) if lease_gone(&error) => return Err(place_lost()),
+            Err(error) => return Err(map(error)),
+            Ok(()) => {}
+        }
+        let reply = confirmed.map_err(|e| lease_lost_is_retryable(e, true))?;
+        if reply.succeeded() {
+            return Ok(Confirmed::Ours);
+        }
+        let still_queued = reply.op_responses().into_iter().any(|op| match op {
+            TxnOpResponse::Get(get) => get
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == my_rev),
+            _ => false,
+        });
+        if still_queued && shape.first_in_line_wins() {
+            Ok(Confirmed::NotFirst)
+        } else {
+            Err(place_lost())
+        }
     }
 
     /// Waits until the key created at `my_rev` has its turn by the rules of `shape`
@@ -395,6 +460,12 @@ impl EtcdBackend {
                         Ok(Some(reply)) if reply.canceled() => break,
                         Ok(Some(reply)) => {
                             if reply.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                                // The key just before ours went: no read before the
+                                // confirmation, which checks that no key is left ahead (a
+                                // round trip less in every hand-off).
+                                if shape.first_in_line_wins() {
+                                    return Ok(Turn::First);
+                                }
                                 break;
                             }
                         }
