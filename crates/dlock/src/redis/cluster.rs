@@ -56,9 +56,16 @@ pub(crate) async fn connect(config: &RedisConfig) -> Result<Primary> {
         url: crate::error::redact_url(&config.server),
         reason: e.to_string(),
     })?;
+    // redis-rs folds the first failure of every seed node into one I/O error: read it.
     let conn: ClusterConnection = client.get_async_connection().await.map_err(|e| {
-        if e.to_string().contains("cluster support disabled") {
+        let text = e.to_string();
+        if text.contains("cluster support disabled") {
             not_a_cluster(config)
+        } else if text.contains("AuthenticationFailed") || text.contains("WRONGPASS") {
+            Error::Unauthenticated {
+                backend: BACKEND,
+                source: Box::new(e),
+            }
         } else {
             map_timed(e, "", config.response_timeout)
         }
