@@ -5,12 +5,14 @@
 //! Stores whose server is not installed are left out with a note on stderr.
 //!
 //! ```text
-//! bench-servers redis redlock zookeeper postgres mysql etcd
+//! bench-servers redis redis-cluster redlock zookeeper postgres mysql etcd
 //! ```
 
 use std::io::Read;
 
-use dlock_testkit::server::{Etcd, Mariadb, Postgres, Redis, ServerProcess, Zookeeper};
+use dlock_testkit::server::{
+    Etcd, Mariadb, Postgres, Redis, RedisCluster, ServerProcess, Zookeeper,
+};
 
 /// Nodes of the Redlock store: the issue's "Redlock over 5 nodes".
 const REDLOCK_NODES: usize = 5;
@@ -39,6 +41,10 @@ fn main() -> anyhow::Result<()> {
                             nodes.iter().map(|n| n.addr().to_string()).collect();
                         (format!("redlock://{}", addrs.join(",")), nodes)
                     }),
+                // Three primaries with a replica each.
+                "redis-cluster" => {
+                    RedisCluster::start().map(|cluster| (cluster.url(), cluster.nodes))
+                }
                 "zookeeper" => ServerProcess::start(Zookeeper::default())
                     .map(|s| (format!("zk://{}/bench", s.addr()), vec![s])),
                 "postgres" => {
