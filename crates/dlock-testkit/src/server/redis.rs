@@ -334,6 +334,28 @@ impl RedisReplicaSet {
     }
 }
 
+/// Polls `done` until it holds, for up to `within`; then fails naming `what`, with the log tail
+/// of `server` (the Redis sets' settling: a failover, a replica catching up, a slot moving).
+pub(super) fn wait_until(
+    what: &str,
+    within: Duration,
+    server: &ServerProcess,
+    done: impl Fn() -> bool,
+) -> Result<(), ServerError> {
+    let deadline = std::time::Instant::now() + within;
+    while !done() {
+        if std::time::Instant::now() > deadline {
+            return Err(ServerError::StartFailed {
+                kind: "redis",
+                reason: format!("timed out waiting until {what}"),
+                log_tail: server.log_tail(30),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
 /// `INFO replication`'s text.
 pub(super) fn replication_info(addr: SocketAddr) -> io::Result<String> {
     let (mut reader, line) = exchange(addr, &["INFO", "replication"], COMMAND_TIMEOUT)?;

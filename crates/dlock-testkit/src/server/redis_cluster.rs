@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::redis::{bulk_body, exchange, expect_ok, remove_snapshot};
 use super::{Redis, ServerError, ServerProcess, find_binary, redis_command};
@@ -306,14 +306,7 @@ impl RedisCluster {
         what: &str,
         done: impl Fn(&RedisCluster) -> bool,
     ) -> Result<(), ServerError> {
-        let deadline = Instant::now() + SETTLE_DEADLINE;
-        while !done(self) {
-            if Instant::now() > deadline {
-                return Err(self.failed(&format!("timed out waiting until {what}")));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
+        super::redis::wait_until(what, SETTLE_DEADLINE, &self.nodes[0], || done(self))
     }
 
     fn failed(&self, reason: &str) -> ServerError {

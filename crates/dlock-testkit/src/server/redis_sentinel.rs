@@ -5,7 +5,7 @@ use std::io::{self, BufRead};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::redis::{bulk_body, exchange, expect_ok, remove_snapshot, replication_info};
 use super::{Redis, ServerError, ServerKind, ServerProcess, redis_command};
@@ -213,18 +213,7 @@ impl RedisSentinelSet {
         what: &str,
         done: impl Fn(&RedisSentinelSet) -> bool,
     ) -> Result<(), ServerError> {
-        let deadline = Instant::now() + SETTLE_DEADLINE;
-        while !done(self) {
-            if Instant::now() > deadline {
-                return Err(ServerError::StartFailed {
-                    kind: "redis",
-                    reason: format!("timed out waiting until {what}"),
-                    log_tail: self.sentinels[0].log_tail(30),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
+        super::redis::wait_until(what, SETTLE_DEADLINE, &self.sentinels[0], || done(self))
     }
 }
 
