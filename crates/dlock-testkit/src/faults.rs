@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::fixture::{
-    EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, RedisFixture, RedisReplicaFixture,
-    RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer, SqliteFixture,
-    ZookeeperEnsembleFixture, ZookeeperFixture,
+    EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, RedisClusterFixture, RedisFixture,
+    RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer,
+    SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use crate::server::{self, ServerProcess};
 
@@ -296,6 +296,30 @@ impl Strikable for RedisSentinelFixture {
     fn faults(self: &Arc<Self>) -> Faults {
         let fx = self.clone();
         let kill: Action = Arc::new(move || Ok(fx.server().kill_primary()?));
+        let back: Action = Arc::new(|| Ok(()));
+        Faults {
+            leader_kill: Some((kill, back)),
+            holder_processes: true,
+            ..Faults::default()
+        }
+    }
+}
+
+/// A cluster's "leader" for a lock is the primary of its slot. The fault does not know the
+/// lock's name, so it kills the primary holding a key of the safety suite's leader-kill run
+/// (`*safety/leader_kill/*`), or the first primary when none is held at that moment; its
+/// replica takes over, and the killed node rejoins as a replica within the same action.
+impl Strikable for RedisClusterFixture {
+    const OFFERS: Offers = CLUSTER;
+    fn faults(self: &Arc<Self>) -> Faults {
+        let fx = self.clone();
+        let kill: Action = Arc::new(move || {
+            let mut cluster = fx.server();
+            let key = cluster
+                .find_key("*safety/leader_kill/*")?
+                .unwrap_or_else(|| "any".to_owned());
+            Ok(cluster.kill_primary_of(&key)?)
+        });
         let back: Action = Arc::new(|| Ok(()));
         Faults {
             leader_kill: Some((kill, back)),

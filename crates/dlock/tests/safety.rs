@@ -30,8 +30,8 @@ use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
     EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, MysqlFixture, PostgresFixture,
-    RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer,
-    SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
+    RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture,
+    SqlServer, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use dlock_testkit::server::{self, Mariadb, Postgres};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -150,7 +150,7 @@ struct Backend {
 
 /// The backends and their fixtures: the faults each trial can use come from the fixture's
 /// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
-const BACKENDS: [Backend; 13] = [
+const BACKENDS: [Backend; 14] = [
     Backend {
         name: "memory",
         offers: MemoryFixture::OFFERS,
@@ -182,6 +182,16 @@ const BACKENDS: [Backend; 13] = [
             ..LEASES
         },
         start: |tuning| Stand::new(RedisSentinelFixture::start()?, tuning),
+    },
+    Backend {
+        // Three primaries with a replica each: the leader kill is the lock's primary killed.
+        name: "redis-cluster",
+        offers: RedisClusterFixture::OFFERS,
+        tuning: Tuning {
+            volatile: true,
+            ..LEASES
+        },
+        start: |tuning| Stand::new(RedisClusterFixture::start()?, tuning),
     },
     Backend {
         name: "redlock",
@@ -431,7 +441,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("sqlite", HolderPause)
                 | ("redis", ServerRestart | Partition | LaggingFailover)
                 | ("redlock", ServerRestart)
-                | ("redis-sentinel", LeaderKill)
+                | ("redis-sentinel" | "redis-cluster", LeaderKill)
                 | ("postgres", HolderPause | Partition)
                 | ("postgres-session", ServerPause)
                 | ("mariadb", ServerPause)
@@ -516,7 +526,7 @@ impl CanaryKind {
 fn installed(backend: &str) -> bool {
     let (kind, found) = match backend {
         "memory" | "sqlite" => return true,
-        "redis" | "redlock" | "redis-sentinel" => (
+        "redis" | "redlock" | "redis-sentinel" | "redis-cluster" => (
             "redis",
             server::find_binary(&server::Redis::default()).is_some(),
         ),

@@ -122,6 +122,49 @@ impl RedisCluster {
         self.settle()
     }
 
+    /// A key matching `pattern` (a `SCAN` pattern) on any primary, if one exists now: for a
+    /// fault that must strike the node holding a lock whose name it does not know exactly.
+    ///
+    /// # Errors
+    ///
+    /// A primary did not answer.
+    pub fn find_key(&self, pattern: &str) -> Result<Option<String>, ServerError> {
+        for primary in self.primaries() {
+            let addr = self.nodes[primary].addr();
+            let mut cursor = "0".to_owned();
+            loop {
+                let (mut reader, line) = exchange(
+                    addr,
+                    &["SCAN", &cursor, "MATCH", pattern, "COUNT", "1000"],
+                    COMMAND_TIMEOUT,
+                )
+                .map_err(io_error)?;
+                if line != "*2" {
+                    return Err(self.failed(&format!("SCAN: {line}")));
+                }
+                let mut head = String::new();
+                std::io::BufRead::read_line(&mut reader, &mut head).map_err(io_error)?;
+                cursor = bulk_body(&mut reader, head.trim_end())
+                    .map_err(io_error)?
+                    .unwrap_or_else(|| "0".into());
+                head.clear();
+                std::io::BufRead::read_line(&mut reader, &mut head).map_err(io_error)?;
+                let count: usize = head.trim_end().trim_start_matches('*').parse().unwrap_or(0);
+                for _ in 0..count {
+                    head.clear();
+                    std::io::BufRead::read_line(&mut reader, &mut head).map_err(io_error)?;
+                    if let Some(key) = bulk_body(&mut reader, head.trim_end()).map_err(io_error)? {
+                        return Ok(Some(key));
+                    }
+                }
+                if cursor == "0" {
+                    break;
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Moves the slot of `key` (with its keys) to another primary, as a resharding does:
     /// importing and migrating states, `MIGRATE` of each key, then the new owner announced to
     /// every primary. Returns the index of the new owner.
