@@ -85,7 +85,14 @@ async fn cancelled_fair_waiter_does_not_stall_the_queue(cx: Ctx) -> anyhow::Resu
         tokio::time::sleep(SETTLE).await;
         let mut second = spawn_waiter(&c, &name, |m| m.fair().wait(Duration::from_secs(30)));
         tokio::time::sleep(SETTLE).await;
+        // `abort` only asks: a task in the middle of a poll finishes it, and if the release
+        // landed before that poll's attempt, the waiter would end with the lock and keep it
+        // in its JoinHandle. Wait until it has ended; the lock is held, so it ends cancelled.
         first.abort();
+        ensure!(
+            first.await.is_err_and(|e| e.is_cancelled()),
+            "the fair waiter finished instead of being cancelled"
+        );
         holder.release().await?;
         let (served, in_time) =
             match tokio::time::timeout(Duration::from_millis(700), &mut second).await {
