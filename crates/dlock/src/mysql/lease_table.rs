@@ -268,9 +268,7 @@ impl ModeStore for LeaseStore {
             },
         )
         .await;
-        if matches!(acquired, Ok(Some(_))) {
-            leave.disarm();
-        }
+        leave.after(matches!(acquired, Ok(Some(_)))).await;
         acquired
     }
 }

@@ -129,6 +129,27 @@ impl LeaveQueue {
     pub(crate) fn disarm(mut self) {
         self.0 = None;
     }
+
+    /// The call ended without the lock and its caller is still here: leave before answering,
+    /// so the caller's next try does not find its own entry ahead of it (a waiter past the
+    /// starvation threshold goes first). Spawned and awaited, so a caller dropped meanwhile
+    /// still leaves.
+    pub(crate) async fn leave_now(mut self) {
+        if let Some(leave) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let _ = runtime.spawn(leave).await;
+        }
+    }
+
+    /// Disarms on a grant, leaves at once otherwise.
+    pub(crate) async fn after(self, acquired: bool) {
+        if acquired {
+            self.disarm();
+        } else {
+            self.leave_now().await;
+        }
+    }
 }
 
 impl Drop for LeaveQueue {
