@@ -116,22 +116,22 @@ pub(crate) fn follow(
 /// kept).
 #[derive(Default)]
 struct Asker {
-    kept: Option<(usize, MultiplexedConnection)>,
+    kept: Option<MultiplexedConnection>,
 }
 
 impl Asker {
     /// The primary's `host:port` by the first sentinel that knows the master.
     async fn ask(&mut self, config: &RedisConfig, sentinels: &SentinelConfig) -> Result<String> {
-        if let Some((index, mut conn)) = self.kept.take()
+        if let Some(mut conn) = self.kept.take()
             && let Ok(Some(addr)) = master_addr(&mut conn, &sentinels.master).await
         {
-            self.kept = Some((index, conn));
+            self.kept = Some(conn);
             return Ok(addr);
         }
         let mut failures: Vec<String> = Vec::new();
         let mut refused: Option<Error> = None;
         let mut unknown = 0;
-        for (index, sentinel) in sentinels.sentinels.iter().enumerate() {
+        for sentinel in &sentinels.sentinels {
             let answer = async {
                 let url = sentinel_url(config, sentinels, sentinel);
                 let client = open_client(config, &url)?;
@@ -147,7 +147,7 @@ impl Asker {
             };
             match answer.await {
                 Ok((conn, Some(addr))) => {
-                    self.kept = Some((index, conn));
+                    self.kept = Some(conn);
                     return Ok(addr);
                 }
                 Ok((_, None)) => unknown += 1,
