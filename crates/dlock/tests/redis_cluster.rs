@@ -2,8 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 //! What is specific to a Redis Cluster, on six real nodes started by the test kit (three
-//! primaries, a replica each): a primary killed during a hold and a wait, a slot moved to
-//! another primary during a hold and a wait, and a cluster URL that names a plain server.
+//! primaries, a replica each): hand-off on the lock's shard channel, a primary killed during a
+//! hold and a wait, a slot moved to another primary during a hold and a wait, and a cluster
+//! URL that names a plain server.
 //! Everything every backend must do is in the conformance suite, which runs on this cluster as
 //! `redis-cluster`.
 
@@ -37,9 +38,67 @@ fn fault<T>(
     Ok(tokio::task::block_in_place(|| what(&mut fx.server()))?)
 }
 
-/// One client holds, another waits, then `strike` disturbs the lock's slot: the hold must
-/// live on (renewed through the change), the release must reach the waiter, and its fence
-/// must be greater.
+/// The shard channel of a mutex on a cluster with the default prefix.
+fn wake_channel(name: &str) -> String {
+    format!("dlock:wake:{{={name}}}")
+}
+
+/// Subscribers of `channel` on the node at `addr`: (classic, sharded).
+fn subscribers(addr: std::net::SocketAddr, channel: &str) -> anyhow::Result<(i64, i64)> {
+    let mut admin = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+    let count = |command: &str, admin: &mut redis::Connection| -> anyhow::Result<i64> {
+        let reply: (String, i64) = redis::cmd("PUBSUB")
+            .arg(command)
+            .arg(channel)
+            .query(admin)?;
+        Ok(reply.1)
+    };
+    Ok((
+        count("NUMSUB", &mut admin)?,
+        count("SHARDNUMSUB", &mut admin)?,
+    ))
+}
+
+/// Waits (up to 20 s) until the node that serves `name`'s slot has a shard subscriber of its
+/// channel, and checks that no node has a classic one and no other node a shard one.
+async fn shard_subscribed_at_owner(
+    fx: &Arc<RedisClusterFixture>,
+    name: &str,
+) -> anyhow::Result<()> {
+    let channel = wake_channel(name);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (owner, nodes) = {
+            let cluster = fx.server();
+            let owner = cluster.primary_of(&lock_key(name))?;
+            let nodes: Vec<_> = cluster.nodes.iter().map(|n| n.addr()).collect();
+            (owner, nodes)
+        };
+        if subscribers(nodes[owner], &channel)?.1 > 0 {
+            for (index, addr) in nodes.iter().enumerate() {
+                let (classic, sharded) = subscribers(*addr, &channel)?;
+                ensure!(
+                    classic == 0,
+                    "node {index} has a classic subscriber of {channel}"
+                );
+                ensure!(
+                    index == owner || sharded == 0,
+                    "node {index} (not the slot's owner) has a shard subscriber of {channel}"
+                );
+            }
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no shard subscriber of {channel} at its slot's node {owner}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One client holds, another waits, then `strike` disturbs the
+/// lock's slot: the hold must live on (renewed through the change), the release must reach
+/// the waiter, and its fence must be greater.
 async fn a_hold_and_a_wait_survive(
     fx: &Arc<RedisClusterFixture>,
     name: &str,
@@ -73,12 +132,64 @@ async fn a_hold_and_a_wait_survive(
         inspected.as_ref().map(|info| info.fence) == Some(held_fence),
         "inspected as {inspected:?}"
     );
+    // The waiter listens again, at the node that serves the slot now.
+    shard_subscribed_at_owner(fx, name).await?;
     guard.release().await?;
     let (fence, next) = timeout(Duration::from_secs(20), waiting).await???;
     ensure!(
         fence > held_fence,
         "fence {fence} after, {held_fence} before"
     );
+    next.release().await?;
+    Ok(())
+}
+
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_published_on_the_locks_shard_channel_at_its_slots_node() -> anyhow::Result<()>
+{
+    let fx = cluster_or_skip!();
+    let name = "cluster/sharded";
+    let holder = fx.connect().await?;
+    let waiter = fx.connect().await?;
+    let guard = holder.mutex(name).acquire().await?;
+    let wanted = name.to_owned();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .mutex(&wanted)
+            .wait(Duration::from_secs(50))
+            .acquire()
+            .await
+    });
+    shard_subscribed_at_owner(&fx, name).await?;
+    // A listener of our own on the slot's node hears the release, naming the waiter's token.
+    let owner = {
+        let cluster = fx.server();
+        cluster.nodes[cluster.primary_of(&lock_key(name))?].addr()
+    };
+    let channel = wake_channel(name);
+    let mut listener = redis::Client::open(format!("redis://{owner}"))?.get_connection()?;
+    let _: redis::Value = redis::cmd("SSUBSCRIBE")
+        .arg(&channel)
+        .query(&mut listener)?;
+    listener.set_read_timeout(Some(Duration::from_secs(10)))?;
+    guard.release().await?;
+    let heard = listener.recv_response()?;
+    let redis::Value::Array(parts) = heard else {
+        anyhow::bail!("not a message: {heard:?}");
+    };
+    let text: Vec<String> = parts
+        .iter()
+        .map(|part| redis::from_redis_value_ref::<String>(part).unwrap_or_default())
+        .collect();
+    ensure!(
+        text.len() == 3 && text[0] == "smessage" && text[1] == channel && !text[2].is_empty(),
+        "heard {text:?}"
+    );
+    let next = timeout(Duration::from_secs(20), waiting).await???;
     next.release().await?;
     Ok(())
 }

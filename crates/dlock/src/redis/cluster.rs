@@ -2,7 +2,7 @@
 //! `MOVED`/`ASK`), the hash tag that keeps every key of one lock in one slot, and the
 //! primaries that listing walks.
 
-use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use std::borrow::Cow;
@@ -33,29 +33,15 @@ pub(crate) fn slot(key: &str) -> Slot {
     Slot::for_key(key)
 }
 
-/// Connects to the cluster through its seed nodes and checks it is one.
+/// Connects to the cluster through its seed nodes and checks it is one; also says whether its
+/// servers have sharded pub/sub (`SPUBLISH`, Redis 7).
 ///
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] when a node is not a cluster node; as for one server otherwise.
-pub(crate) async fn connect(config: &RedisConfig) -> Result<Primary> {
-    let urls: Vec<String> = config.cluster.iter().map(|n| config.node_url(n)).collect();
-    let mut builder = ClusterClientBuilder::new(urls.clone())
-        .connection_timeout(config.connect_timeout)
-        .response_timeout(config.response_timeout)
-        .retries(2);
-    if let Some(path) = &config.ca_file {
-        let pem = std::fs::read(path)
-            .map_err(|e| Error::invalid_argument("ca", format!("{}: {e}", path.display())))?;
-        builder = builder.certs(::redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem),
-        });
-    }
-    let client = builder.build().map_err(|e| Error::InvalidUrl {
-        url: crate::error::redact_url(&config.server),
-        reason: e.to_string(),
-    })?;
+pub(crate) async fn connect(config: &RedisConfig) -> Result<(Primary, bool)> {
+    let urls = seed_urls(config);
+    let client = build(builder(config)?, config)?;
     // redis-rs folds the first failure of every seed node into one I/O error: read it.
     let conn: ClusterConnection = client.get_async_connection().await.map_err(|e| {
         let text = e.to_string();
@@ -82,16 +68,67 @@ pub(crate) async fn connect(config: &RedisConfig) -> Result<Primary> {
             source: "the cluster is not serving every slot (cluster_state is not ok)".into(),
         });
     }
+    // `COMMAND INFO` answers nil for a command the server does not know.
+    let spublish: Vec<::redis::Value> = ::redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("SPUBLISH")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| map_timed(e, "", config.response_timeout))?;
+    let sharded = matches!(spublish.first(), Some(v) if *v != ::redis::Value::Nil);
     let clients = urls
         .iter()
         .map(|url| open_client(config, url))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Primary {
+    let primary = Primary {
         addr: config.cluster.join(","),
         client: clients[0].clone(),
         others: clients[1..].to_vec(),
         conn,
+    };
+    Ok((primary, sharded))
+}
+
+/// The seed nodes' URLs.
+fn seed_urls(config: &RedisConfig) -> Vec<String> {
+    config.cluster.iter().map(|n| config.node_url(n)).collect()
+}
+
+/// A cluster client of the seed nodes, with the configured timeouts and TLS roots.
+fn builder(config: &RedisConfig) -> Result<ClusterClientBuilder> {
+    let mut builder = ClusterClientBuilder::new(seed_urls(config))
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        .retries(2);
+    if let Some(path) = &config.ca_file {
+        let pem = std::fs::read(path)
+            .map_err(|e| Error::invalid_argument("ca", format!("{}: {e}", path.display())))?;
+        builder = builder.certs(::redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        });
+    }
+    Ok(builder)
+}
+
+fn build(builder: ClusterClientBuilder, config: &RedisConfig) -> Result<ClusterClient> {
+    builder.build().map_err(|e| Error::InvalidUrl {
+        url: crate::error::redact_url(&config.server),
+        reason: e.to_string(),
     })
+}
+
+/// A cluster client for sharded pub/sub: RESP3, with every push (shard messages, subscription
+/// confirmations, disconnections) sent to `pushes`. redis-rs sends each `SSUBSCRIBE` to the
+/// node that owns the channel's slot and subscribes again where the slot goes.
+pub(crate) fn pubsub_client(
+    config: &RedisConfig,
+    pushes: tokio::sync::mpsc::UnboundedSender<::redis::PushInfo>,
+) -> Result<ClusterClient> {
+    let builder = builder(config)?
+        .use_protocol(::redis::ProtocolVersion::RESP3)
+        .push_sender(pushes);
+    build(builder, config)
 }
 
 fn not_a_cluster(config: &RedisConfig) -> Error {

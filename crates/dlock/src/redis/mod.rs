@@ -291,6 +291,11 @@ impl RedisBackend {
 }
 
 impl Inner {
+    /// The scripts, publishing releases as this store's waiters listen.
+    fn scripts(&self) -> &'static scripts::Scripts {
+        scripts::Scripts::get(self.node.sharded())
+    }
+
     fn keys(&self, name: &str) -> Keys {
         Keys::new(&self.config.prefix, &self.in_key(name))
     }
@@ -376,8 +381,9 @@ impl Drop for Abandon<'_> {
         } else {
             "0"
         };
+        let abandon = &self.inner.scripts().abandon;
         runtime.spawn(async move {
-            let done: ::redis::RedisResult<i64> = scripts::ABANDON
+            let done: ::redis::RedisResult<i64> = abandon
                 .key(&keys.lock)
                 .key(&keys.queue)
                 .key(&keys.qexp)
@@ -466,7 +472,7 @@ impl RedisBackend {
             Some(poll),
             || async {
                 let mut conn = inner.conn();
-                let mut invocation = scripts::ACQUIRE.key(&keys.lock);
+                let mut invocation = inner.scripts().acquire.key(&keys.lock);
                 invocation
                     .key(&keys.queue)
                     .key(&keys.qexp)
@@ -524,7 +530,7 @@ impl RedisBackend {
             .iter()
             .map(|req| self.inner.keys(req.name.as_str()))
             .collect();
-        let mut invocation = scripts::ACQUIRE_ALL.prepare_invoke();
+        let mut invocation = self.inner.scripts().acquire_all.prepare_invoke();
         for keys in &all_keys {
             invocation.key(&keys.lock).key(&keys.queue).key(&keys.qexp);
         }
@@ -587,7 +593,10 @@ impl Lease for RedisLease {
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
         let mut conn = self.inner.conn();
-        let owned: i64 = scripts::EXTEND
+        let owned: i64 = self
+            .inner
+            .scripts()
+            .extend
             .key(&self.keys.lock)
             .arg(&self.token)
             .arg(self.core.fence().get())
@@ -615,7 +624,10 @@ impl Lease for RedisLease {
 
 impl RedisLease {
     async fn release_on(&self, mut conn: Conn) -> Result<()> {
-        let left: i64 = scripts::RELEASE
+        let left: i64 = self
+            .inner
+            .scripts()
+            .release
             .key(&self.keys.lock)
             .key(&self.keys.queue)
             .key(&self.keys.qexp)
@@ -663,7 +675,9 @@ impl ValueStore for RedisBackend {
             Expect::Version(version) => ("version", version),
         };
         let mut conn = self.inner.conn();
-        scripts::VALUE_PUT
+        self.inner
+            .scripts()
+            .value_put
             .key(&key)
             .arg(condition)
             .arg(expected)

@@ -1,7 +1,6 @@
 //! Inspection of Redis locks: mutexes (`lock:` strings), native semaphores (`permits:` zsets)
 //! and native read-write locks (`rw:` hashes), each listed as one entry; force-release.
 
-use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::conn::Conn;
@@ -15,7 +14,7 @@ use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
 use super::error::{bad_reply, map_timed};
-use super::scripts::{self, SharedKeys};
+use super::scripts::{self, Scripts, SharedKeys};
 use super::{Inner, RedisBackend};
 
 /// The key of `name` that exists whenever a lock of `family` is held, and its Redis type.
@@ -144,7 +143,10 @@ impl MonitorStore for RedisBackend {
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let keys = self.inner.keys(name.as_str());
         let mut conn = self.inner.conn();
-        let broken: i64 = scripts::FORCE_RELEASE
+        let broken: i64 = self
+            .inner
+            .scripts()
+            .force_release
             .key(&keys.lock)
             .key(&keys.queue)
             .key(&keys.qexp)
@@ -213,10 +215,12 @@ impl RedisBackend {
 }
 
 /// The inspection script of a family.
-fn inspect_script(family: ListFamily) -> &'static LazyLock<Script> {
+fn inspect_script(family: ListFamily) -> &'static Script {
+    // Inspection publishes nothing: either variant will do.
+    let scripts = Scripts::get(false);
     match family {
-        ListFamily::Mutexes => &scripts::INSPECT,
-        ListFamily::Semaphores | ListFamily::RwLocks => &scripts::INSPECT_SHARED,
+        ListFamily::Mutexes => &scripts.inspect,
+        ListFamily::Semaphores | ListFamily::RwLocks => &scripts.inspect_shared,
     }
 }
 
@@ -286,7 +290,10 @@ async fn inspect_many(
     let replies: Vec<Vec<Option<String>>> = match pipe.query_async(conn).await {
         Ok(replies) => replies,
         Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
-            for script in [&scripts::INSPECT, &scripts::INSPECT_SHARED] {
+            for script in [
+                inspect_script(ListFamily::Mutexes),
+                inspect_script(ListFamily::RwLocks),
+            ] {
                 script
                     .prepare_invoke()
                     .load_async(conn)

@@ -3,7 +3,8 @@
 //! node. Behind Sentinel the server is whichever one the sentinels name as primary: a
 //! follower task ([`super::sentinel`]) moves both sides to the new primary after a failover.
 //! A Redis Cluster is one node too: its connection routes commands ([`super::cluster`]), and
-//! its pub/sub side listens on any one node (a cluster passes every message to all nodes).
+//! its pub/sub side listens on shard channels where the servers have them (Redis 7), else on
+//! any one node (a cluster passes every classic message to all nodes).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,9 @@ impl std::fmt::Debug for Primary {
 pub(crate) struct Node {
     primary: watch::Receiver<Arc<Primary>>,
     pub(crate) wakeups: Wakeups,
+    /// Releases go out on shard channels (`SPUBLISH`): a cluster whose servers have sharded
+    /// pub/sub.
+    sharded: bool,
     /// Behind Sentinel: asks the follower to check the primary now.
     suspect: Option<Arc<Notify>>,
     /// Keeps the channel open for a fixed server (nothing ever changes it), and tells a
@@ -69,10 +73,16 @@ impl Node {
     pub(crate) async fn connect(config: &RedisConfig, check: bool) -> Result<Node> {
         config.validate()?;
         if !config.cluster.is_empty() {
-            let primary = super::cluster::connect(config).await?;
+            let (primary, sharded) = super::cluster::connect(config).await?;
             let (sender, receiver) = watch::channel(Arc::new(primary));
+            let wakeups = if sharded {
+                Wakeups::sharded(receiver.clone(), config.clone())
+            } else {
+                Wakeups::new(receiver.clone())
+            };
             return Ok(Node {
-                wakeups: Wakeups::new(receiver.clone()),
+                wakeups,
+                sharded,
                 primary: receiver,
                 suspect: None,
                 _keep: Keep::Fixed(sender),
@@ -92,6 +102,7 @@ impl Node {
             );
             return Ok(Node {
                 wakeups: Wakeups::new(receiver.clone()),
+                sharded: false,
                 primary: receiver,
                 suspect: Some(suspect),
                 _keep: Keep::Followed(alive),
@@ -101,6 +112,7 @@ impl Node {
         let (sender, receiver) = watch::channel(Arc::new(primary));
         Ok(Node {
             wakeups: Wakeups::new(receiver.clone()),
+            sharded: false,
             primary: receiver,
             suspect: None,
             _keep: Keep::Fixed(sender),
@@ -110,6 +122,11 @@ impl Node {
     /// The command connection to the current primary (or the cluster).
     pub(crate) fn conn(&self) -> Conn {
         self.primary.borrow().conn.clone()
+    }
+
+    /// Whether releases are published on shard channels (`SPUBLISH`).
+    pub(crate) fn sharded(&self) -> bool {
+        self.sharded
     }
 
     /// After a failure that may mean the primary moved: behind Sentinel, the follower asks

@@ -6,48 +6,67 @@ use std::sync::LazyLock;
 
 use ::redis::Script;
 
-/// Builds a script from the shared constants, `common.lua` and the operation's own body.
-fn script(body: &str) -> Script {
-    Script::new(&format!(
-        "local WAITER_TTL = {}\nlocal STARVATION = {}\n{}\n{body}",
-        super::config::WAITER_TTL.as_millis(),
-        crate::backend::wait::STARVATION_THRESHOLD.as_millis(),
-        include_str!("scripts/common.lua"),
-    ))
+/// Every script of the backend, in the variant for one way of publishing a release.
+pub(super) struct Scripts {
+    pub(super) acquire: Script,
+    pub(super) acquire_all: Script,
+    pub(super) permit_acquire: Script,
+    pub(super) permit_release: Script,
+    pub(super) permit_extend: Script,
+    pub(super) rw_acquire: Script,
+    pub(super) rw_release: Script,
+    pub(super) rw_extend: Script,
+    pub(super) release: Script,
+    pub(super) extend: Script,
+    pub(super) abandon: Script,
+    pub(super) force_release: Script,
+    pub(super) inspect: Script,
+    pub(super) inspect_shared: Script,
+    pub(super) value_put: Script,
 }
 
-pub(super) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/acquire.lua")));
-pub(super) static ACQUIRE_ALL: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/acquire_all.lua")));
-pub(super) static PERMIT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/permit_acquire.lua")));
-pub(super) static PERMIT_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/permit_release.lua")));
-pub(super) static PERMIT_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/permit_extend.lua")));
-pub(super) static RW_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/rw_acquire.lua")));
-pub(super) static RW_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/rw_release.lua")));
-pub(super) static RW_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/rw_extend.lua")));
-pub(super) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/release.lua")));
-pub(super) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/extend.lua")));
-pub(super) static ABANDON: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/abandon.lua")));
-pub(super) static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/force_release.lua")));
-pub(super) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/inspect.lua")));
-pub(super) static INSPECT_SHARED: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/inspect_shared.lua")));
+/// Releases published with `PUBLISH`: one server, or a cluster without sharded pub/sub (which
+/// passes every message to every node).
+static PLAIN: LazyLock<Scripts> = LazyLock::new(|| Scripts::new("PUBLISH"));
+/// Releases published with `SPUBLISH` on the lock's shard channel (Redis 7 Cluster): only the
+/// node that owns the lock's slot carries the message.
+static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::new("SPUBLISH"));
 
-/// Versioned values stand alone: they share nothing with the lock scripts.
-pub(super) static VALUE_PUT: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("scripts/value_put.lua")));
+impl Scripts {
+    /// The scripts that publish with `SPUBLISH` when `sharded`, else with `PUBLISH`.
+    pub(super) fn get(sharded: bool) -> &'static Scripts {
+        if sharded { &SHARDED } else { &PLAIN }
+    }
+
+    fn new(publish: &'static str) -> Scripts {
+        // A script is the shared constants, `common.lua` and the operation's own body.
+        let script = |body: &str| {
+            Script::new(&format!(
+                "local WAITER_TTL = {}\nlocal STARVATION = {}\nlocal PUBLISH = '{publish}'\n{}\n{body}",
+                super::config::WAITER_TTL.as_millis(),
+                crate::backend::wait::STARVATION_THRESHOLD.as_millis(),
+                include_str!("scripts/common.lua"),
+            ))
+        };
+        Scripts {
+            acquire: script(include_str!("scripts/acquire.lua")),
+            acquire_all: script(include_str!("scripts/acquire_all.lua")),
+            permit_acquire: script(include_str!("scripts/permit_acquire.lua")),
+            permit_release: script(include_str!("scripts/permit_release.lua")),
+            permit_extend: script(include_str!("scripts/permit_extend.lua")),
+            rw_acquire: script(include_str!("scripts/rw_acquire.lua")),
+            rw_release: script(include_str!("scripts/rw_release.lua")),
+            rw_extend: script(include_str!("scripts/rw_extend.lua")),
+            release: script(include_str!("scripts/release.lua")),
+            extend: script(include_str!("scripts/extend.lua")),
+            abandon: script(include_str!("scripts/abandon.lua")),
+            force_release: script(include_str!("scripts/force_release.lua")),
+            inspect: script(include_str!("scripts/inspect.lua")),
+            inspect_shared: script(include_str!("scripts/inspect_shared.lua")),
+            value_put: script(include_str!("scripts/value_put.lua")),
+        }
+    }
+}
 
 /// The key of a versioned value (a hash; values have their own namespace beside the locks).
 pub(super) fn value_key(prefix: &str, name: &str) -> String {

@@ -4,8 +4,8 @@
 //! waiters are woken instead of polling (Redisson's `RPermitExpirableSemaphore` and
 //! `RReadWriteLock` have the same shape).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use ::redis::Script;
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 
 use super::error::bad_reply;
-use super::scripts::{self, SharedKeys};
+use super::scripts::{Scripts, SharedKeys};
 use super::{Inner, ms};
 
 /// The kind of shared hold, with what it takes in the store.
@@ -46,24 +46,24 @@ impl Shape {
         }
     }
 
-    fn acquire_script(self) -> &'static LazyLock<Script> {
+    fn acquire_script(self, scripts: &'static Scripts) -> &'static Script {
         match self {
-            Shape::Permit { .. } => &scripts::PERMIT_ACQUIRE,
-            Shape::Read { .. } | Shape::Write => &scripts::RW_ACQUIRE,
+            Shape::Permit { .. } => &scripts.permit_acquire,
+            Shape::Read { .. } | Shape::Write => &scripts.rw_acquire,
         }
     }
 
-    fn release_script(self) -> &'static LazyLock<Script> {
+    fn release_script(self, scripts: &'static Scripts) -> &'static Script {
         match self {
-            Shape::Permit { .. } => &scripts::PERMIT_RELEASE,
-            Shape::Read { .. } | Shape::Write => &scripts::RW_RELEASE,
+            Shape::Permit { .. } => &scripts.permit_release,
+            Shape::Read { .. } | Shape::Write => &scripts.rw_release,
         }
     }
 
-    fn extend_script(self) -> &'static LazyLock<Script> {
+    fn extend_script(self, scripts: &'static Scripts) -> &'static Script {
         match self {
-            Shape::Permit { .. } => &scripts::PERMIT_EXTEND,
-            Shape::Read { .. } | Shape::Write => &scripts::RW_EXTEND,
+            Shape::Permit { .. } => &scripts.permit_extend,
+            Shape::Read { .. } | Shape::Write => &scripts.rw_extend,
         }
     }
 
@@ -113,7 +113,7 @@ pub(super) async fn acquire(
         Some(poll),
         || async {
             let mut conn = inner.conn();
-            let mut invocation = shape.acquire_script().key(&keys.holders);
+            let mut invocation = shape.acquire_script(inner.scripts()).key(&keys.holders);
             invocation.key(&keys.state).arg(&req.token).arg(ms(req.ttl));
             shape.acquire_args(&mut invocation, waits, &owner);
             let start = Instant::now();
@@ -188,9 +188,10 @@ impl Drop for Abandon<'_> {
         let keys = self.keys.clone();
         let shape = self.shape;
         let token = self.token.to_owned();
+        let scripts = self.inner.scripts();
         runtime.spawn(async move {
             let done: ::redis::RedisResult<i64> = shape
-                .release_script()
+                .release_script(scripts)
                 .key(&keys.holders)
                 .key(&keys.state)
                 .arg(&token)
@@ -226,7 +227,7 @@ impl Lease for SharedHold {
         let mut conn = self.inner.conn();
         let owned: i64 = self
             .shape
-            .extend_script()
+            .extend_script(self.inner.scripts())
             .key(&self.keys.holders)
             .key(&self.keys.state)
             .arg(&self.token)
@@ -256,7 +257,7 @@ impl SharedHold {
     async fn release_on(&self, mut conn: super::conn::Conn) -> Result<()> {
         let released: i64 = self
             .shape
-            .release_script()
+            .release_script(self.inner.scripts())
             .key(&self.keys.holders)
             .key(&self.keys.state)
             .arg(&self.token)

@@ -135,7 +135,7 @@ local function queue(queue_key, qexp_key)
   function q.wake(channel)
     local head = q.head(now_ms())
     if head then
-      redis.call('PUBLISH', channel, head)
+      redis.call(PUBLISH, channel, head)
       return '1'
     end
     return '0'

@@ -8,7 +8,7 @@ end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1], owner_of(ARGV[1]))
 -- Every waiter tries again; one gets the permit (an empty payload wakes them all).
-redis.call('PUBLISH', ARGV[3], '')
+redis.call(PUBLISH, ARGV[3], '')
 if tonumber(score) <= now_ms() then
   return -1
 end

@@ -24,5 +24,5 @@ if redis.call('HGET', state, 'ww') == token then
   redis.call('HDEL', state, 'ww', 'wwe')
 end
 -- Every waiter tries again (an empty payload wakes them all).
-redis.call('PUBLISH', ARGV[3], '')
+redis.call(PUBLISH, ARGV[3], '')
 return held

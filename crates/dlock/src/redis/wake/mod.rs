@@ -17,7 +17,10 @@ use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use super::config::RedisConfig;
 use super::node::Primary;
+
+mod sharded;
 
 /// How long a channel stays subscribed with no waiter.
 const LINGER: Duration = Duration::from_secs(10);
@@ -46,6 +49,9 @@ struct Task {
     /// The server to subscribe on: the current primary (it moves after a Sentinel failover).
     primary: watch::Receiver<Arc<Primary>>,
     requests: mpsc::UnboundedReceiver<String>,
+    /// A cluster with sharded pub/sub: subscribe with `SSUBSCRIBE` through a cluster
+    /// connection made from this configuration ([`sharded`]).
+    sharded: Option<RedisConfig>,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +82,16 @@ impl Wakeups {
     /// The pub/sub side of a client of `primary`'s server; connects on the first wait, and
     /// again whenever the primary moves.
     pub(crate) fn new(primary: watch::Receiver<Arc<Primary>>) -> Wakeups {
+        Wakeups::with(primary, None)
+    }
+
+    /// The pub/sub side of a client of a cluster whose servers have sharded pub/sub: each
+    /// lock's channel is a shard channel, subscribed on the node that owns its slot.
+    pub(crate) fn sharded(primary: watch::Receiver<Arc<Primary>>, config: RedisConfig) -> Wakeups {
+        Wakeups::with(primary, Some(config))
+    }
+
+    fn with(primary: watch::Receiver<Arc<Primary>>, sharded: Option<RedisConfig>) -> Wakeups {
         let (requests, receiver) = mpsc::unbounded_channel();
         Wakeups {
             shared: Arc::new(Shared {
@@ -84,6 +100,7 @@ impl Wakeups {
                 task: Mutex::new(Some(Task {
                     primary,
                     requests: receiver,
+                    sharded,
                 })),
             }),
         }
@@ -148,10 +165,15 @@ impl Shared {
         if let Some(task) = task {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(run(TaskSlot {
+                    let slot = TaskSlot {
                         shared: Arc::downgrade(self),
                         task: Some(task),
-                    }));
+                    };
+                    if slot.task.as_ref().is_some_and(|t| t.sharded.is_some()) {
+                        runtime.spawn(sharded::run(slot));
+                    } else {
+                        runtime.spawn(run(slot));
+                    }
                 }
                 Err(_) => self.put_back(task),
             }
@@ -198,15 +220,32 @@ impl Drop for TaskSlot {
 }
 
 impl Shared {
+    /// After the connection dropped: nothing is subscribed any more.
+    fn forget_subscriptions(&self) {
+        let mut state = self.lock();
+        for entry in state.channels.values_mut() {
+            entry.requested = false;
+            entry.active.send_replace(false);
+        }
+    }
+
+    /// On a new connection: every channel with waiters (or still lingering), marked as asked
+    /// for, to subscribe again.
+    fn request_all(&self) -> Vec<String> {
+        let mut state = self.lock();
+        state
+            .channels
+            .iter_mut()
+            .map(|(name, entry)| {
+                entry.requested = true;
+                name.clone()
+            })
+            .collect()
+    }
+
     /// Makes the pub/sub task startable again, with nothing subscribed.
     fn put_back(&self, task: Task) {
-        {
-            let mut state = self.lock();
-            for entry in state.channels.values_mut() {
-                entry.requested = false;
-                entry.active.send_replace(false);
-            }
-        }
+        self.forget_subscriptions();
         *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
         self.wake_all();
     }
@@ -256,17 +295,7 @@ async fn run(mut slot: TaskSlot) {
         pause = RECONNECT_MIN;
         let (sink, mut stream) = pubsub.split();
         // Everything with waiters (or still lingering) is subscribed again on this connection.
-        let Some(again): Option<Vec<String>> = shared.upgrade().map(|shared| {
-            let mut state = shared.lock();
-            state
-                .channels
-                .iter_mut()
-                .map(|(name, entry)| {
-                    entry.requested = true;
-                    name.clone()
-                })
-                .collect()
-        }) else {
+        let Some(again) = shared.upgrade().map(|shared| shared.request_all()) else {
             return;
         };
         for channel in again {
@@ -311,13 +340,7 @@ async fn run(mut slot: TaskSlot) {
             return;
         };
         tracing::debug!("redis pub/sub connection lost; reconnecting");
-        {
-            let mut state = shared.lock();
-            for entry in state.channels.values_mut() {
-                entry.requested = false;
-                entry.active.send_replace(false);
-            }
-        }
+        shared.forget_subscriptions();
         // Waiters fall back to polling until the subscriptions are back.
         shared.wake_all();
     }

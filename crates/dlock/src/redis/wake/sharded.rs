@@ -1,0 +1,195 @@
+//! Hand-off on a Redis Cluster with sharded pub/sub (Redis 7): a release is published with
+//! `SPUBLISH` on the lock's shard channel, which lives in the lock's slot, so only the node
+//! that owns the slot (and its replicas) carries it, where a classic `PUBLISH` goes to every
+//! node of the cluster. Waiters subscribe with `SSUBSCRIBE` through a RESP3 cluster connection
+//! of their own: redis-rs sends each subscription to the node that owns the channel's slot,
+//! reconnects a node that drops and subscribes again where a slot goes.
+//!
+//! What the server and redis-rs push decides what waiters do (the registry of waiters is the
+//! one of [`super`]):
+//! - `smessage`: a release; wakes the waiters it names.
+//! - `ssubscribe` of a channel dlock did not ask for on this connection (redis-rs subscribing
+//!   again after a reconnection or a slot move): the channel is live again, and its waiters
+//!   try once, as a release may have come while it was not.
+//! - `sunsubscribe` of a channel that still has waiters (the server drops the subscriptions of
+//!   a slot that moved away): the channel is not live; its waiters try once and subscribe
+//!   again, which reaches the slot's new owner.
+//! - a disconnection: nothing is trusted to be live; every waiter tries once.
+
+use std::sync::Weak;
+
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc;
+
+use super::{LINGER, RECONNECT_MAX, RECONNECT_MIN, SUBSCRIBE_TIMEOUT, Shared, TaskSlot};
+use crate::redis::cluster;
+
+/// The sharded pub/sub task: connects, subscribes what is asked, follows what is pushed. It
+/// ends when the client is dropped.
+pub(super) async fn run(mut slot: TaskSlot) {
+    let shared = slot.shared.clone();
+    let Some(task) = slot.task.as_mut() else {
+        return;
+    };
+    let Some(config) = task.sharded.clone() else {
+        return;
+    };
+    let mut pause = RECONNECT_MIN;
+    loop {
+        let (pushes_to, mut pushes) = mpsc::unbounded_channel();
+        let connected = match cluster::pubsub_client(&config, pushes_to) {
+            Ok(client) => tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_connection())
+                .await
+                .map_err(|_| "timed out".to_owned())
+                .and_then(|r| r.map_err(|e| e.to_string())),
+            Err(error) => Err(error.to_string()),
+        };
+        let conn = match connected {
+            Ok(conn) => conn,
+            Err(error) => {
+                tracing::debug!(
+                    error,
+                    "redis sharded pub/sub connect failed; waiters poll meanwhile"
+                );
+                if shared.strong_count() == 0 {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RECONNECT_MAX);
+                continue;
+            }
+        };
+        pause = RECONNECT_MIN;
+        let Some(again) = shared.upgrade().map(|shared| shared.request_all()) else {
+            return;
+        };
+        for channel in again {
+            subscribe(&shared, &conn, channel);
+        }
+        if let Some(shared) = shared.upgrade() {
+            shared.wake_all();
+        }
+        let mut sweep = tokio::time::interval(LINGER);
+        sweep.tick().await;
+        loop {
+            tokio::select! {
+                push = pushes.recv() => {
+                    // The connection's task ended: connect anew.
+                    let Some(push) = push else { break };
+                    let Some(shared) = shared.upgrade() else { return };
+                    shared.follow(push);
+                }
+                request = task.requests.recv() => {
+                    let Some(channel) = request else { return };
+                    subscribe(&shared, &conn, channel);
+                }
+                _ = sweep.tick() => {
+                    let Some(shared) = shared.upgrade() else { return };
+                    let idle = shared.take_idle();
+                    if !idle.is_empty() {
+                        // Awaited here, so a later SSUBSCRIBE of the same channel goes after it.
+                        let mut conn = conn.clone();
+                        let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.sunsubscribe(idle)).await;
+                    }
+                }
+            }
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        tracing::debug!("redis sharded pub/sub connection lost; reconnecting");
+        shared.forget_subscriptions();
+        shared.wake_all();
+    }
+}
+
+/// Subscribes in the background, then marks the channel live. A subscription that fails (the
+/// slot's node is down until its replica takes over) is tried again while the channel has
+/// waiters: nothing else would ask again for a waiter that is waiting for it.
+fn subscribe(shared: &Weak<Shared>, conn: &ClusterConnection, channel: String) {
+    let mut conn = conn.clone();
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let mut pause = RECONNECT_MIN;
+        loop {
+            let done = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.ssubscribe(&channel)).await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            {
+                let mut state = shared.lock();
+                let Some(entry) = state.channels.get_mut(&channel) else {
+                    return;
+                };
+                match done {
+                    Ok(Ok(())) => {
+                        entry.active.send_replace(true);
+                        return;
+                    }
+                    failed if !entry.waiters.is_empty() => {
+                        tracing::debug!(?failed, channel, "redis SSUBSCRIBE failed; trying again");
+                    }
+                    failed => {
+                        tracing::debug!(?failed, channel, "redis SSUBSCRIBE failed");
+                        // Asked again by the next waiter that finds the channel inactive.
+                        entry.requested = false;
+                        return;
+                    }
+                }
+            }
+            drop(shared);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RECONNECT_MAX);
+        }
+    });
+}
+
+impl Shared {
+    /// Acts on one push of the sharded connection (see the module's documentation).
+    fn follow(&self, push: PushInfo) {
+        let channel = |data: &[Value]| match data.first() {
+            Some(Value::BulkString(name)) => String::from_utf8(name.clone()).ok(),
+            _ => None,
+        };
+        match push.kind {
+            PushKind::SMessage => {
+                if let (Some(name), Some(Value::BulkString(payload))) =
+                    (channel(&push.data), push.data.get(1))
+                {
+                    self.dispatch(&name, payload);
+                }
+            }
+            PushKind::SSubscribe => {
+                let Some(name) = channel(&push.data) else {
+                    return;
+                };
+                let mut state = self.lock();
+                if let Some(entry) = state.channels.get_mut(&name) {
+                    let unasked = !entry.requested;
+                    entry.requested = true;
+                    entry.active.send_replace(true);
+                    if unasked {
+                        entry.waiters.iter().for_each(|w| w.notify.notify_one());
+                    }
+                }
+            }
+            PushKind::SUnsubscribe => {
+                let Some(name) = channel(&push.data) else {
+                    return;
+                };
+                let mut state = self.lock();
+                if let Some(entry) = state.channels.get_mut(&name) {
+                    entry.requested = false;
+                    entry.active.send_replace(false);
+                    entry.waiters.iter().for_each(|w| w.notify.notify_one());
+                }
+            }
+            PushKind::Disconnection => {
+                self.forget_subscriptions();
+                self.wake_all();
+            }
+            _ => {}
+        }
+    }
+}
