@@ -34,6 +34,8 @@ pub struct Offers {
     pub snapshot: bool,
     /// A replica can be cut off, and the store failed over to it after later writes.
     pub fail_over: bool,
+    /// The slot of a held lock can be migrated to another node (a Redis Cluster's resharding).
+    pub slot_move: bool,
 }
 
 /// The faults of a started fixture.
@@ -67,6 +69,8 @@ pub struct Faults {
     pub snapshot: Option<(Action, Action)>,
     /// Cut the replica off once it has caught up; kill the primary and fail over to it.
     pub fail_over: Option<(Action, Action)>,
+    /// Migrate the slot of a held lock to another node.
+    pub slot_move: Option<Action>,
     /// Holders run in processes of their own.
     pub holder_processes: bool,
 }
@@ -91,6 +95,7 @@ impl Faults {
             leader_kill: self.leader_kill.is_some(),
             snapshot: self.snapshot.is_some(),
             fail_over: self.fail_over.is_some(),
+            slot_move: self.slot_move.is_some(),
         }
     }
 }
@@ -149,6 +154,7 @@ const SERVERS: Offers = Offers {
     leader_kill: false,
     snapshot: false,
     fail_over: false,
+    slot_move: false,
 };
 
 /// A cluster: only its leader is struck; clients dial every member, so no proxy.
@@ -168,6 +174,7 @@ impl Offers {
         leader_kill: false,
         snapshot: false,
         fail_over: false,
+        slot_move: false,
     };
 }
 
@@ -308,9 +315,14 @@ impl Strikable for RedisSentinelFixture {
 /// A cluster's "leader" for a lock is the primary of its slot. The fault does not know the
 /// lock's name, so it kills the primary holding a key of the safety suite's leader-kill run
 /// (`*safety/leader_kill/*`), or the first primary when none is held at that moment; its
-/// replica takes over, and the killed node rejoins as a replica within the same action.
+/// replica takes over, and the killed node rejoins as a replica within the same action. The
+/// slot move migrates the slot of a key of the slot-move run (`*safety/slot_migrated/*`) to
+/// another primary, keys and all (`MIGRATE`), as a resharding does.
 impl Strikable for RedisClusterFixture {
-    const OFFERS: Offers = CLUSTER;
+    const OFFERS: Offers = Offers {
+        slot_move: true,
+        ..CLUSTER
+    };
     fn faults(self: &Arc<Self>) -> Faults {
         let fx = self.clone();
         let kill: Action = Arc::new(move || {
@@ -321,8 +333,18 @@ impl Strikable for RedisClusterFixture {
             Ok(cluster.kill_primary_of(&key)?)
         });
         let back: Action = Arc::new(|| Ok(()));
+        let fx = self.clone();
+        let slot_move: Action = Arc::new(move || {
+            let cluster = fx.server();
+            let key = cluster
+                .find_key("*safety/slot_migrated/*")?
+                .ok_or_else(|| anyhow::anyhow!("no key of the slot-move run to move"))?;
+            cluster.move_slot_of(&key)?;
+            Ok(())
+        });
         Faults {
             leader_kill: Some((kill, back)),
+            slot_move: Some(slot_move),
             holder_processes: true,
             ..Faults::default()
         }

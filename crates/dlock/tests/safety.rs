@@ -289,10 +289,12 @@ enum FaultKind {
     SnapshotRestore,
     /// The primary dies and its replica, cut off two seconds earlier, takes its place.
     LaggingFailover,
+    /// The slot of the held lock migrates to another node (a Redis Cluster's resharding).
+    SlotMove,
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 13] = [
+    const ALL: [FaultKind; 14] = [
         FaultKind::Baseline,
         FaultKind::HolderKill,
         FaultKind::HolderPause,
@@ -306,6 +308,7 @@ impl FaultKind {
         FaultKind::LeaderKill,
         FaultKind::SnapshotRestore,
         FaultKind::LaggingFailover,
+        FaultKind::SlotMove,
     ];
 
     /// A fault of the store or the network rather than of a holder.
@@ -358,6 +361,7 @@ impl FaultKind {
             FaultKind::LeaderKill => "leader_kill",
             FaultKind::SnapshotRestore => "restart_from_older_snapshot",
             FaultKind::LaggingFailover => "failover_to_lagging_replica",
+            FaultKind::SlotMove => "slot_migrated",
         }
     }
 }
@@ -374,6 +378,7 @@ fn applies(offers: Offers, fault: FaultKind) -> bool {
         LeaderKill => offers.leader_kill,
         SnapshotRestore => offers.snapshot,
         LaggingFailover => offers.fail_over,
+        SlotMove => offers.slot_move,
     }
 }
 
@@ -425,6 +430,7 @@ impl Prim {
                     | Partition
                     | SnapshotRestore
                     | LaggingFailover
+                    | SlotMove
             )
     }
 }
@@ -442,6 +448,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("redis", ServerRestart | Partition | LaggingFailover)
                 | ("redlock", ServerRestart)
                 | ("redis-sentinel" | "redis-cluster", LeaderKill)
+                | ("redis-cluster", SlotMove)
                 | ("postgres", HolderPause | Partition)
                 | ("postgres-session", ServerPause)
                 | ("mariadb", ServerPause)
@@ -453,7 +460,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
         ),
         Prim::RwLock => matches!(
             (backend, fault),
-            ("redis", ProxyBlackhole | SnapshotRestore)
+            ("redis", ProxyBlackhole | SnapshotRestore) | ("redis-cluster", SlotMove)
         ),
         Prim::Semaphore => matches!((backend, fault), ("etcd", Partition)),
         Prim::MultiLock => matches!((backend, fault), ("sqlite", HolderPause)),
@@ -693,6 +700,10 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
             let (kill, _) = stand.faults.leader_kill.clone().unwrap();
             Fault::External("leader killed", Box::new(move || kill()))
         }
+        FaultKind::SlotMove => {
+            let slot_move = stand.faults.slot_move.clone().unwrap();
+            Fault::External("slot migrated", Box::new(move || slot_move()))
+        }
         // The saved state has the lock free with its last fence (the run takes and releases it
         // with the workers cut off); two seconds of holds (each 1.2 s) with higher fences
         // follow; then the store comes back with that older state.
@@ -763,6 +774,13 @@ fn trial(backend: &'static str, fault: FaultKind, prim: Prim) -> Result<(), Fail
             if !matches!(report.paused_holder_lost, Some(Some(_))) {
                 violations.push("the frozen holder's guard never reported the loss".into());
             }
+        }
+        // A resharding moves the lock's keys with it: the holds it struck must live on.
+        FaultKind::SlotMove if report.holds_struck.1 > 0 => {
+            violations.push(format!(
+                "the slot migration ended {} of the {} holds it struck",
+                report.holds_struck.1, report.holds_struck.0
+            ));
         }
         // A session lock outlives its holder's freeze: nobody else may get in.
         FaultKind::HolderPause if exclusive && report.holds_during_pause > 0 => {
