@@ -37,7 +37,7 @@ ROUNDS="${BENCH_ROUNDS:-3}"
 # Runs per invocation (per round).
 REPEAT="${BENCH_REPEAT:-1}"
 DURATION="${BENCH_DURATION:-3s}"
-STORES="${BENCH_STORES:-memory sqlite redis redlock zookeeper postgres mysql etcd}"
+STORES="${BENCH_STORES:-memory sqlite redis redis-cluster redlock zookeeper postgres mysql etcd}"
 WATCHDOG=",watchdog"
 [ "${BENCH_WATCHDOG:-yes}" = no ] && WATCHDOG=""
 # BENCH_MANY=no leaves out the many-locks scenario (64 tasks can time out waiting for a pool
@@ -173,6 +173,12 @@ for store in $STORES; do
         done
         peer rslock redis "rslock 0.10 (tokio-comp)" set "$RUST_PEERS rslock"
         peer distributed-lock redis "distributed-lock-redis 0.2" set "$RUST_PEERS distributed-lock" ;;
+    redis-cluster)
+        # Three primaries with a replica each, all on the server CPU like the one Redis: the
+        # many-locks rows compare the cluster's routing with one server's on the same CPU,
+        # not a cluster's scaling over machines.
+        run redis-cluster redis-cluster pinned --scenario uncontended$MANY
+        run redis-cluster-handoff redis-cluster unpinned --scenario handoff ;;
     redlock)
         run redlock redlock pinned --scenario uncontended
         run redlock-handoff redlock unpinned --scenario handoff ;;

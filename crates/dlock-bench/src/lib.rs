@@ -192,7 +192,7 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| args.peer.clone())
             .unwrap_or_else(|| "dlock".to_owned()),
-        backend: locks.info().name.to_owned(),
+        backend: store_name(url, locks.info().name),
         environment: Environment {
             client_cpus: system::allowed_cpus(),
             server_cpus: args.server_cpus.clone(),
@@ -354,4 +354,33 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             .with_context(|| format!("write {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The name a report gives the store: the backend's, except that a Redis Cluster or a Redis
+/// behind Sentinel is named apart from one Redis server (their figures are not one server's).
+fn store_name(url: &str, backend: &str) -> String {
+    let scheme = url.split("://").next().unwrap_or_default();
+    match scheme.split_once('+') {
+        Some((_, topology @ ("cluster" | "sentinel"))) => format!("{backend}-{topology}"),
+        _ => backend.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::store_name;
+
+    #[test]
+    fn a_cluster_or_sentinel_url_names_its_topology() {
+        assert_eq!(
+            store_name("redis+cluster://a:1,b:2", "redis"),
+            "redis-cluster"
+        );
+        assert_eq!(
+            store_name("rediss+sentinel://s:1/m", "redis"),
+            "redis-sentinel"
+        );
+        assert_eq!(store_name("redis://127.0.0.1:6379", "redis"), "redis");
+        assert_eq!(store_name("sqlite:///tmp/x.db", "sqlite"), "sqlite");
+    }
 }
