@@ -330,6 +330,25 @@ impl Keeper {
 /// A renewal's entry id, start, the TTL it asked for, and the store's answer.
 type RenewalResult = (u64, Instant, Duration, Result<(), Error>);
 
+/// How much earlier than due a renewal may go, to travel with others of the same pass: at most
+/// this, and at most [`early`] of its lease.
+const EARLY_MAX: Duration = Duration::from_millis(50);
+
+/// How much earlier than due `entry`'s renewal may go: a twelfth of its TTL (its renewals
+/// then come at least every quarter of the TTL instead of every third), at most [`EARLY_MAX`].
+fn early(entry: &Entry) -> Duration {
+    (entry.policy.ttl / 12).min(EARLY_MAX)
+}
+
+/// The renewals of one pass, polled together in one task: they start in the same poll, so a
+/// store that gathers the renewals arriving together (Redis, SQLite) sends them in one round
+/// trip, and ten thousand renewals cost one task, not ten thousand.
+async fn renew_together(
+    batch: Vec<impl std::future::Future<Output = RenewalResult>>,
+) -> Vec<RenewalResult> {
+    futures::future::join_all(batch).await
+}
+
 /// Marks the keeper stopped however its task ends, including when the runtime it runs on shuts
 /// down and drops it mid-sleep: the next registration then starts a new task.
 struct StopGuard {
@@ -349,20 +368,31 @@ impl Drop for StopGuard {
 
 async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
     let keeper = Keeper { shared };
-    let mut renewals: JoinSet<RenewalResult> = JoinSet::new();
+    let mut renewals: JoinSet<Vec<RenewalResult>> = JoinSet::new();
     loop {
         let next_wake = {
             let mut guard = keeper.lock();
             let state = &mut *guard;
             let now = Instant::now();
+            // The renewals of this pass, sent together (see `renew_together`).
+            let mut batch = Vec::new();
+            // Leases due a little later that could not join this pass, to schedule again.
+            let mut not_yet = Vec::new();
             while let Some(&(due, id)) = state.schedule.first() {
-                if due > now {
+                if due > now + EARLY_MAX {
                     break;
                 }
                 state.schedule.pop_first();
                 let Some(entry) = state.entries.get_mut(&id) else {
                     continue;
                 };
+                // Early only for a renewal or check that is not the lease's last moment.
+                if due > now
+                    && (entry.renewing || due >= entry.deadline || due - now > early(entry))
+                {
+                    not_yet.push((due, id));
+                    continue;
+                }
                 if now >= entry.deadline {
                     let why = if entry.policy.renew {
                         "its lease ran out before a renewal was confirmed (store unreachable or slow)"
@@ -405,7 +435,7 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                         fence = lease.fence().get(),
                         ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
                     );
-                    renewals.spawn(tracing::Instrument::instrument(
+                    batch.push(tracing::Instrument::instrument(
                         async move {
                             let started = Instant::now();
                             (id, started, ttl, lease.extend(ttl).await)
@@ -416,6 +446,10 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                 // Until the renewal answers, the deadline is the next thing to act on.
                 entry.due = entry.deadline;
                 state.schedule.insert((entry.due, id));
+            }
+            state.schedule.extend(not_yet);
+            if !batch.is_empty() {
+                renewals.spawn(renew_together(batch));
             }
             if state.entries.is_empty() && renewals.is_empty() {
                 // Under the lock, so a concurrent `register` either sees a running keeper that
@@ -438,7 +472,7 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
             () = sleep => {}
             () = keeper.shared.changed.notified() => {}
             Some(done) = renewals.join_next(), if !renewals.is_empty() => {
-                if let Ok((id, started, ttl, result)) = done {
+                for (id, started, ttl, result) in done.unwrap_or_default() {
                     renewed(&keeper, id, started, ttl, result);
                 }
             }

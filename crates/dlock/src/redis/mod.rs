@@ -6,6 +6,7 @@ pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod monitor;
 pub(crate) mod node;
+mod renewals;
 pub(crate) mod scripts;
 mod sentinel;
 mod shared_holds;
@@ -156,6 +157,7 @@ impl RedisBuilder {
             inner: Arc::new(Inner {
                 node,
                 config: self.config,
+                renewals: renewals::Renewals::default(),
             }),
         })
     }
@@ -183,6 +185,8 @@ pub struct RedisBackend {
 struct Inner {
     node: Node,
     config: RedisConfig,
+    /// Extensions gathered into one script ([`renewals`]).
+    renewals: renewals::Renewals,
 }
 
 impl Inner {
@@ -592,18 +596,31 @@ impl Lease for RedisLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        let mut conn = self.inner.conn();
-        let owned: i64 = self
-            .inner
-            .scripts()
-            .extend
-            .key(&self.keys.lock)
-            .arg(&self.token)
-            .arg(self.core.fence().get())
-            .arg(ms(ttl))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
+        let fence = self.core.fence().get();
+        let gathered = if self.inner.is_cluster() {
+            None
+        } else {
+            let renewals = &self.inner.renewals;
+            renewals
+                .extend(&self.inner, &self.keys.lock, &self.token, fence, ms(ttl))
+                .await
+        };
+        let owned: i64 = match gathered {
+            Some(owned) => owned,
+            None => {
+                let mut conn = self.inner.conn();
+                self.inner
+                    .scripts()
+                    .extend
+                    .key(&self.keys.lock)
+                    .arg(&self.token)
+                    .arg(fence)
+                    .arg(ms(ttl))
+                    .invoke_async(&mut conn)
+                    .await
+            }
+        }
+        .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
         if owned != 1 {
             return Err(Error::not_owned(&self.name()));
         }
