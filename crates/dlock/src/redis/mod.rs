@@ -600,10 +600,7 @@ impl Lease for RedisLease {
         let gathered = if self.inner.is_cluster() {
             None
         } else {
-            let renewals = &self.inner.renewals;
-            renewals
-                .extend(&self.inner, &self.keys.lock, &self.token, fence, ms(ttl))
-                .await
+            renewals::extend(&self.inner, &self.keys.lock, &self.token, fence, ms(ttl)).await
         };
         let owned: i64 = match gathered {
             Some(owned) => owned,

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rusqlite::{Connection, ErrorCode};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use tokio::sync::watch;
 
 use super::config::SqliteConfig;
@@ -15,6 +15,7 @@ use super::open::WAL_NEEDS_CHECKPOINT;
 use super::wake::{self, WakeFile, Wakers};
 use super::worker::Worker;
 use super::{clock, sql};
+use crate::backend::gather::Gather;
 
 /// How often a client sweeps while it is used: rows of ended leases and stale waiters stay
 /// about this long past their end.
@@ -40,7 +41,12 @@ pub(super) struct Shared {
     /// This client's holder file; `None` if it could not be made (a dead holder's locks then
     /// wait out their lease, as before).
     pub(super) holder: Option<Arc<HolderFile>>,
+    /// Extensions gathered into one transaction ([`extend_gathered`](Shared::extend_gathered)).
+    pub(super) renewals: Gather<Extension, bool>,
 }
+
+/// One extension: the lock's name, token, fence and TTL in ms.
+pub(super) type Extension = (String, String, i64, i64);
 
 fn is_busy(error: &rusqlite::Error) -> bool {
     matches!(
@@ -50,6 +56,30 @@ fn is_busy(error: &rusqlite::Error) -> bool {
 }
 
 impl Shared {
+    /// Extends a lease with the others that arrive in the same poll (the lease keeper's
+    /// renewals of one pass), all in one IMMEDIATE transaction: one commit for all of them.
+    /// `None` when the batch could not answer (it failed, or the call that ran it was
+    /// dropped): the caller then extends alone, which reports its own error.
+    pub(super) async fn extend_gathered(&self, extension: Extension) -> Option<bool> {
+        self.renewals
+            .request(extension, |batch| async move {
+                self.exec(move |conn| {
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let owned = batch
+                        .iter()
+                        .map(|(name, token, fence, ttl_ms)| {
+                            sql::extend(&tx, name, token, *fence, *ttl_ms)
+                        })
+                        .collect::<rusqlite::Result<Vec<bool>>>()?;
+                    tx.commit()?;
+                    Ok(owned)
+                })
+                .await
+                .ok()
+            })
+            .await
+    }
+
     pub(super) fn path(&self) -> &Path {
         &self.config.path
     }

@@ -176,6 +176,7 @@ impl SqliteBuilder {
             config,
             wakers: Wakers::default(),
             holder,
+            renewals: Default::default(),
         });
         if reaped > 0
             && let Some(wake_file) = &shared.wake_file
@@ -490,10 +491,18 @@ impl Lease for SqliteLease {
             self.fence,
             sql::ms(ttl),
         );
-        let owned = self
+        let gathered = self
             .shared
-            .exec(move |conn| sql::extend(conn, &name, &token, fence, ttl_ms))
-            .await?;
+            .extend_gathered((name.clone(), token.clone(), fence, ttl_ms))
+            .await;
+        let owned = match gathered {
+            Some(owned) => owned,
+            None => {
+                self.shared
+                    .exec(move |conn| sql::extend(conn, &name, &token, fence, ttl_ms))
+                    .await?
+            }
+        };
         if !owned {
             return Err(crate::Error::not_owned(&self.name));
         }
