@@ -162,20 +162,18 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    /// An attempt that finds the lock held, counting the attempts in `calls`.
+    async fn busy(calls: &AtomicU32) -> Result<Attempt> {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok(Attempt::Busy { free_in: None })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn no_wait_tries_once() {
         let calls = AtomicU32::new(0);
-        let got = acquire_loop(
-            Wait::No,
-            None,
-            || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Ok(Attempt::Busy { free_in: None })
-            },
-            std::future::pending::<()>,
-        )
-        .await
-        .unwrap();
+        let got = acquire_loop(Wait::No, None, || busy(&calls), std::future::pending::<()>)
+            .await
+            .unwrap();
         assert!(got.is_none());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
@@ -234,10 +232,7 @@ mod tests {
                 Duration::from_millis(10),
                 Duration::from_millis(200),
             )),
-            || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Ok(Attempt::Busy { free_in: None })
-            },
+            || busy(&calls),
             std::future::pending::<()>,
         )
         .await
