@@ -132,32 +132,10 @@ impl Inner {
 
     /// The key under `prefix` created last before `my_rev`.
     async fn last_before(&self, prefix: &[u8], my_rev: i64) -> Result<(Option<Vec<u8>>, i64)> {
-        let mut reply = self
-            .resend(|mut c| async move {
-                c.get(
-                    prefix,
-                    Some(
-                        GetOptions::new()
-                            .with_prefix()
-                            .with_max_create_revision(my_rev - 1)
-                            .with_sort(SortTarget::Create, SortOrder::Descend)
-                            .with_limit(1)
-                            .with_keys_only(),
-                    ),
-                )
-                .await
-            })
-            .await
-            .map_err(map)?;
-        let at = revision(reply.header(), "predecessor")?;
-        Ok((
-            reply
-                .take_kvs()
-                .into_iter()
-                .next()
-                .map(|kv| kv.key().to_vec()),
-            at,
-        ))
+        let (keys, at) = self
+            .keys_before(prefix, my_rev, SortOrder::Descend, 1, "predecessor")
+            .await?;
+        Ok((keys.into_iter().next(), at))
     }
 
     /// The lock name inside a base made by [`QueueKind::base`], for errors.
@@ -174,6 +152,20 @@ impl Inner {
         my_rev: i64,
         at_most: i64,
     ) -> Result<(Vec<Vec<u8>>, i64)> {
+        self.keys_before(prefix, my_rev, SortOrder::Ascend, at_most, "permits ahead")
+            .await
+    }
+
+    /// At most `limit` keys under `prefix` created before `my_rev`, in creation `order`, and
+    /// the revision of the read (`what` names it in errors).
+    async fn keys_before(
+        &self,
+        prefix: &[u8],
+        my_rev: i64,
+        order: SortOrder,
+        limit: i64,
+        what: &str,
+    ) -> Result<(Vec<Vec<u8>>, i64)> {
         let mut reply = self
             .resend(|mut c| async move {
                 c.get(
@@ -182,8 +174,8 @@ impl Inner {
                         GetOptions::new()
                             .with_prefix()
                             .with_max_create_revision(my_rev - 1)
-                            .with_sort(SortTarget::Create, SortOrder::Ascend)
-                            .with_limit(at_most)
+                            .with_sort(SortTarget::Create, order)
+                            .with_limit(limit)
                             .with_keys_only(),
                     ),
                 )
@@ -191,7 +183,7 @@ impl Inner {
             })
             .await
             .map_err(map)?;
-        let at = revision(reply.header(), "permits ahead")?;
+        let at = revision(reply.header(), what)?;
         let keys = reply.take_kvs().into_iter().map(|kv| kv.key().to_vec());
         Ok((keys.collect(), at))
     }
