@@ -575,15 +575,9 @@ impl Lease for TableLease {
     async fn extend(&self, ttl: Duration) -> Result<()> {
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.
-        let done = unless_deadlocked(|| {
-            sqlx::query(AssertSqlSafe(self.shared.sql.extend.clone()))
-                .bind(us(ttl))
-                .bind(&self.name)
-                .bind(&self.token)
-                .bind(self.fence)
-                .execute(&self.shared.pool)
-        })
-        .await?;
+        let done = self
+            .change_row(&self.shared.sql.extend, Some(us(ttl)))
+            .await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(&self.name));
         }
@@ -591,14 +585,7 @@ impl Lease for TableLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let done = unless_deadlocked(|| {
-            sqlx::query(AssertSqlSafe(self.shared.sql.release.clone()))
-                .bind(&self.name)
-                .bind(&self.token)
-                .bind(self.fence)
-                .execute(&self.shared.pool)
-        })
-        .await?;
+        let done = self.change_row(&self.shared.sql.release, None).await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(&self.name));
         }
@@ -606,5 +593,28 @@ impl Lease for TableLease {
             self.shared.wakers.wake(&self.name);
         }
         Ok(())
+    }
+}
+
+impl TableLease {
+    /// Runs `sql` on this hold's row, again while InnoDB picks it as a deadlock victim. Binds:
+    /// `ttl_us` when given, then the name, the token and the fence.
+    async fn change_row(
+        &self,
+        sql: &Arc<str>,
+        ttl_us: Option<i64>,
+    ) -> Result<sqlx::mysql::MySqlQueryResult> {
+        unless_deadlocked(|| {
+            let mut statement = sqlx::query(AssertSqlSafe(sql.clone()));
+            if let Some(ttl_us) = ttl_us {
+                statement = statement.bind(ttl_us);
+            }
+            statement
+                .bind(&self.name)
+                .bind(&self.token)
+                .bind(self.fence)
+                .execute(&self.shared.pool)
+        })
+        .await
     }
 }
