@@ -3,6 +3,10 @@
 //! running (`#[cfg_attr(dlock_test_missing = "redis", ignore = "…")]`). When
 //! `DLOCK_TEST_REQUIRE` asks for a server, it is never marked missing, so its tests run and
 //! fail loudly. The library itself does not read these flags.
+//!
+//! For the library: `dlock_all_backends` when every backend feature is on. Code that several
+//! backends share, each using part of it, allows dead code in any other build (the full
+//! build, which CI lints, uses all of it); the flag names that build once.
 
 use std::path::{Path, PathBuf};
 
@@ -53,7 +57,17 @@ fn required(name: &str) -> bool {
     })
 }
 
+/// The features of the backends other than memory, as cargo names them in the environment.
+const BACKEND_FEATURES: [&str; 6] = ["SQLITE", "REDIS", "POSTGRES", "MYSQL", "ETCD", "ZOOKEEPER"];
+
 fn main() {
+    println!("cargo::rustc-check-cfg=cfg(dlock_all_backends)");
+    if BACKEND_FEATURES
+        .iter()
+        .all(|feature| std::env::var_os(format!("CARGO_FEATURE_{feature}")).is_some())
+    {
+        println!("cargo::rustc-cfg=dlock_all_backends");
+    }
     let names: Vec<String> = SERVERS.iter().map(|s| format!("\"{}\"", s.0)).collect();
     println!(
         "cargo::rustc-check-cfg=cfg(dlock_test_missing, values({}))",

@@ -8,17 +8,7 @@
 //! - a permit: fewer than `permits` entries ahead; it waits for any leave. Every permit entry
 //!   carries its semaphore's size, and an entry ahead with another size refuses the call.
 // Shared by etcd and ZooKeeper, each using part of it (the full build uses all of it).
-#![cfg_attr(
-    not(all(
-        feature = "sqlite",
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "etcd",
-        feature = "zookeeper"
-    )),
-    allow(dead_code, unused_imports)
-)]
+#![cfg_attr(not(dlock_all_backends), allow(dead_code, unused_imports))]
 
 use crate::backend::{HoldKind, LockInfo, LockKind};
 

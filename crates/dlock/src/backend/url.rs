@@ -6,17 +6,7 @@
 //! no reason quotes a credential.
 // Shared by every backend, each using part of it: a build without some backends leaves
 // parts unused (the full build, which CI lints, uses all of it).
-#![cfg_attr(
-    not(all(
-        feature = "sqlite",
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "etcd",
-        feature = "zookeeper"
-    )),
-    allow(dead_code, unused_imports)
-)]
+#![cfg_attr(not(dlock_all_backends), allow(dead_code, unused_imports))]
 
 use std::borrow::Cow;
 use std::str::FromStr;
