@@ -157,12 +157,10 @@ impl RedlockBuilder {
             }
         }
         if up < config.quorum() {
-            return Err(no_quorum(
-                format!(
-                    "only {up} of {} nodes answered, {} needed",
-                    config.nodes.len(),
-                    config.quorum()
-                ),
+            return Err(too_few_answered(
+                up,
+                config.nodes.len(),
+                config.quorum(),
                 &errors,
             ));
         }
@@ -223,6 +221,14 @@ fn on_node(node: &str, error: Error) -> Error {
 fn no_quorum(what: String, errors: &[Error]) -> Error {
     let each: Vec<String> = errors.iter().map(Error::cause_text).collect();
     unavailable(&format!("{what}; {}", each.join("; ")))
+}
+
+/// No quorum because only `answered` of the `nodes` answered, `quorum` being needed.
+fn too_few_answered(answered: usize, nodes: usize, quorum: usize, errors: &[Error]) -> Error {
+    no_quorum(
+        format!("only {answered} of {nodes} nodes answered, {quorum} needed"),
+        errors,
+    )
 }
 
 /// One lock over N independent Redis nodes: the Redlock algorithm, with every node contacted
@@ -547,12 +553,10 @@ impl Inner {
         self.release_on(&undo, keys, &req.token, timeout).await;
         if errors.len() > others {
             let reached = self.nodes.len() - errors.len();
-            return Err(no_quorum(
-                format!(
-                    "only {reached} of {} nodes answered, {} needed",
-                    self.nodes.len(),
-                    self.quorum()
-                ),
+            return Err(too_few_answered(
+                reached,
+                self.nodes.len(),
+                self.quorum(),
                 &errors,
             ));
         }
