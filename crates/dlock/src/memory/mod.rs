@@ -630,6 +630,12 @@ mod tests {
     /// How many distinct names the bounded-state test uses (the figure).
     const NAMES: usize = 100_000;
 
+    /// Takes `name`, which must be free.
+    async fn take(locks: &crate::Locks, name: &str) -> crate::MutexGuard {
+        let guard = locks.mutex(name).try_acquire().await.unwrap();
+        guard.unwrap_or_else(|| panic!("{name} was busy"))
+    }
+
     /// Per-name state is bounded: 100,000 names, each taken and released, or taken by a
     /// holder that vanished without releasing, or waited for by a fair waiter that vanished
     /// while queued (its future forgotten, so no clean-up ran), leave no slot once the leases
@@ -694,22 +700,12 @@ mod tests {
         // Every lease and waiter place has ended; the next operation on the store, on any
         // name, cleans up.
         tokio::time::sleep(ttl + Duration::from_secs(5)).await;
-        let guard = holders
-            .mutex("another")
-            .try_acquire()
-            .await
-            .unwrap()
-            .unwrap();
+        let guard = take(&holders, "another").await;
         guard.release().await.unwrap();
         let left = backend.store.slots().len();
         assert!(left <= 1, "{left} slots left for {NAMES} names");
         // Fences still rise per name across the forgotten slots.
-        let again = holders
-            .mutex("bounded/1")
-            .try_acquire()
-            .await
-            .unwrap()
-            .unwrap();
+        let again = take(&holders, "bounded/1").await;
         assert!(again.fence().get() > u64::try_from(NAMES).unwrap());
         again.release().await.unwrap();
     }
