@@ -4,9 +4,10 @@
 //! `DLOCK_TEST_REQUIRE` asks for a server, it is never marked missing, so its tests run and
 //! fail loudly. The library itself does not read these flags.
 //!
-//! For the library: `dlock_all_backends` when every backend feature is on. Code that several
-//! backends share, each using part of it, allows dead code in any other build (the full
-//! build, which CI lints, uses all of it); the flag names that build once.
+//! For the library: `dlock_all_backends` when every backend feature is on (code that several
+//! backends share, each using part of it, allows dead code in any other build; the full
+//! build, which CI lints, uses all of it), and `dlock_any_backend` when any backend beyond
+//! memory is on. The flags name those feature sets once.
 
 use std::path::{Path, PathBuf};
 
@@ -61,12 +62,13 @@ fn required(name: &str) -> bool {
 const BACKEND_FEATURES: [&str; 6] = ["SQLITE", "REDIS", "POSTGRES", "MYSQL", "ETCD", "ZOOKEEPER"];
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(dlock_all_backends)");
-    if BACKEND_FEATURES
-        .iter()
-        .all(|feature| std::env::var_os(format!("CARGO_FEATURE_{feature}")).is_some())
-    {
+    println!("cargo::rustc-check-cfg=cfg(dlock_all_backends, dlock_any_backend)");
+    let on = |feature: &&str| std::env::var_os(format!("CARGO_FEATURE_{feature}")).is_some();
+    if BACKEND_FEATURES.iter().all(on) {
         println!("cargo::rustc-cfg=dlock_all_backends");
+    }
+    if BACKEND_FEATURES.iter().any(on) {
+        println!("cargo::rustc-cfg=dlock_any_backend");
     }
     let names: Vec<String> = SERVERS.iter().map(|s| format!("\"{}\"", s.0)).collect();
     println!(

@@ -41,14 +41,7 @@ impl FencingToken {
 
     /// A token the store keeps as a signed 64-bit integer (a SQL `BIGINT`, a Redis integer,
     /// an etcd revision); stores never hand out one below 1, so a negative value reads as 0.
-    #[cfg(any(
-        feature = "sqlite",
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "etcd",
-        feature = "zookeeper"
-    ))]
+    #[cfg(dlock_any_backend)]
     pub(crate) fn from_signed(value: i64) -> FencingToken {
         FencingToken(u64::try_from(value).unwrap_or(0))
     }

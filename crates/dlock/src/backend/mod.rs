@@ -236,6 +236,24 @@ impl Capabilities {
             rwlock: false,
         }
     }
+
+    /// What a store shared by many processes offers at most, short of native semaphores and
+    /// read-write locks: reentrant and fair locks, waiters woken by the store, inspection,
+    /// listing and values (SQLite, Redis, etcd, ZooKeeper, the SQL lease tables). A store
+    /// names only where it differs.
+    #[cfg(dlock_any_backend)]
+    pub(crate) const SHARED_STORE: Capabilities = Capabilities {
+        reentrant: true,
+        fair: true,
+        native_wait: true,
+        native_loss_signal: false,
+        cross_process: true,
+        monitor: true,
+        list: true,
+        values: true,
+        permits: false,
+        rwlock: false,
+    };
 }
 
 /// The kind of hold asked for.

@@ -39,14 +39,9 @@ const INFO: BackendInfo = BackendInfo::new(
         reentrant: false,
         // Every waiter queues by create revision: FIFO whether asked for or not.
         fair: true,
-        native_wait: true,
-        native_loss_signal: false,
-        cross_process: true,
-        monitor: true,
-        list: true,
-        values: true,
         permits: true,
         rwlock: true,
+        ..Capabilities::SHARED_STORE
     },
 );
 

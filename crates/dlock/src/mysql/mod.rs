@@ -28,16 +28,9 @@ use values::MysqlValues;
 const LEASE_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
     Capabilities {
-        reentrant: true,
-        fair: true,
+        // Other clients' waiters poll: MySQL has nothing like NOTIFY.
         native_wait: false,
-        native_loss_signal: false,
-        cross_process: true,
-        monitor: true,
-        list: true,
-        values: true,
-        permits: false,
-        rwlock: false,
+        ..Capabilities::SHARED_STORE
     },
 );
 
@@ -46,14 +39,11 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
     Capabilities {
         reentrant: false,
         fair: false,
-        native_wait: true,
         native_loss_signal: true,
-        cross_process: true,
+        // Not inspected; the server keeps only a hash of each name.
         monitor: false,
         list: false,
-        values: true,
-        permits: false,
-        rwlock: false,
+        ..Capabilities::SHARED_STORE
     },
 );
 

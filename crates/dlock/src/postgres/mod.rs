@@ -24,35 +24,17 @@ use lease_table::LeaseStore;
 use session::SessionStore;
 use values::PgValues;
 
-const LEASE_INFO: BackendInfo = BackendInfo::new(
-    BACKEND,
-    Capabilities {
-        reentrant: true,
-        fair: true,
-        native_wait: true,
-        native_loss_signal: false,
-        cross_process: true,
-        monitor: true,
-        list: true,
-        values: true,
-        permits: false,
-        rwlock: false,
-    },
-);
+const LEASE_INFO: BackendInfo = BackendInfo::new(BACKEND, Capabilities::SHARED_STORE);
 
 const SESSION_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
     Capabilities {
         reentrant: false,
         fair: false,
-        native_wait: true,
         native_loss_signal: true,
-        cross_process: true,
-        monitor: true,
+        // The server keeps only a hash of each name.
         list: false,
-        values: true,
-        permits: false,
-        rwlock: false,
+        ..Capabilities::SHARED_STORE
     },
 );
 

@@ -46,16 +46,9 @@ pub const CLUSTER_SCHEMES: &[&str] = &["redis+cluster", "rediss+cluster"];
 const INFO: BackendInfo = BackendInfo::new(
     BACKEND,
     Capabilities {
-        reentrant: true,
-        fair: true,
-        native_wait: true,
-        native_loss_signal: false,
-        cross_process: true,
-        monitor: true,
-        list: true,
-        values: true,
         permits: true,
         rwlock: true,
+        ..Capabilities::SHARED_STORE
     },
 );
 

@@ -40,21 +40,7 @@ use worker::Worker;
 /// URL schemes served by this backend.
 pub const SQLITE_SCHEMES: &[&str] = &["sqlite"];
 
-const INFO: BackendInfo = BackendInfo::new(
-    "sqlite",
-    Capabilities {
-        reentrant: true,
-        fair: true,
-        native_wait: true,
-        native_loss_signal: false,
-        cross_process: true,
-        monitor: true,
-        list: true,
-        values: true,
-        permits: false,
-        rwlock: false,
-    },
-);
+const INFO: BackendInfo = BackendInfo::new("sqlite", Capabilities::SHARED_STORE);
 
 /// Builds a [`SqliteBackend`] from options.
 ///

@@ -43,14 +43,11 @@ const INFO: BackendInfo = BackendInfo::new(
         reentrant: false,
         // The queue of sequential nodes is FIFO by construction.
         fair: true,
-        native_wait: true,
+        // The session: its expiry ends every hold.
         native_loss_signal: true,
-        cross_process: true,
-        monitor: true,
-        list: true,
-        values: true,
         permits: true,
         rwlock: true,
+        ..Capabilities::SHARED_STORE
     },
 );
 
