@@ -112,6 +112,21 @@ impl Owner {
         }
     }
 
+    /// An owner as a SQL table keeps it, in nullable columns: no host reads as empty, and no
+    /// pid (or one out of range) as 0.
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    pub(crate) fn from_columns(
+        label: Option<String>,
+        host: Option<String>,
+        pid: Option<i64>,
+    ) -> Owner {
+        Owner::new(
+            label,
+            host.unwrap_or_default(),
+            pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        )
+    }
+
     /// The same owner with a label.
     ///
     /// # Errors

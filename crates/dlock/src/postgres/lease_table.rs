@@ -478,11 +478,7 @@ fn to_info(row: &sqlx::postgres::PgRow) -> Result<LockInfo> {
     Ok(LockInfo::new(
         name,
         FencingToken::from_signed(fence_value),
-        Owner::new(
-            label,
-            host.unwrap_or_default(),
-            pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-        ),
+        Owner::from_columns(label, host, pid),
         UNIX_EPOCH + Duration::from_micros(u64::try_from(acquired_us).unwrap_or(0)),
         Some(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
         u32::try_from(holds).unwrap_or(0),

@@ -399,11 +399,7 @@ fn to_info(row: InfoRow, now: i64) -> LockInfo {
     LockInfo::new(
         name,
         FencingToken::from_signed(fence),
-        Owner::new(
-            label,
-            host.unwrap_or_default(),
-            pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-        ),
+        Owner::from_columns(label, host, pid),
         from_ms(acquired_at),
         Some(Duration::from_millis(
             u64::try_from(expires_at - now).unwrap_or(0),
