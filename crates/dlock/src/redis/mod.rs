@@ -322,6 +322,14 @@ impl Inner {
     }
 }
 
+/// Completes when `waiter` is woken; never without one (a call that does not wait).
+pub(crate) async fn woken(waiter: Option<&wake::Waiter>) {
+    match waiter {
+        Some(waiter) => waiter.woken().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The owner part of a lock value, as the scripts store it and `lock_info` reads it back:
 /// this machine's clock in ms (when the hold began), host, pid and label, joined by NUL (the
 /// label last, as it may hold anything). Redlock stores the same.
@@ -505,12 +513,7 @@ impl RedisBackend {
                     _ => Err(bad_reply("acquire")),
                 }
             },
-            || async {
-                match &waiter {
-                    Some(waiter) => waiter.woken().await,
-                    None => std::future::pending().await,
-                }
-            },
+            || woken(waiter.as_ref()),
         )
         .await;
         abandon.armed = !matches!(acquired, Ok(Some(_)));

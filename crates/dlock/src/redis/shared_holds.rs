@@ -146,12 +146,7 @@ pub(super) async fn acquire(
                 _ => Err(bad_reply("shared acquire")),
             }
         },
-        || async {
-            match &waiter {
-                Some(waiter) => waiter.woken().await,
-                None => std::future::pending().await,
-            }
-        },
+        || super::woken(waiter.as_ref()),
     )
     .await;
     abandon.granted = matches!(acquired, Ok(Some(_)));
