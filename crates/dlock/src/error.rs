@@ -162,25 +162,22 @@ impl std::fmt::Display for Error {
                 "semaphore {name:?} was asked with {asked} permits but its holders use \
                  {held_with}: every client must use the same size"
             ),
-            Error::Unauthenticated { backend, source } => {
-                write!(f, "{backend}: authentication failed: ")?;
-                write_causes(f, source.as_ref())
-            }
-            Error::PermissionDenied { backend, source } => {
-                write!(f, "{backend}: permission denied: ")?;
-                write_causes(f, source.as_ref())
-            }
             Error::WrongType {
                 backend,
                 key,
                 detail,
             } => write!(f, "{backend}: {key} is not a dlock lock store ({detail})"),
-            Error::Unavailable { backend, source } => {
-                write!(f, "{backend}: store unavailable: ")?;
-                write_causes(f, source.as_ref())
-            }
-            Error::Backend { backend, source } => {
-                write!(f, "{backend}: ")?;
+            Error::Unauthenticated { backend, source }
+            | Error::PermissionDenied { backend, source }
+            | Error::Unavailable { backend, source }
+            | Error::Backend { backend, source } => {
+                let what = match self {
+                    Error::Unauthenticated { .. } => "authentication failed: ",
+                    Error::PermissionDenied { .. } => "permission denied: ",
+                    Error::Unavailable { .. } => "store unavailable: ",
+                    _ => "",
+                };
+                write!(f, "{backend}: {what}")?;
                 write_causes(f, source.as_ref())
             }
         }
