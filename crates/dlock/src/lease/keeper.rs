@@ -604,6 +604,14 @@ mod tests {
         }
     }
 
+    /// A fixed TTL: the keeper checks the lease but never renews it.
+    fn fixed(ttl_ms: u64) -> KeepPolicy {
+        KeepPolicy {
+            renew: false,
+            ..watchdog(ttl_ms)
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn watchdog_renews_through_many_ttls() {
         let keeper = Keeper::default();
@@ -650,12 +658,7 @@ mod tests {
         let keeper = Keeper::default();
         let lease = Arc::new(ScriptedLease::default());
         let start = Instant::now();
-        let policy = KeepPolicy {
-            ttl: Duration::from_millis(500),
-            renew: false,
-            max_hold: None,
-        };
-        let reg = keeper.register(lease.clone(), label(), policy, start);
+        let reg = keeper.register(lease.clone(), label(), fixed(500), start);
         tokio::time::sleep(Duration::from_millis(400)).await;
         reg.extended(Instant::now(), Duration::from_millis(500));
         lease.lost().cancelled().await;
@@ -671,12 +674,7 @@ mod tests {
         let keeper = Keeper::default();
         let lease = Arc::new(ScriptedLease::default());
         let start = Instant::now();
-        let policy = KeepPolicy {
-            ttl: Duration::from_millis(600),
-            renew: false,
-            max_hold: None,
-        };
-        let _reg = keeper.register(lease.clone(), label(), policy, start);
+        let _reg = keeper.register(lease.clone(), label(), fixed(600), start);
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(
             lease.checks.load(Ordering::SeqCst),
