@@ -45,6 +45,15 @@ impl FencingToken {
     pub(crate) fn from_signed(value: i64) -> FencingToken {
         FencingToken(u64::try_from(value).unwrap_or(0))
     }
+
+    /// The token as a SQL store keeps it (`BIGINT`): the value [`from_signed`] read, for
+    /// every token a store hands out.
+    ///
+    /// [`from_signed`]: FencingToken::from_signed
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    pub(crate) fn signed(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
 }
 
 impl fmt::Display for FencingToken {

@@ -20,10 +20,12 @@ mod lease_core;
 pub(crate) mod list_family;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod queue_rules;
+mod store_lease;
 pub(crate) mod url;
 pub mod wait;
 
 pub use lease_core::{LeaseCore, LossSignal};
+pub(crate) use store_lease::StoreLease;
 
 /// A lock store: Redis, SQLite, memory, …
 ///

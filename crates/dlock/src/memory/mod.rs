@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::backend::wait::{Attempt, STARVATION_THRESHOLD, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
-    ListQuery, LockInfo, LossSignal, MonitorStore, ValueStore, Versioned,
+    ListQuery, LockInfo, LossSignal, MonitorStore, StoreLease, ValueStore, Versioned,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -140,6 +140,9 @@ struct Store {
     /// Versioned values: name → (version, bytes).
     values: Mutex<HashMap<String, (u64, Vec<u8>)>>,
 }
+
+/// One hold of a memory lock.
+type MemoryLease = StoreLease<Store>;
 
 /// A queued waiter whose attempts stopped for this long is gone (its future was forgotten, or
 /// its task stalled): it no longer holds anyone back, and its place is removed. A waiting
@@ -398,12 +401,12 @@ impl Store {
         };
         let fence = slot.holder.as_ref().map_or(next_fence, |h| h.fence);
         slots.last_fence = slots.last_fence.max(fence);
-        Ok(Attempt::Acquired(Arc::new(MemoryLease {
-            store: self.clone(),
-            name: req.name.as_str().to_owned(),
-            token: req.token.clone(),
-            core: LeaseCore::with_signal(FencingToken::new(fence), lost_parent.child(), now),
-        })))
+        Ok(Attempt::Acquired(Arc::new(MemoryLease::new(
+            self.clone(),
+            req.name.as_str().to_owned(),
+            req.token.clone(),
+            LeaseCore::with_signal(FencingToken::new(fence), lost_parent.child(), now),
+        ))))
     }
 }
 
@@ -573,28 +576,19 @@ fn info(name: &str, slot: &Slot, now: Instant) -> Option<LockInfo> {
     )
 }
 
-/// One hold of a memory lock.
-#[derive(Debug)]
-struct MemoryLease {
-    core: LeaseCore,
-    store: Arc<Store>,
-    name: String,
-    token: String,
-}
-
 #[async_trait]
 impl Lease for MemoryLease {
     fn core(&self) -> &LeaseCore {
-        &self.core
+        self.lease_core()
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        let mut slots = self.store.slots();
+        let mut slots = self.store().slots();
         let now = Instant::now();
         let holder = slots
-            .get_mut(&self.name)
-            .and_then(|slot| slot.owned_by(&self.token, self.core.fence().get(), now))
-            .ok_or_else(|| Error::not_owned(&self.name))?;
+            .get_mut(self.name())
+            .and_then(|slot| slot.owned_by(self.token(), self.fence().get(), now))
+            .ok_or_else(|| Error::not_owned(self.name()))?;
         let extended = now
             .checked_add(ttl)
             .ok_or_else(|| Error::invalid_argument("ttl", "overflows the clock"))?;
@@ -603,19 +597,19 @@ impl Lease for MemoryLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let mut slots = self.store.slots();
+        let mut slots = self.store().slots();
         let now = Instant::now();
         let slot = slots
-            .get_mut(&self.name)
-            .ok_or_else(|| Error::not_owned(&self.name))?;
+            .get_mut(self.name())
+            .ok_or_else(|| Error::not_owned(self.name()))?;
         let holder = slot
-            .owned_by(&self.token, self.core.fence().get(), now)
-            .ok_or_else(|| Error::not_owned(&self.name))?;
+            .owned_by(self.token(), self.fence().get(), now)
+            .ok_or_else(|| Error::not_owned(self.name()))?;
         holder.holds -= 1;
         if holder.holds == 0 {
             slot.holder = None;
             slot.changed.send_replace(());
-            slots.settle(&self.name);
+            slots.settle(self.name());
         }
         Ok(())
     }

@@ -17,7 +17,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore,
+    AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -176,6 +176,9 @@ impl Statements {
         }
     }
 }
+
+/// One hold of a row in the lease table.
+type TableLease = StoreLease<Shared>;
 
 /// The lease-table store of one client.
 #[derive(Debug)]
@@ -380,13 +383,12 @@ async fn try_acquire(
                 }
                 spot.set_queued(false);
             }
-            Attempt::Acquired(Arc::new(TableLease {
+            Attempt::Acquired(Arc::new(TableLease::new(
                 shared,
-                name: name.to_owned(),
+                name.to_owned(),
                 token,
-                fence,
-                core: LeaseCore::new(FencingToken::from_signed(fence), start),
-            }))
+                LeaseCore::new(FencingToken::from_signed(fence), start),
+            )))
         }
     };
     if taken.rows_affected() > 0 {
@@ -552,46 +554,37 @@ fn to_info(row: &MySqlRow) -> Result<LockInfo> {
     .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX)))
 }
 
-/// One hold of a row in the lease table.
-#[derive(Debug)]
-struct TableLease {
-    core: LeaseCore,
-    shared: Arc<Shared>,
-    name: String,
-    token: String,
-    fence: i64,
-}
-
 #[async_trait]
 impl Lease for TableLease {
     fn core(&self) -> &LeaseCore {
-        &self.core
+        self.lease_core()
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.
         let done = self
-            .change_row(&self.shared.sql.extend, Some(us(ttl)))
+            .change_row(&self.store().sql.extend, Some(us(ttl)))
             .await?;
         if done.rows_affected() == 0 {
-            return Err(Error::not_owned(&self.name));
+            return Err(Error::not_owned(self.name()));
         }
         Ok(())
     }
 
     async fn release(&self) -> Result<()> {
-        let done = self.change_row(&self.shared.sql.release, None).await?;
+        let done = self.change_row(&self.store().sql.release, None).await?;
         if done.rows_affected() == 0 {
-            return Err(Error::not_owned(&self.name));
+            return Err(Error::not_owned(self.name()));
         }
         if done.last_insert_id() == 0 {
-            self.shared.wakers.wake(&self.name);
+            self.store().wakers.wake(self.name());
         }
         Ok(())
     }
 }
 
+/// A hold's own statements.
 impl TableLease {
     /// Runs `sql` on this hold's row, again while InnoDB picks it as a deadlock victim. Binds:
     /// `ttl_us` when given, then the name, the token and the fence.
@@ -606,10 +599,10 @@ impl TableLease {
                 statement = statement.bind(ttl_us);
             }
             statement
-                .bind(&self.name)
-                .bind(&self.token)
-                .bind(self.fence)
-                .execute(&self.shared.pool)
+                .bind(self.name())
+                .bind(self.token())
+                .bind(self.fence().signed())
+                .execute(&self.store().pool)
         })
         .await
     }

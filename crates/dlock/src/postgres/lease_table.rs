@@ -17,7 +17,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::wait::{Attempt, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore,
+    AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -189,6 +189,9 @@ impl Statements {
         }
     }
 }
+
+/// One hold of a row in the lease table.
+type TableLease = StoreLease<Shared>;
 
 /// The lease-table store of one client.
 #[derive(Debug)]
@@ -445,13 +448,12 @@ async fn try_acquire(
         Some(fence) => {
             // The same statement took this waiter out of the queue.
             spot.set_queued(false);
-            Attempt::Acquired(Arc::new(TableLease {
+            Attempt::Acquired(Arc::new(TableLease::new(
                 shared,
-                name: req.name.as_str().to_owned(),
-                token: req.token,
-                fence,
-                core: LeaseCore::new(FencingToken::from_signed(fence), start),
-            }))
+                req.name.as_str().to_owned(),
+                req.token,
+                LeaseCore::new(FencingToken::from_signed(fence), start),
+            )))
         }
         None if queued => {
             spot.set_queued(true);
@@ -486,52 +488,44 @@ fn to_info(row: &sqlx::postgres::PgRow) -> Result<LockInfo> {
     .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX)))
 }
 
-/// One hold of a row in the lease table.
-#[derive(Debug)]
-struct TableLease {
-    core: LeaseCore,
-    shared: Arc<Shared>,
-    name: String,
-    token: String,
-    fence: i64,
-}
-
 #[async_trait]
 impl Lease for TableLease {
     fn core(&self) -> &LeaseCore {
-        &self.core
+        self.lease_core()
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        let done = sqlx::query(AssertSqlSafe(self.shared.sql.extend.clone()))
-            .bind(&self.name)
-            .bind(&self.token)
-            .bind(self.fence)
+        let shared = self.store();
+        let done = sqlx::query(AssertSqlSafe(shared.sql.extend.clone()))
+            .bind(self.name())
+            .bind(self.token())
+            .bind(self.fence().signed())
             .bind(ms(ttl))
-            .execute(&self.shared.pool)
+            .execute(&shared.pool)
             .await
             .map_err(from_sqlx)?;
         if done.rows_affected() == 0 {
-            return Err(Error::not_owned(&self.name));
+            return Err(Error::not_owned(self.name()));
         }
         Ok(())
     }
 
     async fn release(&self) -> Result<()> {
-        let left: Option<i32> = sqlx::query_scalar(AssertSqlSafe(self.shared.sql.release.clone()))
-            .bind(&self.name)
-            .bind(&self.token)
-            .bind(self.fence)
-            .bind(&self.shared.channel)
-            .fetch_optional(&self.shared.pool)
+        let shared = self.store();
+        let left: Option<i32> = sqlx::query_scalar(AssertSqlSafe(shared.sql.release.clone()))
+            .bind(self.name())
+            .bind(self.token())
+            .bind(self.fence().signed())
+            .bind(&shared.channel)
+            .fetch_optional(&shared.pool)
             .await
             .map_err(from_sqlx)?;
         match left {
-            None => Err(Error::not_owned(&self.name)),
+            None => Err(Error::not_owned(self.name())),
             Some(left) => {
                 if left == 0 {
                     // NOTIFY reaches the other clients; wake our own waiters at once.
-                    self.shared.wakers.wake(&self.name);
+                    shared.wakers.wake(self.name());
                 }
                 Ok(())
             }

@@ -25,13 +25,16 @@ use tokio::time::Instant;
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
-    ListQuery, LockInfo, MonitorStore, ValueStore, Versioned,
+    ListQuery, LockInfo, MonitorStore, StoreLease, ValueStore, Versioned,
 };
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::LockName;
 
 use client::Shared;
+
+/// One hold of a SQLite lock.
+type SqliteLease = StoreLease<Shared>;
 use error::Error;
 use sql::{Request, Tried};
 use wake::{WakeFile, Wakers};
@@ -269,13 +272,12 @@ impl Backend for SqliteBackend {
                             free_in: free_in_ms
                                 .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
                         },
-                        Tried::Acquired { fence } => Attempt::Acquired(Arc::new(SqliteLease {
-                            shared: shared.clone(),
-                            name: req.name.as_str().to_owned(),
-                            token: req.token.clone(),
-                            fence,
-                            core: LeaseCore::new(FencingToken::from_signed(fence), start),
-                        })),
+                        Tried::Acquired { fence } => Attempt::Acquired(Arc::new(SqliteLease::new(
+                            shared.clone(),
+                            req.name.as_str().to_owned(),
+                            req.token.clone(),
+                            LeaseCore::new(FencingToken::from_signed(fence), start),
+                        ))),
                     })
                 }
             },
@@ -341,13 +343,12 @@ impl Backend for SqliteBackend {
                     .iter()
                     .zip(fences)
                     .map(|(request, fence)| {
-                        Arc::new(SqliteLease {
-                            shared: self.shared.clone(),
-                            name: request.name.clone(),
-                            token: request.token.clone(),
-                            fence,
-                            core: LeaseCore::new(FencingToken::from_signed(fence), start),
-                        }) as Arc<dyn Lease>
+                        Arc::new(SqliteLease::new(
+                            self.shared.clone(),
+                            request.name.clone(),
+                            request.token.clone(),
+                            LeaseCore::new(FencingToken::from_signed(fence), start),
+                        )) as Arc<dyn Lease>
                     })
                     .collect()
             })
@@ -454,58 +455,52 @@ impl Drop for LeaveQueue<'_> {
     }
 }
 
-/// One hold of a SQLite lock.
-#[derive(Debug)]
-struct SqliteLease {
-    core: LeaseCore,
-    shared: Arc<Shared>,
-    name: String,
-    token: String,
-    fence: i64,
-}
-
 #[async_trait]
 impl Lease for SqliteLease {
     fn core(&self) -> &LeaseCore {
-        &self.core
+        self.lease_core()
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
         let (name, token, fence, ttl_ms) = (
-            self.name.clone(),
-            self.token.clone(),
-            self.fence,
+            self.name().to_owned(),
+            self.token().to_owned(),
+            self.fence().signed(),
             sql::ms(ttl),
         );
         let gathered = self
-            .shared
+            .store()
             .extend_gathered((name.clone(), token.clone(), fence, ttl_ms))
             .await;
         let owned = match gathered {
             Some(owned) => owned,
             None => {
-                self.shared
+                self.store()
                     .exec(move |conn| sql::extend(conn, &name, &token, fence, ttl_ms))
                     .await?
             }
         };
         if !owned {
-            return Err(crate::Error::not_owned(&self.name));
+            return Err(crate::Error::not_owned(self.name()));
         }
         Ok(())
     }
 
     async fn release(&self) -> Result<()> {
-        let (name, token, fence) = (self.name.clone(), self.token.clone(), self.fence);
+        let (name, token, fence) = (
+            self.name().to_owned(),
+            self.token().to_owned(),
+            self.fence().signed(),
+        );
         let left = self
-            .shared
+            .store()
             .exec(move |conn| sql::release(conn, &name, &token, fence))
             .await?;
         match left {
-            None => Err(crate::Error::not_owned(&self.name)),
+            None => Err(crate::Error::not_owned(self.name())),
             Some(left) => {
                 if left == 0 {
-                    self.shared.wake(&self.name);
+                    self.store().wake(self.name());
                 }
                 Ok(())
             }
