@@ -1,12 +1,11 @@
 //! Options of the MySQL/MariaDB backend and how they are read from a URL.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::mysql::MySqlConnectOptions;
 
-use crate::error::{Error, Result, redact_url};
+use crate::error::Result;
 use crate::sql_common::{self, Mode};
 
 /// URL schemes served by this backend.
@@ -71,32 +70,17 @@ pub struct MysqlConfig {
 
 impl Default for MysqlConfig {
     fn default() -> Self {
-        let common = sql_common::Options::default();
-        MysqlConfig {
-            url: "mysql://localhost/dlock".into(),
-            mode: common.mode,
-            table: None,
-            connect_timeout: common.connect_timeout,
-            max_connections: common.max_connections,
-            check_interval: common.check_interval,
-            poll_min: common.poll_min,
-            poll_max: common.poll_max,
-        }
+        MysqlConfig::with_options(
+            "mysql://localhost/dlock".into(),
+            sql_common::Options::default(),
+        )
     }
 }
 
 impl fmt::Debug for MysqlConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MysqlConfig")
-            .field("url", &redact_url(&self.url))
-            .field("mode", &self.mode)
-            .field("table", &self.table)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_connections", &self.max_connections)
-            .field("check_interval", &self.check_interval)
-            .field("poll_min", &self.poll_min)
-            .field("poll_max", &self.poll_max)
-            .finish()
+        self.options()
+            .debug_config(f, "MysqlConfig", &self.url, true)
     }
 }
 
@@ -109,8 +93,8 @@ impl MysqlConfig {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] for another scheme, an unknown option, a bad value, or a URL the
-    /// driver cannot read.
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for another scheme, an unknown option, a
+    /// bad value, or a URL the driver cannot read.
     pub fn from_url(url: &str) -> Result<MysqlConfig> {
         let (options, driver_url) = sql_common::split_url(
             url,
@@ -119,8 +103,19 @@ impl MysqlConfig {
             sql_common::DLOCK_OPTIONS,
             DRIVER_OPTIONS,
         )?;
-        let config = MysqlConfig {
-            url: driver_url,
+        let config = MysqlConfig::with_options(driver_url, options);
+        sql_common::check_driver_read(url, config.connect_options())?;
+        Ok(config)
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        self.options().validate()
+    }
+
+    /// The config of the driver URL `url` with `options`.
+    fn with_options(url: String, options: sql_common::Options) -> MysqlConfig {
+        MysqlConfig {
+            url,
             mode: options.mode,
             table: options.table,
             connect_timeout: options.connect_timeout,
@@ -128,18 +123,11 @@ impl MysqlConfig {
             check_interval: options.check_interval,
             poll_min: options.poll_min,
             poll_max: options.poll_max,
-        };
-        config.connect_options().map_err(|e| Error::InvalidUrl {
-            url: redact_url(url),
-            reason: match e {
-                Error::InvalidUrl { reason, .. } => reason,
-                other => other.to_string(),
-            },
-        })?;
-        Ok(config)
+        }
     }
 
-    pub(super) fn validate(&self) -> Result<()> {
+    /// The options every SQL backend has, as this config sets them.
+    fn options(&self) -> sql_common::Options {
         sql_common::Options {
             mode: self.mode,
             table: self.table.clone(),
@@ -149,26 +137,18 @@ impl MysqlConfig {
             poll_min: self.poll_min,
             poll_max: self.poll_max,
         }
-        .validate()
     }
 
     pub(super) fn connect_options(&self) -> Result<MySqlConnectOptions> {
-        MySqlConnectOptions::from_str(&self.url).map_err(|e| Error::InvalidUrl {
-            url: redact_url(&self.url),
-            reason: e.to_string(),
-        })
+        sql_common::driver_options(&self.url)
     }
 
     pub(super) fn pool_size(&self) -> u32 {
-        self.max_connections
-            .unwrap_or_else(|| sql_common::default_max_connections(self.mode))
+        self.options().pool_size()
     }
 
     pub(super) fn table_name(&self) -> &str {
-        self.table.as_deref().unwrap_or(match self.mode {
-            Mode::Lease => "dlock_locks",
-            Mode::Session => "dlock_fences",
-        })
+        sql_common::table_or_default(self.table.as_deref(), self.mode)
     }
 }
 

@@ -1,12 +1,11 @@
 //! Options of the PostgreSQL backend and how they are read from a URL.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::error::{Error, Result, redact_url};
+use crate::error::Result;
 use crate::sql_common::{self, Mode};
 
 /// URL schemes served by this backend.
@@ -84,28 +83,17 @@ pub struct PostgresConfig {
 
 impl Default for PostgresConfig {
     fn default() -> Self {
-        let common = sql_common::Options::default();
-        PostgresConfig {
-            url: "postgres://localhost/postgres".into(),
-            mode: common.mode,
-            table: None,
-            connect_timeout: common.connect_timeout,
-            max_connections: common.max_connections,
-            check_interval: common.check_interval,
-        }
+        PostgresConfig::with_options(
+            "postgres://localhost/postgres".into(),
+            sql_common::Options::default(),
+        )
     }
 }
 
 impl fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresConfig")
-            .field("url", &redact_url(&self.url))
-            .field("mode", &self.mode)
-            .field("table", &self.table)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_connections", &self.max_connections)
-            .field("check_interval", &self.check_interval)
-            .finish()
+        self.options()
+            .debug_config(f, "PostgresConfig", &self.url, false)
     }
 }
 
@@ -118,8 +106,8 @@ impl PostgresConfig {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] for another scheme, an unknown option, a bad value, or a URL the
-    /// driver cannot read.
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for another scheme, an unknown option, a
+    /// bad value, or a URL the driver cannot read.
     pub fn from_url(url: &str) -> Result<PostgresConfig> {
         let (options, driver_url) = sql_common::split_url(
             url,
@@ -128,25 +116,29 @@ impl PostgresConfig {
             DLOCK_OPTIONS,
             DRIVER_OPTIONS,
         )?;
-        let config = PostgresConfig {
-            url: driver_url,
+        let config = PostgresConfig::with_options(driver_url, options);
+        sql_common::check_driver_read(url, config.connect_options())?;
+        Ok(config)
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        self.options().validate()
+    }
+
+    /// The config of the driver URL `url` with `options`.
+    fn with_options(url: String, options: sql_common::Options) -> PostgresConfig {
+        PostgresConfig {
+            url,
             mode: options.mode,
             table: options.table,
             connect_timeout: options.connect_timeout,
             max_connections: options.max_connections,
             check_interval: options.check_interval,
-        };
-        config.connect_options().map_err(|e| Error::InvalidUrl {
-            url: redact_url(url),
-            reason: match e {
-                Error::InvalidUrl { reason, .. } => reason,
-                other => other.to_string(),
-            },
-        })?;
-        Ok(config)
+        }
     }
 
-    pub(super) fn validate(&self) -> Result<()> {
+    /// The options every SQL backend has, as this config sets them.
+    fn options(&self) -> sql_common::Options {
         sql_common::Options {
             mode: self.mode,
             table: self.table.clone(),
@@ -155,26 +147,18 @@ impl PostgresConfig {
             check_interval: self.check_interval,
             ..sql_common::Options::default()
         }
-        .validate()
     }
 
     pub(super) fn connect_options(&self) -> Result<PgConnectOptions> {
-        PgConnectOptions::from_str(&self.url).map_err(|e| Error::InvalidUrl {
-            url: redact_url(&self.url),
-            reason: e.to_string(),
-        })
+        sql_common::driver_options(&self.url)
     }
 
     pub(super) fn pool_size(&self) -> u32 {
-        self.max_connections
-            .unwrap_or_else(|| sql_common::default_max_connections(self.mode))
+        self.options().pool_size()
     }
 
     pub(super) fn table_name(&self) -> &str {
-        self.table.as_deref().unwrap_or(match self.mode {
-            Mode::Lease => "dlock_locks",
-            Mode::Session => "dlock_fences",
-        })
+        sql_common::table_or_default(self.table.as_deref(), self.mode)
     }
 }
 

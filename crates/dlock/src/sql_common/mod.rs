@@ -19,7 +19,7 @@ pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
 pub(crate) use error::{ServerFailure, from_driver};
 #[cfg(feature = "mysql")]
 pub(crate) use options::DLOCK_OPTIONS;
-pub(crate) use options::{Options, default_max_connections, split_url};
+pub(crate) use options::{Options, check_driver_read, driver_options, split_url, table_or_default};
 pub(crate) use queue::{
     LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
 };

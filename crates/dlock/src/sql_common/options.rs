@@ -1,9 +1,11 @@
 //! The options every SQL backend reads from its URL, and their checks.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use crate::backend::url::StoreUrl;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, redact_url};
 
 /// How a SQL backend holds a lock; chosen per client with the URL option `mode`.
 ///
@@ -168,6 +170,75 @@ impl Options {
     }
 }
 
+impl Options {
+    /// The pool size: `max_connections`, or the mode's default.
+    pub(crate) fn pool_size(&self) -> u32 {
+        self.max_connections
+            .unwrap_or_else(|| default_max_connections(self.mode))
+    }
+
+    /// The debug form of the config `name` these options are from: its driver URL redacted,
+    /// then the options, `poll_min` and `poll_max` only where the backend has them.
+    pub(crate) fn debug_config(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        name: &str,
+        url: &str,
+        with_poll: bool,
+    ) -> fmt::Result {
+        let mut config = f.debug_struct(name);
+        config
+            .field("url", &redact_url(url))
+            .field("mode", &self.mode)
+            .field("table", &self.table)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("check_interval", &self.check_interval);
+        if with_poll {
+            config
+                .field("poll_min", &self.poll_min)
+                .field("poll_max", &self.poll_max);
+        }
+        config.finish()
+    }
+}
+
+/// The table a config names, or the mode's default: `dlock_locks` for the lease table,
+/// `dlock_fences` for session mode's fence counter.
+pub(crate) fn table_or_default(table: Option<&str>, mode: Mode) -> &str {
+    table.unwrap_or(match mode {
+        Mode::Lease => "dlock_locks",
+        Mode::Session => "dlock_fences",
+    })
+}
+
+/// The driver's connect options read from a driver URL (one without dlock's options).
+///
+/// # Errors
+///
+/// [`Error::InvalidUrl`], naming `driver_url` redacted, when the driver cannot read it.
+pub(crate) fn driver_options<O>(driver_url: &str) -> Result<O>
+where
+    O: FromStr<Err: fmt::Display>,
+{
+    O::from_str(driver_url).map_err(|e| Error::InvalidUrl {
+        url: redact_url(driver_url),
+        reason: e.to_string(),
+    })
+}
+
+/// A URL the user gave, whose driver URL the driver could not read (`read`): the error names
+/// the URL as the user wrote it.
+pub(crate) fn check_driver_read<O>(url: &str, read: Result<O>) -> Result<()> {
+    read.map(drop).map_err(|e| Error::InvalidUrl {
+        url: redact_url(url),
+        reason: match e {
+            Error::InvalidUrl { reason, .. } => reason,
+            other => other.to_string(),
+        },
+    })
+}
+
 /// A table name is spliced into SQL, so only plain identifiers are accepted.
 pub(crate) fn check_identifier(name: &str) -> std::result::Result<(), String> {
     let mut chars = name.chars();
@@ -185,7 +256,7 @@ pub(crate) fn check_identifier(name: &str) -> std::result::Result<(), String> {
 
 /// The pool size when none is given: a lease-table client needs a few connections; a
 /// session-mode client keeps one per held lock.
-pub(crate) fn default_max_connections(mode: Mode) -> u32 {
+fn default_max_connections(mode: Mode) -> u32 {
     match mode {
         Mode::Lease => 20,
         Mode::Session => 100,
