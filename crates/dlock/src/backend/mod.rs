@@ -23,9 +23,13 @@ pub(crate) mod queue_rules;
 mod store_lease;
 pub(crate) mod url;
 pub mod wait;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod wakers;
 
 pub use lease_core::{LeaseCore, LossSignal};
 pub(crate) use store_lease::StoreLease;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub(crate) use wakers::Wakers;
 
 /// A lock store: Redis, SQLite, memory, …
 ///

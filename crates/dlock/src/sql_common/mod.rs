@@ -14,15 +14,15 @@ mod sweep;
 
 pub use options::Mode;
 
+pub(crate) use crate::backend::Wakers;
+
 pub(crate) use attempt::{detached_attempt, ms};
 pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
 pub(crate) use error::{ServerFailure, from_driver};
 #[cfg(feature = "mysql")]
 pub(crate) use options::DLOCK_OPTIONS;
 pub(crate) use options::{Options, check_driver_read, driver_options, split_url, table_or_default};
-pub(crate) use queue::{
-    LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, Wakers, queued_hint,
-};
+pub(crate) use queue::{LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, queued_hint};
 pub(crate) use schema::{Shape, check_shape, values_table, waiters_table};
 pub(crate) use session::{SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing};
 pub(crate) use store::{ModeStore, SqlStore};

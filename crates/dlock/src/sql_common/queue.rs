@@ -1,51 +1,12 @@
-//! A lease table's waiter queue as one acquire call sees it, and the in-process wake-ups of
-//! waiters.
+//! A lease table's waiter queue as one acquire call sees it.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// Waiters of this process per lock name, woken by this client's releases (and, on
-/// PostgreSQL, by NOTIFY from every other client).
-#[derive(Debug, Default)]
-pub(crate) struct Wakers {
-    map: Mutex<HashMap<String, watch::Sender<()>>>,
-}
-
-impl Wakers {
-    pub(crate) fn subscribe(&self, name: &str) -> watch::Receiver<()> {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.entry(name.to_owned())
-            .or_insert_with(|| watch::Sender::new(()))
-            .subscribe()
-    }
-
-    pub(crate) fn wake(&self, name: &str) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = map.get(name) {
-            sender.send_replace(());
-            if sender.receiver_count() == 0 {
-                map.remove(name);
-            }
-        }
-    }
-
-    /// Wakes every waiter (after a gap in which notifications may have been missed).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) fn wake_all(&self) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.retain(|_, sender| {
-            sender.send_replace(());
-            sender.receiver_count() > 0
-        });
-    }
-}
 
 /// A waiter whose queue entry has not been refreshed for this long is gone (crashed, paused,
 /// cut off) and no longer holds anyone back: the same rule as the SQLite backend's queue.

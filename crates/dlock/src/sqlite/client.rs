@@ -12,7 +12,7 @@ use super::config::SqliteConfig;
 use super::error::Error;
 use super::holders::{self, HolderFile};
 use super::open::WAL_NEEDS_CHECKPOINT;
-use super::wake::{self, WakeFile, Wakers};
+use super::wake::{WakeFile, Wakers};
 use super::worker::Worker;
 use super::{clock, sql};
 use crate::backend::gather::Gather;
@@ -179,11 +179,7 @@ impl Shared {
 
     pub(super) fn subscribe(&self, name: &str) -> watch::Receiver<()> {
         self.watch_other_processes();
-        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        wakers
-            .entry(name.to_owned())
-            .or_insert_with(|| watch::Sender::new(()))
-            .subscribe()
+        self.wakers.subscribe(name)
     }
 
     /// What a worker job needs to wake waiters after it freed a lock.
@@ -211,15 +207,7 @@ impl Shared {
 
     /// A lock was freed: wake its waiters here, and ring the other processes.
     pub(super) fn wake(&self, name: &str) {
-        {
-            let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(sender) = wakers.get(name) {
-                sender.send_replace(());
-                if sender.receiver_count() == 0 {
-                    wakers.remove(name);
-                }
-            }
-        }
+        self.wakers.wake(name);
         if let Some(wake_file) = &self.wake_file {
             wake_file.ring();
         }
@@ -234,7 +222,8 @@ pub(super) struct WakeHandle {
 
 impl WakeHandle {
     pub(super) fn wake_all(&self) {
-        wake::wake_all(&self.wakers);
+        // Each waiter retries its own lock: one cheap read.
+        self.wakers.wake_all();
         if let Some(wake_file) = &self.wake_file {
             wake_file.ring();
         }

@@ -2,19 +2,17 @@
 //! waiter watches that file (inotify on Linux, kqueue / FSEvents elsewhere, through `notify`)
 //! and retries at once. Polling stays as the fallback for file systems without notifications.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
-use tokio::sync::watch;
 
-/// Waiters of this process, by lock name.
-pub(super) type Wakers = Arc<Mutex<HashMap<String, watch::Sender<()>>>>;
+/// Waiters of this process, by lock name, shared with the wake-file watcher.
+pub(super) type Wakers = Arc<crate::backend::Wakers>;
 
 /// The wake file of one database, kept open for cheap writes.
 #[derive(Debug)]
@@ -83,7 +81,7 @@ impl WakeFile {
                     }
                 });
                 if relevant {
-                    wake_all(&wakers);
+                    wakers.wake_all();
                 }
             })?;
         watcher.watch(&self.path, RecursiveMode::NonRecursive)?;
@@ -95,13 +93,4 @@ impl WakeFile {
         }
         Ok(watcher)
     }
-}
-
-/// Wakes every waiter of this process (each retries its own lock: one cheap read).
-pub(super) fn wake_all(wakers: &Wakers) {
-    let mut wakers = wakers.lock().unwrap_or_else(PoisonError::into_inner);
-    wakers.retain(|_, sender| {
-        sender.send_replace(());
-        sender.receiver_count() > 0
-    });
 }
