@@ -87,24 +87,10 @@ pub(super) fn fence_sequence(table: &str) -> String {
 /// later.
 pub(super) async fn ensure_lease(pool: &MySqlPool, table: &str) -> Result<()> {
     let seq = fence_sequence(table);
-    let found = columns(pool, table).await?;
-    let has = |found: &[(String, String)], column: &str| {
-        found.iter().any(|(n, _)| n.eq_ignore_ascii_case(column))
-    };
-    if has(&found, "fence") && !has(&found, "hold_fence") {
+    if has_older_fence(pool, table, "hold_fence").await? {
         ensure_sequence(pool, &seq).await?;
         run(pool, &catch_up(pool, &seq, table, "fence").await?).await?;
-        match run(
-            pool,
-            &format!("ALTER TABLE {table} CHANGE COLUMN fence hold_fence BIGINT NOT NULL"),
-        )
-        .await
-        {
-            Ok(()) => {}
-            // Another client renamed it first ("unknown column").
-            Err(_) if has(&columns(pool, table).await?, "hold_fence") => {}
-            Err(e) => return Err(e),
-        }
+        rename_fence(pool, table, "hold_fence").await?;
         run(pool, &catch_up(pool, &seq, table, "hold_fence").await?).await?;
     }
     ensure(pool, table, &lease_ddl(table), LEASE_SHAPE).await?;
@@ -133,17 +119,10 @@ async fn highest(pool: &MySqlPool, table: &str, column: &str) -> Result<i64> {
 /// Adds the index on `column` the sweeper's statement uses, to a table made before it had
 /// one.
 pub(super) async fn ensure_index(pool: &MySqlPool, table: &str, column: &str) -> Result<()> {
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM information_schema.STATISTICS
+    let indexed = "SELECT EXISTS (SELECT 1 FROM information_schema.STATISTICS
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?
-           AND SEQ_IN_INDEX = 1)",
-    )
-    .bind(table)
-    .bind(column)
-    .fetch_one(pool)
-    .await
-    .map_err(from_sqlx)?;
-    if exists {
+           AND SEQ_IN_INDEX = 1)";
+    if catalog_has(pool, indexed, &[table, column]).await? {
         return Ok(());
     }
     run(
@@ -157,15 +136,9 @@ pub(super) async fn ensure_index(pool: &MySqlPool, table: &str, column: &str) ->
 /// before 10.3) says that the lease table needs them.
 async fn ensure_sequence(pool: &MySqlPool, seq: &str) -> Result<()> {
     // Checked first, so a user that may only use the table is not asked to create anything.
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM information_schema.TABLES
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND TABLE_TYPE = 'SEQUENCE')",
-    )
-    .bind(seq)
-    .fetch_one(pool)
-    .await
-    .map_err(from_sqlx)?;
-    if exists {
+    let sequence = "SELECT EXISTS (SELECT 1 FROM information_schema.TABLES
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND TABLE_TYPE = 'SEQUENCE')";
+    if catalog_has(pool, sequence, &[seq]).await? {
         return Ok(());
     }
     let created = sqlx::query(AssertSqlSafe(format!(
@@ -183,6 +156,42 @@ async fn ensure_sequence(pool: &MySqlPool, seq: &str) -> Result<()> {
         }),
         Err(e) => Err(from_sqlx(e)),
     }
+}
+
+/// Whether `table` still has the older layouts' column `fence` where dlock now keeps
+/// `column`: a table to migrate.
+async fn has_older_fence(pool: &MySqlPool, table: &str, column: &str) -> Result<bool> {
+    let found = columns(pool, table).await?;
+    Ok(has(&found, "fence") && !has(&found, column))
+}
+
+/// Whether `found` (name, type) has `column`; MySQL's column names ignore case.
+fn has(found: &[(String, String)], column: &str) -> bool {
+    found.iter().any(|(n, _)| n.eq_ignore_ascii_case(column))
+}
+
+/// Renames the older layouts' column `fence` of `table` to `to` in one atomic statement, or
+/// finds that another client did.
+async fn rename_fence(pool: &MySqlPool, table: &str, to: &str) -> Result<()> {
+    let renamed = run(
+        pool,
+        &format!("ALTER TABLE {table} CHANGE COLUMN fence {to} BIGINT NOT NULL"),
+    )
+    .await;
+    match renamed {
+        // Another client renamed it first ("unknown column").
+        Err(_) if has(&columns(pool, table).await?, to) => Ok(()),
+        other => other,
+    }
+}
+
+/// The answer of a `SELECT EXISTS (…)` on the catalog, `binds` in order.
+async fn catalog_has(pool: &MySqlPool, exists: &'static str, binds: &[&str]) -> Result<bool> {
+    let mut query = sqlx::query_scalar(exists);
+    for bind in binds {
+        query = query.bind(*bind);
+    }
+    query.fetch_one(pool).await.map_err(from_sqlx)
 }
 
 async fn run(pool: &MySqlPool, sql: &str) -> Result<()> {
@@ -223,22 +232,8 @@ pub(super) fn next_fence_sql(table: &str) -> String {
 /// counter row starts at the highest fence of any row (raised, never lowered, if it exists),
 /// and the per-name rows go.
 pub(super) async fn ensure_session(pool: &MySqlPool, table: &str) -> Result<()> {
-    let found = columns(pool, table).await?;
-    let has = |found: &[(String, String)], column: &str| {
-        found.iter().any(|(n, _)| n.eq_ignore_ascii_case(column))
-    };
-    if has(&found, "fence") && !has(&found, "counter") {
-        match run(
-            pool,
-            &format!("ALTER TABLE {table} CHANGE COLUMN fence counter BIGINT NOT NULL"),
-        )
-        .await
-        {
-            Ok(()) => {}
-            // Another client renamed it first ("unknown column").
-            Err(_) if has(&columns(pool, table).await?, "counter") => {}
-            Err(e) => return Err(e),
-        }
+    if has_older_fence(pool, table, "counter").await? {
+        rename_fence(pool, table, "counter").await?;
     }
     ensure(pool, table, &fence_ddl(table), FENCE_SHAPE).await?;
     // Idempotent: the counter row is at least the highest value in the table. (The highest

@@ -1,6 +1,6 @@
 //! Tables created on first use, and the check that an existing table is dlock's.
 
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 
 use crate::error::Result;
 use crate::sql_common::check_shape;
@@ -78,9 +78,7 @@ pub(super) fn fence_sequence(table: &str) -> String {
 /// dlock connecting afterwards is refused by its shape check. Its holders learn of the loss
 /// at their local deadline, no later than their leases end.
 pub(super) async fn ensure_lease(pool: &PgPool, table: &str) -> Result<()> {
-    let found = columns(pool, table).await?;
-    let has = |found: &[(String, String)], column: &str| found.iter().any(|(n, _)| n == column);
-    if has(&found, "fence") && !has(&found, "hold_fence") {
+    if has_older_fence(pool, table, "hold_fence").await? {
         migrate_counter_layout(pool, table)
             .await
             .map_err(from_sqlx)?;
@@ -94,10 +92,10 @@ pub(super) async fn ensure_lease(pool: &PgPool, table: &str) -> Result<()> {
 async fn migrate_counter_layout(pool: &PgPool, table: &str) -> sqlx::Result<()> {
     let seq = fence_sequence(table);
     let mut tx = pool.begin().await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
-    )))
-    .execute(&mut *tx)
+    run(
+        &mut tx,
+        format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"),
+    )
     .await?;
     // Another client may have migrated while this one waited for the lock.
     let still_old: bool = sqlx::query_scalar(
@@ -110,21 +108,19 @@ async fn migrate_counter_layout(pool: &PgPool, table: &str) -> sqlx::Result<()> 
     if !still_old {
         return tx.commit().await;
     }
-    sqlx::query(AssertSqlSafe(format!(
-        "CREATE SEQUENCE IF NOT EXISTS {seq}"
-    )))
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "SELECT setval('{seq}', GREATEST((SELECT COALESCE(MAX(fence), 0) FROM {table}),
+    run(&mut tx, format!("CREATE SEQUENCE IF NOT EXISTS {seq}")).await?;
+    run(
+        &mut tx,
+        format!(
+            "SELECT setval('{seq}', GREATEST((SELECT COALESCE(MAX(fence), 0) FROM {table}),
                                          (SELECT last_value FROM {seq})) + 1, false)"
-    )))
-    .execute(&mut *tx)
+        ),
+    )
     .await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "ALTER TABLE {table} RENAME COLUMN fence TO hold_fence"
-    )))
-    .execute(&mut *tx)
+    run(
+        &mut tx,
+        format!("ALTER TABLE {table} RENAME COLUMN fence TO hold_fence"),
+    )
     .await?;
     tx.commit().await
 }
@@ -143,10 +139,10 @@ async fn ensure_sequence(pool: &PgPool, table: &str) -> sqlx::Result<()> {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"
-    )))
-    .execute(&mut *tx)
+    run(
+        &mut tx,
+        format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"),
+    )
     .await?;
     if sqlx::query_scalar(exists)
         .bind(&seq)
@@ -155,13 +151,13 @@ async fn ensure_sequence(pool: &PgPool, table: &str) -> sqlx::Result<()> {
     {
         return tx.commit().await;
     }
-    sqlx::query(AssertSqlSafe(format!("CREATE SEQUENCE {seq}")))
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "SELECT setval('{seq}', (SELECT COALESCE(MAX(hold_fence), 0) FROM {table}) + 1, false)"
-    )))
-    .execute(&mut *tx)
+    run(&mut tx, format!("CREATE SEQUENCE {seq}")).await?;
+    run(
+        &mut tx,
+        format!(
+            "SELECT setval('{seq}', (SELECT COALESCE(MAX(hold_fence), 0) FROM {table}) + 1, false)"
+        ),
+    )
     .await?;
     tx.commit().await
 }
@@ -220,9 +216,7 @@ pub(super) fn next_fence_sql(table: &str) -> String {
 /// counter row starts at the highest fence of any row (raised, never lowered, if it exists),
 /// and the per-name rows go.
 pub(super) async fn ensure_session(pool: &PgPool, table: &str) -> Result<()> {
-    let found = columns(pool, table).await?;
-    let has = |found: &[(String, String)], column: &str| found.iter().any(|(n, _)| n == column);
-    if has(&found, "fence") && !has(&found, "counter") {
+    if has_older_fence(pool, table, "counter").await? {
         let renamed = sqlx::query(AssertSqlSafe(format!(
             "ALTER TABLE {table} RENAME COLUMN fence TO counter"
         )))
@@ -252,6 +246,26 @@ pub(super) async fn ensure_session(pool: &PgPool, table: &str) -> Result<()> {
     .await
     .map_err(from_sqlx)?;
     Ok(())
+}
+
+/// Runs one statement of a migration on `conn` (a transaction's).
+async fn run(conn: &mut PgConnection, sql: String) -> sqlx::Result<()> {
+    sqlx::query(AssertSqlSafe(sql))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Whether `table` still has the older layouts' column `fence` where dlock now keeps
+/// `column`: a table to migrate.
+async fn has_older_fence(pool: &PgPool, table: &str, column: &str) -> Result<bool> {
+    let found = columns(pool, table).await?;
+    Ok(has(&found, "fence") && !has(&found, column))
+}
+
+/// Whether `found` (name, type) has `column`.
+fn has(found: &[(String, String)], column: &str) -> bool {
+    found.iter().any(|(n, _)| n == column)
 }
 
 async fn columns(pool: &PgPool, table: &str) -> Result<Vec<(String, String)>> {
