@@ -220,17 +220,13 @@ impl Lease for SharedHold {
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
         let mut conn = self.inner.conn();
-        let owned: i64 = self
-            .shape
-            .extend_script(self.inner.scripts())
-            .key(&self.keys.holders)
-            .key(&self.keys.state)
-            .arg(&self.token)
-            .arg(self.core.fence().get())
-            .arg(ms(ttl))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.inner.fail(e, &self.keys.holders))?;
+        let owned = self
+            .run_script(
+                self.shape.extend_script(self.inner.scripts()),
+                ms(ttl),
+                &mut conn,
+            )
+            .await?;
         if owned != 1 {
             return Err(Error::not_owned(&self.name));
         }
@@ -250,21 +246,36 @@ impl Lease for SharedHold {
 
 impl SharedHold {
     async fn release_on(&self, mut conn: super::conn::Conn) -> Result<()> {
-        let released: i64 = self
-            .shape
-            .release_script(self.inner.scripts())
-            .key(&self.keys.holders)
-            .key(&self.keys.state)
-            .arg(&self.token)
-            .arg(self.core.fence().get())
-            .arg(&self.keys.channel)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.inner.fail(e, &self.keys.holders))?;
+        let released = self
+            .run_script(
+                self.shape.release_script(self.inner.scripts()),
+                &self.keys.channel,
+                &mut conn,
+            )
+            .await?;
         if released == 1 {
             Ok(())
         } else {
             Err(Error::not_owned(&self.name))
         }
+    }
+
+    /// Runs `script` on this hold: its keys, its token and fence, then `last` (the extend and
+    /// release scripts differ only there).
+    async fn run_script(
+        &self,
+        script: &Script,
+        last: impl ::redis::ToRedisArgs,
+        conn: &mut super::conn::Conn,
+    ) -> Result<i64> {
+        script
+            .key(&self.keys.holders)
+            .key(&self.keys.state)
+            .arg(&self.token)
+            .arg(self.core.fence().get())
+            .arg(last)
+            .invoke_async(conn)
+            .await
+            .map_err(|e| self.inner.fail(e, &self.keys.holders))
     }
 }
