@@ -604,6 +604,15 @@ mod tests {
         }
     }
 
+    /// A scripted lease that `keeper` keeps under `policy` from now: the lease, the instant it
+    /// started and its registration.
+    fn kept(keeper: &Keeper, policy: KeepPolicy) -> (Arc<ScriptedLease>, Instant, Registration) {
+        let lease = Arc::new(ScriptedLease::default());
+        let start = Instant::now();
+        let reg = keeper.register(lease.clone(), label(), policy, start);
+        (lease, start, reg)
+    }
+
     /// A fixed TTL: the keeper checks the lease but never renews it.
     fn fixed(ttl_ms: u64) -> KeepPolicy {
         KeepPolicy {
@@ -615,8 +624,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn watchdog_renews_through_many_ttls() {
         let keeper = Keeper::default();
-        let lease = Arc::new(ScriptedLease::default());
-        let reg = keeper.register(lease.clone(), label(), watchdog(300), Instant::now());
+        let (lease, _, reg) = kept(&keeper, watchdog(300));
         tokio::time::sleep(Duration::from_millis(3000)).await;
         assert!(!lease.lost().is_cancelled());
         let n = lease.renewals.load(Ordering::SeqCst);
@@ -634,8 +642,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn refused_renewal_fires_lost_at_once() {
         let keeper = Keeper::default();
-        let lease = Arc::new(ScriptedLease::default());
-        let _reg = keeper.register(lease.clone(), label(), watchdog(300), Instant::now());
+        let (lease, _, _reg) = kept(&keeper, watchdog(300));
         lease.disowned.store(true, Ordering::SeqCst);
         let start = Instant::now();
         lease.lost().cancelled().await;
@@ -645,9 +652,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn unreachable_store_fires_lost_at_the_deadline() {
         let keeper = Keeper::default();
-        let lease = Arc::new(ScriptedLease::default());
-        let start = Instant::now();
-        let _reg = keeper.register(lease.clone(), label(), watchdog(300), start);
+        let (lease, start, _reg) = kept(&keeper, watchdog(300));
         lease.unreachable.store(true, Ordering::SeqCst);
         lease.lost().cancelled().await;
         assert_eq!(start.elapsed(), trusted(Duration::from_millis(300)));
@@ -656,9 +661,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn fixed_ttl_is_not_renewed_and_fires_lost_at_expiry() {
         let keeper = Keeper::default();
-        let lease = Arc::new(ScriptedLease::default());
-        let start = Instant::now();
-        let reg = keeper.register(lease.clone(), label(), fixed(500), start);
+        let (lease, start, reg) = kept(&keeper, fixed(500));
         tokio::time::sleep(Duration::from_millis(400)).await;
         reg.extended(Instant::now(), Duration::from_millis(500));
         lease.lost().cancelled().await;
@@ -672,9 +675,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn fixed_ttl_is_checked_every_third_and_a_break_fires_lost_at_the_next_check() {
         let keeper = Keeper::default();
-        let lease = Arc::new(ScriptedLease::default());
-        let start = Instant::now();
-        let _reg = keeper.register(lease.clone(), label(), fixed(600), start);
+        let (lease, start, _reg) = kept(&keeper, fixed(600));
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(
             lease.checks.load(Ordering::SeqCst),
@@ -728,13 +729,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn max_hold_stops_renewal() {
         let keeper = Keeper::default();
-        let lease = Arc::new(ScriptedLease::default());
-        let start = Instant::now();
         let policy = KeepPolicy {
             max_hold: Some(Duration::from_millis(1000)),
             ..watchdog(300)
         };
-        let _reg = keeper.register(lease.clone(), label(), policy, start);
+        let (lease, start, _reg) = kept(&keeper, policy);
         lease.lost().cancelled().await;
         let held = start.elapsed();
         assert!(
