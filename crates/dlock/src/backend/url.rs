@@ -119,6 +119,12 @@ impl<'a> StoreUrl<'a> {
         result.map_err(|error| self.invalid(error.to_string()))
     }
 
+    /// `config`, read from this URL, once it passes `validate`: the check a config built in
+    /// code passes too. A failure is an invalid-URL error.
+    pub(crate) fn validated<C>(&self, config: C, validate: fn(&C) -> Result<()>) -> Result<C> {
+        self.checked(validate(&config)).map(|()| config)
+    }
+
     /// The authority: the address up to its first `/`.
     pub(crate) fn authority(&self) -> &'a str {
         self.address

@@ -128,8 +128,7 @@ impl EtcdConfig {
                 _ => return Err(option.unknown(OPTIONS)),
             }
         }
-        parsed.checked(config.validate())?;
-        Ok(config)
+        parsed.validated(config, EtcdConfig::validate)
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

@@ -108,8 +108,7 @@ impl RedlockConfig {
             })?;
             config.nodes.push(node);
         }
-        parsed.checked(config.validate())?;
-        Ok(config)
+        parsed.validated(config, RedlockConfig::validate)
     }
 
     /// How many nodes must agree: a majority.

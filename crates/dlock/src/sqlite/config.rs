@@ -93,8 +93,7 @@ impl SqliteConfig {
                 _ => return Err(option.unknown("busy_timeout, poll_min, poll_max, create_dirs")),
             }
         }
-        parsed.checked(config.validate())?;
-        Ok(config)
+        parsed.validated(config, SqliteConfig::validate)
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

@@ -154,8 +154,7 @@ impl ZookeeperConfig {
                 _ => return Err(option.unknown(OPTIONS)),
             }
         }
-        parsed.checked(config.validate())?;
-        Ok(config)
+        parsed.validated(config, ZookeeperConfig::validate)
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
