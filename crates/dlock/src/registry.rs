@@ -6,8 +6,9 @@ use std::sync::Arc;
 use crate::backend::DynBackend;
 use crate::error::{Error, Result, redact_url, scrub_secrets};
 
-/// Every scheme dlock knows and the cargo feature of its backend, so a build without that
-/// backend names the feature to turn on.
+/// Every scheme dlock knows but `memory`, and the cargo feature of its backend: the schemes a
+/// build has, in the order [`enabled_schemes`] lists them, and for a build without that
+/// backend, the feature to turn on.
 const FEATURE_OF_SCHEME: &[(&str, &str)] = &[
     ("sqlite", "sqlite"),
     ("redis", "redis"),
@@ -29,27 +30,32 @@ const FEATURE_OF_SCHEME: &[(&str, &str)] = &[
 
 /// The schemes this build can connect to.
 pub fn enabled_schemes() -> Vec<&'static str> {
-    #[allow(unused_mut)] // extended by each enabled feature
-    let mut schemes = crate::memory::MEMORY_SCHEMES.to_vec();
-    #[cfg(feature = "sqlite")]
-    schemes.extend_from_slice(crate::sqlite::SQLITE_SCHEMES);
-    #[cfg(feature = "redis")]
-    schemes.extend_from_slice(crate::redis::REDIS_SCHEMES);
-    #[cfg(feature = "redis")]
-    schemes.extend_from_slice(crate::redis::SENTINEL_SCHEMES);
-    #[cfg(feature = "redis")]
-    schemes.extend_from_slice(crate::redis::CLUSTER_SCHEMES);
-    #[cfg(feature = "redis")]
-    schemes.extend_from_slice(crate::redlock::REDLOCK_SCHEMES);
-    #[cfg(feature = "postgres")]
-    schemes.extend_from_slice(crate::postgres::POSTGRES_SCHEMES);
-    #[cfg(feature = "mysql")]
-    schemes.extend_from_slice(crate::mysql::MYSQL_SCHEMES);
-    #[cfg(feature = "etcd")]
-    schemes.extend_from_slice(crate::etcd::ETCD_SCHEMES);
-    #[cfg(feature = "zookeeper")]
-    schemes.extend_from_slice(crate::zookeeper::ZOOKEEPER_SCHEMES);
-    schemes
+    let built = FEATURE_OF_SCHEME
+        .iter()
+        .filter(|(_, feature)| built_with(feature))
+        .map(|(scheme, _)| *scheme);
+    crate::memory::MEMORY_SCHEMES
+        .iter()
+        .copied()
+        .chain(built)
+        .collect()
+}
+
+/// The cargo features of the backends beyond memory, and whether this build has each.
+const BUILT_WITH: &[(&str, bool)] = &[
+    ("sqlite", cfg!(feature = "sqlite")),
+    ("redis", cfg!(feature = "redis")),
+    ("postgres", cfg!(feature = "postgres")),
+    ("mysql", cfg!(feature = "mysql")),
+    ("etcd", cfg!(feature = "etcd")),
+    ("zookeeper", cfg!(feature = "zookeeper")),
+];
+
+/// Whether this build has the backend of cargo feature `feature`.
+fn built_with(feature: &str) -> bool {
+    BUILT_WITH
+        .iter()
+        .any(|&(name, built)| built && name == feature)
 }
 
 pub(crate) async fn connect(url: &str) -> Result<DynBackend> {
