@@ -135,6 +135,18 @@ impl RwLockBuilder {
         Ok(gate_builder.try_acquire().await?.map(|gate| (gate, places)))
     }
 
+    /// `run` (a read or a write) waiting as configured, forever by default: a wait that runs
+    /// out is [`Error::Timeout`].
+    async fn until_held<G, F>(self, run: impl FnOnce(Self, WaitSpec) -> F) -> Result<G>
+    where
+        F: Future<Output = Result<Option<G>>>,
+    {
+        let (name, waited) = (self.name.clone(), self.options.waited(WaitSpec::Forever));
+        run(self, WaitSpec::Forever)
+            .await?
+            .ok_or(Error::Timeout { name, waited })
+    }
+
     async fn run_read(self, default_wait: WaitSpec) -> Result<Option<ReadGuard>> {
         let (base, deadline) = self.start(default_wait)?;
         if self.native() {
@@ -231,10 +243,7 @@ impl RwLockBuilder {
     ///
     /// Cancel safe as [`MutexBuilder::acquire`](crate::MutexBuilder::acquire).
     pub async fn read(self) -> Result<ReadGuard> {
-        let (name, waited) = (self.name.clone(), self.options.waited(WaitSpec::Forever));
-        self.run_read(WaitSpec::Forever)
-            .await?
-            .ok_or(Error::Timeout { name, waited })
+        self.until_held(Self::run_read).await
     }
 
     /// Takes the lock for reading if it can within the configured wait (default none).
@@ -260,10 +269,7 @@ impl RwLockBuilder {
     ///
     /// As [`read`](Self::read): places taken before the drop are released in the background.
     pub async fn write(self) -> Result<WriteGuard> {
-        let (name, waited) = (self.name.clone(), self.options.waited(WaitSpec::Forever));
-        self.run_write(WaitSpec::Forever)
-            .await?
-            .ok_or(Error::Timeout { name, waited })
+        self.until_held(Self::run_write).await
     }
 
     /// Takes the lock for writing if it can within the configured wait (default none).
