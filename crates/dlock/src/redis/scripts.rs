@@ -87,18 +87,19 @@ pub(super) struct SharedKeys {
 
 impl SharedKeys {
     pub(super) fn permits(prefix: &str, name: &str) -> SharedKeys {
-        SharedKeys {
-            holders: format!("{prefix}permits:{name}"),
-            state: format!("{prefix}pfence:{name}"),
-            channel: format!("{prefix}pwake:{name}"),
-        }
+        SharedKeys::named(prefix, name, ["permits", "pfence", "pwake"])
     }
 
     pub(super) fn rwlock(prefix: &str, name: &str) -> SharedKeys {
+        SharedKeys::named(prefix, name, ["rwr", "rw", "rwwake"])
+    }
+
+    /// The keys whose kinds are `[holders, state, channel]`, as `{prefix}{kind}:{name}`.
+    fn named(prefix: &str, name: &str, [holders, state, channel]: [&str; 3]) -> SharedKeys {
         SharedKeys {
-            holders: format!("{prefix}rwr:{name}"),
-            state: format!("{prefix}rw:{name}"),
-            channel: format!("{prefix}rwwake:{name}"),
+            holders: format!("{prefix}{holders}:{name}"),
+            state: format!("{prefix}{state}:{name}"),
+            channel: format!("{prefix}{channel}:{name}"),
         }
     }
 }

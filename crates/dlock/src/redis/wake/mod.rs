@@ -10,9 +10,11 @@
 //! their last waiter leaves, so a lock that is contended again costs no new round trip.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use ::redis::RedisResult;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -220,7 +222,15 @@ impl Drop for TaskSlot {
 }
 
 impl Shared {
-    /// After the connection dropped: nothing is subscribed any more.
+    /// The connection dropped: nothing is subscribed any more. Every waiter tries once (a
+    /// release may have been missed), then polls until the subscriptions are back.
+    fn connection_lost(&self) {
+        tracing::debug!("redis pub/sub connection lost; reconnecting");
+        self.forget_subscriptions();
+        self.wake_all();
+    }
+
+    /// Marks every channel unsubscribed.
     fn forget_subscriptions(&self) {
         let mut state = self.lock();
         for entry in state.channels.values_mut() {
@@ -295,17 +305,10 @@ async fn run(mut slot: TaskSlot) {
         pause = RECONNECT_MIN;
         let (sink, mut stream) = pubsub.split();
         // Everything with waiters (or still lingering) is subscribed again on this connection.
-        let Some(again) = shared.upgrade().map(|shared| shared.request_all()) else {
+        let Some(mut sweep) = connected(&shared, |channel| subscribe(&shared, &sink, channel))
+        else {
             return;
         };
-        for channel in again {
-            subscribe(&shared, &sink, channel);
-        }
-        if let Some(shared) = shared.upgrade() {
-            shared.wake_all();
-        }
-        let mut sweep = tokio::time::interval(LINGER);
-        sweep.tick().await;
         loop {
             tokio::select! {
                 message = stream.next() => {
@@ -325,25 +328,63 @@ async fn run(mut slot: TaskSlot) {
                     may_move = false;
                 }
                 _ = sweep.tick() => {
-                    let Some(shared) = shared.upgrade() else { return };
-                    let idle = shared.take_idle();
-                    if !idle.is_empty() {
-                        // Awaited here, so a later SUBSCRIBE of the same channel goes after it.
-                        let mut sink = sink.clone();
-                        let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(idle)).await;
+                    if !sweep_idle(&shared, &sink).await {
+                        return;
                     }
                 }
             }
         }
-        // The connection dropped: nothing is subscribed any more.
-        let Some(shared) = shared.upgrade() else {
+        if !lost(&shared) {
             return;
-        };
-        tracing::debug!("redis pub/sub connection lost; reconnecting");
-        shared.forget_subscriptions();
-        // Waiters fall back to polling until the subscriptions are back.
-        shared.wake_all();
+        }
     }
+}
+
+/// After the connection dropped (see [`Shared::connection_lost`]). False once the client is
+/// gone.
+fn lost(shared: &std::sync::Weak<Shared>) -> bool {
+    shared
+        .upgrade()
+        .map(|shared| shared.connection_lost())
+        .is_some()
+}
+
+/// On a new connection: subscribes again every channel with waiters (or still lingering), and
+/// wakes every waiter (a release may have come while nothing listened). Returns the timer of
+/// the sweeps of idle channels ([`sweep_idle`]), or `None` once the client is gone.
+fn connected(
+    shared: &std::sync::Weak<Shared>,
+    mut subscribe: impl FnMut(String),
+) -> Option<tokio::time::Interval> {
+    let again = shared.upgrade()?.request_all();
+    again.into_iter().for_each(&mut subscribe);
+    shared.upgrade()?.wake_all();
+    Some(tokio::time::interval_at(Instant::now() + LINGER, LINGER))
+}
+
+/// A pub/sub connection that can drop subscriptions: classic (`UNSUBSCRIBE`) or sharded
+/// (`SUNSUBSCRIBE`, [`sharded`]).
+trait Unsubscribe: Clone {
+    fn unsubscribe_all(self, channels: Vec<String>) -> impl Future<Output = RedisResult<()>>;
+}
+
+impl Unsubscribe for ::redis::aio::PubSubSink {
+    async fn unsubscribe_all(mut self, channels: Vec<String>) -> RedisResult<()> {
+        self.unsubscribe(channels).await
+    }
+}
+
+/// Unsubscribes the channels idle for [`LINGER`] on `connection`, awaited, so a later
+/// subscription of the same channel goes after it. False once the client is gone.
+async fn sweep_idle(shared: &std::sync::Weak<Shared>, connection: &impl Unsubscribe) -> bool {
+    let Some(idle) = shared.upgrade().map(|shared| shared.take_idle()) else {
+        return false;
+    };
+    if !idle.is_empty() {
+        let unsubscribed = connection.clone().unsubscribe_all(idle);
+        let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, unsubscribed).await;
+    }
+    true
 }
 
 /// Subscribes in the background (the sink pipelines requests), then marks the channel live.

@@ -19,10 +19,13 @@
 use std::sync::Weak;
 
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{PushInfo, PushKind, Value};
+use ::redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
 
-use super::{LINGER, RECONNECT_MAX, RECONNECT_MIN, SUBSCRIBE_TIMEOUT, Shared, TaskSlot};
+use super::{
+    RECONNECT_MAX, RECONNECT_MIN, SUBSCRIBE_TIMEOUT, Shared, TaskSlot, Unsubscribe, connected,
+    lost, sweep_idle,
+};
 use crate::redis::cluster;
 
 /// The sharded pub/sub task: connects, subscribes what is asked, follows what is pushed. It
@@ -38,14 +41,14 @@ pub(super) async fn run(mut slot: TaskSlot) {
     let mut pause = RECONNECT_MIN;
     loop {
         let (pushes_to, mut pushes) = mpsc::unbounded_channel();
-        let connected = match cluster::pubsub_client(&config, pushes_to) {
+        let connection = match cluster::pubsub_client(&config, pushes_to) {
             Ok(client) => tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_connection())
                 .await
                 .map_err(|_| "timed out".to_owned())
                 .and_then(|r| r.map_err(|e| e.to_string())),
             Err(error) => Err(error.to_string()),
         };
-        let conn = match connected {
+        let conn = match connection {
             Ok(conn) => conn,
             Err(error) => {
                 tracing::debug!(
@@ -61,17 +64,10 @@ pub(super) async fn run(mut slot: TaskSlot) {
             }
         };
         pause = RECONNECT_MIN;
-        let Some(again) = shared.upgrade().map(|shared| shared.request_all()) else {
+        let Some(mut sweep) = connected(&shared, |channel| subscribe(&shared, &conn, channel))
+        else {
             return;
         };
-        for channel in again {
-            subscribe(&shared, &conn, channel);
-        }
-        if let Some(shared) = shared.upgrade() {
-            shared.wake_all();
-        }
-        let mut sweep = tokio::time::interval(LINGER);
-        sweep.tick().await;
         loop {
             tokio::select! {
                 push = pushes.recv() => {
@@ -85,22 +81,21 @@ pub(super) async fn run(mut slot: TaskSlot) {
                     subscribe(&shared, &conn, channel);
                 }
                 _ = sweep.tick() => {
-                    let Some(shared) = shared.upgrade() else { return };
-                    let idle = shared.take_idle();
-                    if !idle.is_empty() {
-                        // Awaited here, so a later SSUBSCRIBE of the same channel goes after it.
-                        let mut conn = conn.clone();
-                        let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.sunsubscribe(idle)).await;
+                    if !sweep_idle(&shared, &conn).await {
+                        return;
                     }
                 }
             }
         }
-        let Some(shared) = shared.upgrade() else {
+        if !lost(&shared) {
             return;
-        };
-        tracing::debug!("redis sharded pub/sub connection lost; reconnecting");
-        shared.forget_subscriptions();
-        shared.wake_all();
+        }
+    }
+}
+
+impl Unsubscribe for ClusterConnection {
+    async fn unsubscribe_all(mut self, channels: Vec<String>) -> RedisResult<()> {
+        self.sunsubscribe(channels).await
     }
 }
 
@@ -185,10 +180,7 @@ impl Shared {
                     entry.waiters.iter().for_each(|w| w.notify.notify_one());
                 }
             }
-            PushKind::Disconnection => {
-                self.forget_subscriptions();
-                self.wake_all();
-            }
+            PushKind::Disconnection => self.connection_lost(),
             _ => {}
         }
     }
