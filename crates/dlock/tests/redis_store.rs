@@ -1066,3 +1066,42 @@ async fn a_hung_server_is_reported_with_the_response_timeout() -> anyhow::Result
     );
     Ok(())
 }
+
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_one_pass_go_in_one_script_and_each_lease_is_answered_alone()
+-> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let locks = fx
+        .connect()
+        .await?
+        .with_watchdog_lease(Duration::from_millis(900))?;
+    let mut guards = Vec::new();
+    for i in 0..40 {
+        guards.push(locks.mutex(format!("gathered/{i}")).acquire().await?);
+    }
+    // One lock taken from its holder: its renewal alone is refused.
+    let _: () = query(addr, &["DEL", "dlock:lock:gathered/7"])?;
+    let _: () = query(addr, &["CONFIG", "RESETSTAT"])?;
+    sleep(Duration::from_millis(1500)).await;
+    let scripts = command_calls(addr, "evalsha")?;
+    // 40 leases renewed every 300 ms for 1.5 s: about 200 renewals, in a few scripts per pass.
+    ensure!(
+        scripts < 60,
+        "{scripts} scripts for the renewals of 40 leases: not gathered"
+    );
+    timeout(Duration::from_secs(2), guards[7].lost())
+        .await
+        .context("the taken lock's guard was not told")?;
+    for (i, guard) in guards.iter().enumerate() {
+        ensure!(
+            i == 7 || !guard.is_lost(),
+            "lock {i} was lost with the taken one"
+        );
+    }
+    Ok(())
+}
