@@ -342,11 +342,16 @@ fn early(entry: &Entry) -> Duration {
 
 /// The renewals of one pass, polled together in one task: they start in the same poll, so a
 /// store that gathers the renewals arriving together (Redis, SQLite) sends them in one round
-/// trip, and ten thousand renewals cost one task, not ten thousand.
+/// trip, and ten thousand renewals cost one task, not ten thousand. Each answer is taken as
+/// it comes: a slow renewal (a dead connection) does not hold back the others'.
 async fn renew_together(
+    keeper: Keeper,
     batch: Vec<impl std::future::Future<Output = RenewalResult>>,
-) -> Vec<RenewalResult> {
-    futures::future::join_all(batch).await
+) {
+    let mut pending: futures::stream::FuturesUnordered<_> = batch.into_iter().collect();
+    while let Some((id, started, ttl, result)) = futures::StreamExt::next(&mut pending).await {
+        renewed(&keeper, id, started, ttl, result);
+    }
 }
 
 /// Marks the keeper stopped however its task ends, including when the runtime it runs on shuts
@@ -368,7 +373,7 @@ impl Drop for StopGuard {
 
 async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
     let keeper = Keeper { shared };
-    let mut renewals: JoinSet<Vec<RenewalResult>> = JoinSet::new();
+    let mut renewals: JoinSet<()> = JoinSet::new();
     loop {
         let next_wake = {
             let mut guard = keeper.lock();
@@ -449,7 +454,7 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
             }
             state.schedule.extend(not_yet);
             if !batch.is_empty() {
-                renewals.spawn(renew_together(batch));
+                renewals.spawn(renew_together(keeper.clone(), batch));
             }
             if state.entries.is_empty() && renewals.is_empty() {
                 // Under the lock, so a concurrent `register` either sees a running keeper that
@@ -471,11 +476,7 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
         tokio::select! {
             () = sleep => {}
             () = keeper.shared.changed.notified() => {}
-            Some(done) = renewals.join_next(), if !renewals.is_empty() => {
-                for (id, started, ttl, result) in done.unwrap_or_default() {
-                    renewed(&keeper, id, started, ttl, result);
-                }
-            }
+            Some(_) = renewals.join_next(), if !renewals.is_empty() => {}
         }
     }
 }
@@ -526,6 +527,11 @@ fn renewed(keeper: &Keeper, id: u64, started: Instant, ttl: Duration, result: Re
     let due = entry.due;
     state.schedule.remove(&(old_due, id));
     state.schedule.insert((due, id));
+    // Answered outside the keeper's loop: wake it if this is now the first thing due.
+    if state.needs_wake(due) {
+        drop(guard);
+        keeper.shared.changed.notify_one();
+    }
 }
 
 #[cfg(test)]
