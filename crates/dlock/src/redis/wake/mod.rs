@@ -167,11 +167,12 @@ impl Shared {
         if let Some(task) = task {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
+                    let sharded = task.sharded.is_some();
                     let slot = TaskSlot {
                         shared: Arc::downgrade(self),
                         task: Some(task),
                     };
-                    if slot.task.as_ref().is_some_and(|t| t.sharded.is_some()) {
+                    if sharded {
                         runtime.spawn(sharded::run(slot));
                     } else {
                         runtime.spawn(run(slot));

@@ -143,24 +143,20 @@ fn subscribe(shared: &Weak<Shared>, conn: &ClusterConnection, channel: String) {
 impl Shared {
     /// Acts on one push of the sharded connection (see the module's documentation).
     fn follow(&self, push: PushInfo) {
-        let channel = |data: &[Value]| match data.first() {
-            Some(Value::BulkString(name)) => String::from_utf8(name.clone()).ok(),
-            _ => None,
-        };
         match push.kind {
             PushKind::SMessage => {
                 if let (Some(name), Some(Value::BulkString(payload))) =
-                    (channel(&push.data), push.data.get(1))
+                    (channel_of(&push.data), push.data.get(1))
                 {
-                    self.dispatch(&name, payload);
+                    self.dispatch(name, payload);
                 }
             }
             PushKind::SSubscribe => {
-                let Some(name) = channel(&push.data) else {
+                let Some(name) = channel_of(&push.data) else {
                     return;
                 };
                 let mut state = self.lock();
-                if let Some(entry) = state.channels.get_mut(&name) {
+                if let Some(entry) = state.channels.get_mut(name) {
                     let unasked = !entry.requested;
                     entry.requested = true;
                     entry.active.send_replace(true);
@@ -170,11 +166,11 @@ impl Shared {
                 }
             }
             PushKind::SUnsubscribe => {
-                let Some(name) = channel(&push.data) else {
+                let Some(name) = channel_of(&push.data) else {
                     return;
                 };
                 let mut state = self.lock();
-                if let Some(entry) = state.channels.get_mut(&name) {
+                if let Some(entry) = state.channels.get_mut(name) {
                     entry.requested = false;
                     entry.active.send_replace(false);
                     entry.waiters.iter().for_each(|w| w.notify.notify_one());
@@ -183,5 +179,13 @@ impl Shared {
             PushKind::Disconnection => self.connection_lost(),
             _ => {}
         }
+    }
+}
+
+/// The channel a push names (its first element), borrowed: no copy per message.
+fn channel_of(data: &[Value]) -> Option<&str> {
+    match data.first() {
+        Some(Value::BulkString(name)) => std::str::from_utf8(name).ok(),
+        _ => None,
     }
 }
