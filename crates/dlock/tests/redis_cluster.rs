@@ -59,38 +59,45 @@ fn subscribers(addr: std::net::SocketAddr, channel: &str) -> anyhow::Result<(i64
     ))
 }
 
-/// Waits (up to 20 s) until the node that serves `name`'s slot has a shard subscriber of its
-/// channel, and checks that no node has a classic one and no other node a shard one.
-async fn shard_subscribed_at_owner(
+/// Waits (up to 20 s) until a node that carries `name`'s slot (its primary, or a replica of
+/// that primary: both accept shard subscriptions and both carry the slot's `SPUBLISH`) has a
+/// shard subscriber of its channel, and checks that no node has a classic one and no node
+/// outside the slot's shard a shard one. A failure lists every node's subscribers.
+async fn shard_subscribed_in_slots_shard(
     fx: &Arc<RedisClusterFixture>,
     name: &str,
 ) -> anyhow::Result<()> {
     let channel = wake_channel(name);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let (owner, nodes) = {
+        let (shard, nodes) = {
             let cluster = fx.server();
-            let owner = cluster.primary_of(&lock_key(name))?;
+            let shard = cluster.shard_of(&lock_key(name))?;
             let nodes: Vec<_> = cluster.nodes.iter().map(|n| n.addr()).collect();
-            (owner, nodes)
+            (shard, nodes)
         };
-        if subscribers(nodes[owner], &channel)?.1 > 0 {
-            for (index, addr) in nodes.iter().enumerate() {
-                let (classic, sharded) = subscribers(*addr, &channel)?;
+        let counts = nodes
+            .iter()
+            .map(|addr| subscribers(*addr, &channel).unwrap_or((-1, -1)))
+            .collect::<Vec<_>>();
+        if shard.iter().any(|&i| counts[i].1 > 0) {
+            for (index, (classic, sharded)) in counts.iter().enumerate() {
                 ensure!(
-                    classic == 0,
+                    *classic == 0,
                     "node {index} has a classic subscriber of {channel}"
                 );
                 ensure!(
-                    index == owner || sharded == 0,
-                    "node {index} (not the slot's owner) has a shard subscriber of {channel}"
+                    shard.contains(&index) || *sharded == 0,
+                    "node {index} (outside the slot's shard {shard:?}) has a shard subscriber of \
+                     {channel}"
                 );
             }
             return Ok(());
         }
         ensure!(
             tokio::time::Instant::now() < deadline,
-            "no shard subscriber of {channel} at its slot's node {owner}"
+            "no shard subscriber of {channel} in its slot's shard {shard:?} (primary first); \
+             (classic, shard) subscribers per node: {counts:?}"
         );
         sleep(Duration::from_millis(20)).await;
     }
@@ -133,7 +140,7 @@ async fn a_hold_and_a_wait_survive(
         "inspected as {inspected:?}"
     );
     // The waiter listens again, at the node that serves the slot now.
-    shard_subscribed_at_owner(fx, name).await?;
+    shard_subscribed_in_slots_shard(fx, name).await?;
     guard.release().await?;
     let (fence, next) = timeout(Duration::from_secs(20), waiting).await???;
     ensure!(
@@ -164,7 +171,7 @@ async fn a_release_is_published_on_the_locks_shard_channel_at_its_slots_node() -
             .acquire()
             .await
     });
-    shard_subscribed_at_owner(&fx, name).await?;
+    shard_subscribed_in_slots_shard(&fx, name).await?;
     // A listener of our own on the slot's node hears the release, naming the waiter's token.
     let owner = {
         let cluster = fx.server();

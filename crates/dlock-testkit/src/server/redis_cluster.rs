@@ -102,6 +102,25 @@ impl RedisCluster {
         self.owner_of(slot)
     }
 
+    /// The indexes of the nodes that carry `key`'s slot now: its primary first, then the
+    /// primary's replicas (a sharded pub/sub message published on the primary reaches its
+    /// replicas too, and they accept shard subscriptions).
+    ///
+    /// # Errors
+    ///
+    /// No node answered, or none owns the key's slot.
+    pub fn shard_of(&self, key: &str) -> Result<Vec<usize>, ServerError> {
+        let owner = self.primary_of(key)?;
+        let master_port = format!("master_port:{}\r\n", self.nodes[owner].port());
+        let replicas = (0..self.nodes.len()).filter(|&i| {
+            i != owner
+                && info(self.nodes[i].addr(), "INFO", "replication").is_ok_and(|text| {
+                    text.contains("role:slave") && text.contains(&master_port)
+                })
+        });
+        Ok(std::iter::once(owner).chain(replicas).collect())
+    }
+
     /// Kills the primary that serves `key` (SIGKILL): the other nodes notice after the node
     /// timeout and promote its replica, with what it had. The killed node then starts again
     /// empty and rejoins as the new primary's replica. Returns when every node serves every
