@@ -1105,3 +1105,54 @@ async fn renewals_of_one_pass_go_in_one_script_and_each_lease_is_answered_alone(
     }
     Ok(())
 }
+
+/// The `CLIENT LIST` lines of the connections named `name`.
+fn clients_named(addr: SocketAddr, name: &str) -> anyhow::Result<Vec<String>> {
+    let list: String = query(addr, &["CLIENT", "LIST"])?;
+    let field = format!(" name={name} ");
+    Ok(list
+        .lines()
+        .filter(|line| line.contains(&field))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The blocking facade's calls run on the caller's thread, and there its Redis commands go
+/// over a blocking connection of their own (named `dlock-blocking`) rather than through the
+/// runtime; one the server closed while it idled is replaced without an error.
+#[cfg(feature = "blocking")]
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[test]
+fn a_blocking_callers_commands_go_over_a_blocking_connection_on_its_thread() -> anyhow::Result<()> {
+    let Some(fx) = start()? else {
+        return Ok(());
+    };
+    let addr = fx.addr();
+    let url = fx.url().context("a redis URL")?;
+    let locks = dlock::blocking::Locks::connect(&url)?;
+    let pair = || -> anyhow::Result<()> {
+        let guard = locks
+            .mutex("direct")
+            .ttl(Duration::from_secs(30))
+            .acquire()?;
+        guard.release()?;
+        Ok(())
+    };
+    pair()?;
+    let named = clients_named(addr, "dlock-blocking")?;
+    ensure!(
+        named.len() == 1 && named[0].contains(" cmd=evalsha "),
+        "no blocking connection sent the release: {named:?}"
+    );
+    // The server closes every client connection: the next calls reconnect by themselves.
+    let _: i64 = query(addr, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])?;
+    pair()?;
+    pair()?;
+    let named = clients_named(addr, "dlock-blocking")?;
+    ensure!(named.len() == 1, "blocking connections: {named:?}");
+    ensure!(locks_free(addr, "direct")?, "the lock was left held");
+    Ok(())
+}

@@ -7,6 +7,7 @@
 //! fails if forced to run), and the reason is printed in a table before the run; a separate
 //! case then checks that the API answers [`dlock::Error::Unsupported`].
 
+mod blocking;
 mod cancel;
 mod cross_process;
 mod fair;
@@ -251,6 +252,7 @@ pub fn all_cases() -> Vec<Case> {
         semaphore::cases(),
         multi_lock::cases(),
         values::cases(),
+        blocking::cases(),
     ]
     .concat()
 }

@@ -114,9 +114,8 @@ impl RedisCluster {
         let master_port = format!("master_port:{}\r\n", self.nodes[owner].port());
         let replicas = (0..self.nodes.len()).filter(|&i| {
             i != owner
-                && info(self.nodes[i].addr(), "INFO", "replication").is_ok_and(|text| {
-                    text.contains("role:slave") && text.contains(&master_port)
-                })
+                && info(self.nodes[i].addr(), "INFO", "replication")
+                    .is_ok_and(|text| text.contains("role:slave") && text.contains(&master_port))
         });
         Ok(std::iter::once(owner).chain(replicas).collect())
     }

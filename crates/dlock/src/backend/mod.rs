@@ -14,6 +14,7 @@ use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
 #[cfg(any(feature = "redis", feature = "sqlite"))]
+pub(crate) mod caller_thread;
 pub(crate) mod gather;
 mod lease_core;
 #[cfg(any(feature = "redis", feature = "etcd"))]

@@ -67,7 +67,11 @@ impl Runtime {
             ));
         }
         match &self.0 {
-            Some(rt) => Ok(rt.block_on(future)),
+            Some(rt) => {
+                // The future runs on this thread: a store may do its I/O here, blocking.
+                let _mark = crate::backend::caller_thread::mark_blocking_caller();
+                Ok(rt.block_on(future))
+            }
             None => Err(Error::invalid_argument(
                 "call site",
                 "this blocking client's runtime was already shut down",

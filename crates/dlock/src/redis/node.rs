@@ -13,7 +13,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Notify, watch};
 
 use super::config::RedisConfig;
-use super::conn::Conn;
+use super::conn::{Conn, Direct};
 use super::error::{map, map_timed};
 use super::sentinel;
 use super::wake::Wakeups;
@@ -68,8 +68,11 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// Connects to `config.server` (behind Sentinel: to the primary the sentinels name, found
     /// now). With `check`, connects now and sends a `PING`, so bad credentials and
-    /// unreachable servers fail here rather than on the first lock; without it, the
-    /// connection is made on the first command (a Redlock node may be down).
+    /// unreachable servers fail here rather than on the first lock, and commands sent from
+    /// the blocking facade's threads go over blocking connections there (see
+    /// [`super::conn::Direct`]); without it (a Redlock node, which may be down), the connection
+    /// is made on the first command, and every command goes through the runtime, so a
+    /// Redlock round reaches its nodes at once.
     pub(crate) async fn connect(config: &RedisConfig, check: bool) -> Result<Node> {
         config.validate()?;
         if !config.cluster.is_empty() {
@@ -108,7 +111,7 @@ impl Node {
                 _keep: Keep::Followed(alive),
             });
         }
-        let primary = Primary::connect(config, &config.server, check).await?;
+        let primary = Primary::connect(config, &config.server, check, check).await?;
         let (sender, receiver) = watch::channel(Arc::new(primary));
         Ok(Node {
             wakeups: Wakeups::new(receiver.clone()),
@@ -149,8 +152,14 @@ impl Node {
 
 impl Primary {
     /// A command connection to the server of `url` (`config.server`, or it with the address
-    /// the sentinels named). With `check`, connected and `PING`ed now.
-    pub(crate) async fn connect(config: &RedisConfig, url: &str, check: bool) -> Result<Primary> {
+    /// the sentinels named). With `check`, connected and `PING`ed now; with `blocking_side`,
+    /// with blocking connections for the blocking facade's threads.
+    pub(crate) async fn connect(
+        config: &RedisConfig,
+        url: &str,
+        check: bool,
+        blocking_side: bool,
+    ) -> Result<Primary> {
         let client = open_client(config, url)?;
         let manager = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
@@ -172,11 +181,18 @@ impl Primary {
                 .map_err(|e| map(e, ""))?
         };
         let addr = client.get_connection_info().addr().to_string();
+        let direct = blocking_side.then(|| {
+            Arc::new(Direct::new(
+                client.clone(),
+                config.connect_timeout,
+                config.response_timeout,
+            ))
+        });
         Ok(Primary {
             addr,
             client,
             others: Vec::new(),
-            conn: Conn::Server(conn),
+            conn: Conn::Server(conn, direct),
         })
     }
 }

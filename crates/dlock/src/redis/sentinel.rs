@@ -203,7 +203,7 @@ async fn connect_primary(
     addr: &str,
 ) -> Result<Primary> {
     let url = config.node_url(addr);
-    let mut primary = Primary::connect(config, &url, true).await?;
+    let mut primary = Primary::connect(config, &url, true, true).await?;
     let role: Role = ::redis::cmd("ROLE")
         .query_async(&mut primary.conn)
         .await
