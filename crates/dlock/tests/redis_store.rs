@@ -1147,9 +1147,14 @@ fn a_blocking_callers_commands_go_over_a_blocking_connection_on_its_thread() -> 
         named.len() == 1 && named[0].contains(" cmd=evalsha "),
         "no blocking connection sent the release: {named:?}"
     );
-    // The server closes every client connection: the next calls reconnect by themselves.
+    // The server closes every client connection during a hold: the release (which, unlike
+    // an acquire, is not tried again) reconnects by itself.
+    let guard = locks
+        .mutex("direct")
+        .ttl(Duration::from_secs(30))
+        .acquire()?;
     let _: i64 = query(addr, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])?;
-    pair()?;
+    guard.release()?;
     pair()?;
     let named = clients_named(addr, "dlock-blocking")?;
     ensure!(named.len() == 1, "blocking connections: {named:?}");
