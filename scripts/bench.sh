@@ -161,6 +161,8 @@ for store in $STORES; do
     redis)
         run redis redis pinned --scenario uncontended$MANY$WATCHDOG
         run redis-handoff redis unpinned --scenario handoff
+        # The blocking facade (which the Python package uses) against the blocking floor.
+        run redis-blocking redis pinned --scenario blocking --library "dlock (blocking)"
         # dlock's Python package beside redis-py, mode by mode, so the ratios of a round
         # compare runs minutes apart at most.
         for mode in sync asyncio; do

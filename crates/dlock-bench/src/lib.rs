@@ -18,6 +18,8 @@
 //!   acquisition.
 //! - `watchdog`: one process holds K locks (default 10 000) renewed by its lease keeper:
 //!   renewals/s, CPU and memory.
+//! - `blocking` (Redis): one thread of the blocking facade, acquire + release in a loop, in
+//!   blocks alternating with the blocking floor (redis-rs's blocking `SET NX PX` + `DEL`).
 //!
 //! With `--peer COMMAND`, the uncontended and hand-off scenarios measure another lock library
 //! instead, through a small protocol (see the `peer` module's source), on the same server and
@@ -135,6 +137,11 @@ pub enum Scenario {
     /// Many locks held at once by one process, renewed by its lease keeper: renewals/s, CPU
     /// and memory.
     Watchdog,
+    /// One thread of the blocking facade (`dlock::blocking`) acquiring and releasing one name,
+    /// against the blocking floor: the same plain commands over a blocking redis-rs connection
+    /// (Redis only). Its report takes the uncontended and floor places: run it with a
+    /// `--library` label of its own.
+    Blocking,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -262,6 +269,21 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             println!("  / floor      {ratio}");
         }
         report.uncontended = Some(result);
+    }
+    if args.wants(Scenario::Blocking) && peer.is_none() {
+        let (result, floor) = scenarios::blocking::blocking(url, &args).await?;
+        println!("blocking facade, 1 thread, {} pairs per run", args.pairs);
+        println!("  pairs/s      {}", result.pairs_per_sec);
+        println!("  p50 µs       {}", result.p50_us);
+        println!("  p99 µs       {}", result.p99_us);
+        println!("{}", floor.what);
+        println!("  pairs/s      {}", floor.pairs_per_sec);
+        println!("  p50 µs       {}", floor.p50_us);
+        if let Some(ratio) = &result.ratio_to_floor {
+            println!("  / floor      {ratio}");
+        }
+        report.uncontended = Some(result);
+        report.floor = Some(floor);
     }
     if args.wants(Scenario::Many) {
         if peer.is_some() {

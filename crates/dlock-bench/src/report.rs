@@ -581,6 +581,9 @@ fn ratio_cell(s: &Spread) -> String {
     format!("**{}x** ({}x – {}x)", num(s.median), num(s.min), num(s.max))
 }
 
+/// The `--library` label of the blocking facade's reports (`scripts/bench.sh`).
+const BLOCKING_LIBRARY: &str = "dlock (blocking)";
+
 /// The stores with a floor, in the order the targets table lists them.
 const FLOOR_BACKENDS: [&str; 7] = [
     "sqlite", "redis", "redlock", "zk", "etcd", "postgres", "mysql",
@@ -623,6 +626,17 @@ fn targets<'a>(
             ratio.map(|r| r.median >= 0.85),
         );
     }
+    let blocking = find(entries, "redis", BLOCKING_LIBRARY)
+        .and_then(|e| e.uncontended.as_ref())
+        .and_then(|(u, _)| u.ratio_to_floor.clone());
+    row(
+        &format!(
+            "blocking facade uncontended ≥ 0.85 of the blocking floor (`redis`: {})",
+            crate::scenarios::blocking::FLOOR
+        ),
+        opt_cell(blocking.as_ref()),
+        blocking.map(|r| r.median >= 0.85),
+    );
     let dlock_redis = find(entries, "redis", "dlock").and_then(|e| e.uncontended.as_ref());
     let best_redis_py = peers(entries, "redis", "redis-py")
         .filter_map(|(lib, e)| e.uncontended.as_ref().map(|(u, _)| (lib, u)))

@@ -1,5 +1,6 @@
 //! The scenarios `dlock bench` runs, one module each.
 
+pub(crate) mod blocking;
 pub(crate) mod handoff;
 pub(crate) mod many;
 pub(crate) mod serve_scrape;

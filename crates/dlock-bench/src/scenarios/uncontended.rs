@@ -25,10 +25,10 @@ pub(crate) async fn lock_pair(locks: &dlock::Locks, name: &str) -> anyhow::Resul
 
 /// Pairs/s, p50 and p99 of each run, as three lists.
 #[derive(Default)]
-struct Runs([Vec<f64>; 3]);
+pub(crate) struct Runs([Vec<f64>; 3]);
 
 impl Runs {
-    fn push(&mut self, latencies: Vec<f64>) -> f64 {
+    pub(crate) fn push(&mut self, latencies: Vec<f64>) -> f64 {
         let (rate, p50, p99) = summarize(latencies);
         self.0[0].push(rate);
         self.0[1].push(p50);
@@ -36,7 +36,7 @@ impl Runs {
         rate
     }
 
-    fn spreads(self) -> [Spread; 3] {
+    pub(crate) fn spreads(self) -> [Spread; 3] {
         self.0.map(Spread::of)
     }
 }
