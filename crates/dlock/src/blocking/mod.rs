@@ -3,7 +3,9 @@
 //!
 //! Each [`Locks`] owns a small tokio runtime (one worker thread) that runs the store client and
 //! the lease keeper, so watchdog renewal and lost-lock detection keep working while your thread
-//! does something else. Calling these methods from inside an async runtime returns
+//! does something else. A call itself runs on your thread: the runtime's worker only takes
+//! part where the store's client needs it, and Redis sends a call's commands over blocking
+//! connections of your thread, so a call costs its round trips and no thread hops. Calling these methods from inside an async runtime returns
 //! [`Error::InvalidArgument`] instead of deadlocking: use the async API there.
 //!
 //! # Examples
