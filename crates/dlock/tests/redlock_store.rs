@@ -395,3 +395,33 @@ async fn inspection_reads_what_a_majority_keeps() -> anyhow::Result<()> {
     drop(guard);
     Ok(())
 }
+
+/// An ownership check (`is_owned`, a zero extension) gets the full node timeout: it fits in no
+/// lease, so a third of a short one (10 ms here) must not bound it. Nodes 20 ms away (10 ms
+/// each way through a fault proxy) answer within the 200 ms asked for.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ownership_check_has_the_full_node_timeout() -> anyhow::Result<()> {
+    let nodes = nodes_or_skip!();
+    let proxy = dlock_testkit::fault_proxy::FaultProxy::start(&nodes.addrs())?;
+    let locks = dlock::connect(&format!(
+        "{}?node_timeout=200ms",
+        redlock_url(proxy.addrs())
+    ))
+    .await?;
+    let guard = locks
+        .mutex("checked")
+        .ttl(Duration::from_millis(600))
+        .acquire()
+        .await?;
+    proxy.set(dlock_testkit::fault_proxy::NetFault::Latency(
+        Duration::from_millis(10),
+    ));
+    ensure!(guard.is_owned().await?, "the hold was not owned");
+    proxy.set(dlock_testkit::fault_proxy::NetFault::None);
+    guard.release().await?;
+    Ok(())
+}

@@ -63,7 +63,13 @@ impl Lease for RedlockLease {
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
         let inner = &self.inner;
-        let timeout = inner.node_timeout(ttl.max(Duration::from_millis(30)));
+        // An ownership check (a zero extension) fits in no lease: it gets the release's full
+        // node timeout, where a third of a short TTL would fail it on a busy node.
+        let timeout = if ttl.is_zero() {
+            inner.node_timeout(Duration::from_secs(1))
+        } else {
+            inner.node_timeout(ttl.max(Duration::from_millis(30)))
+        };
         let invocation = |heal: bool| {
             let mut invocation = EXTEND.key(&self.keys.lock);
             invocation
