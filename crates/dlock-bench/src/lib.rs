@@ -289,13 +289,23 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         if peer.is_some() {
             println!("many: skipped, measured for dlock only");
         } else {
-            let result = scenarios::many::many(&locks, &args).await?;
+            let result = scenarios::many::many(&locks, url, &report.backend, &args).await?;
             println!("many distinct locks, concurrent tasks of one process");
             for point in &result.points {
                 println!(
                     "  {:>4} tasks: pairs/s {}  p99 µs {}",
                     point.tasks, point.pairs_per_sec, point.p99_us
                 );
+                if let (Some(floor), Some(ratio)) =
+                    (&point.floor_pairs_per_sec, &point.ratio_to_floor)
+                {
+                    println!("        floor: pairs/s {floor}  / floor {ratio}");
+                }
+                if let (Some(lock), Some(floor)) =
+                    (&point.server_us_per_pair, &point.floor_server_us_per_pair)
+                {
+                    println!("        server µs per pair: dlock {lock}  floor {floor}");
+                }
             }
             report.many = Some(result);
         }

@@ -51,3 +51,30 @@ pub(crate) async fn redis_commands(server: &str, also: &[String]) -> anyhow::Res
         })
         .sum())
 }
+
+/// Server time (µs, `INFO commandstats`' `usec`) spent so far in `commands` (lowercase names;
+/// a script's own commands are inside its time, so name the scripts or the plain commands,
+/// not both).
+pub(crate) async fn redis_usec(
+    conn: &mut redis::aio::ConnectionManager,
+    commands: &[&str],
+) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            if !commands.contains(&name) {
+                return None;
+            }
+            stats
+                .split(',')
+                .find_map(|field| field.strip_prefix("usec="))?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum())
+}

@@ -107,6 +107,18 @@ impl Rounds {
                         pairs_per_sec: merge_spreads(same.iter().map(|p| &p.pairs_per_sec)),
                         p50_us: merge_spreads(same.iter().map(|p| &p.p50_us)),
                         p99_us: merge_spreads(same.iter().map(|p| &p.p99_us)),
+                        floor_pairs_per_sec: merge_optional(
+                            same.iter().map(|p| p.floor_pairs_per_sec.as_ref()),
+                        ),
+                        ratio_to_floor: merge_optional(
+                            same.iter().map(|p| p.ratio_to_floor.as_ref()),
+                        ),
+                        server_us_per_pair: merge_optional(
+                            same.iter().map(|p| p.server_us_per_pair.as_ref()),
+                        ),
+                        floor_server_us_per_pair: merge_optional(
+                            same.iter().map(|p| p.floor_server_us_per_pair.as_ref()),
+                        ),
                     }
                 })
                 .collect(),
@@ -626,6 +638,15 @@ fn targets<'a>(
             ratio.map(|r| r.median >= 0.85),
         );
     }
+    let many_64 = find(entries, "redis", "dlock")
+        .and_then(|e| e.many.as_ref())
+        .and_then(|m| m.points.iter().find(|p| p.tasks == 64))
+        .and_then(|p| p.ratio_to_floor.clone());
+    row(
+        "many locks: 64 tasks on distinct names ≥ 0.85 of the floor at 64 tasks (`redis`)",
+        opt_cell(many_64.as_ref()),
+        many_64.map(|r| r.median >= 0.85),
+    );
     let blocking = find(entries, "redis", BLOCKING_LIBRARY)
         .and_then(|e| e.uncontended.as_ref())
         .and_then(|(u, _)| u.ratio_to_floor.clone());
@@ -898,8 +919,53 @@ fn many_table(md: &mut String, entries: &Entries, chart: Option<String>) {
     }
     let _ = writeln!(md, "{header}\n{rule}");
     for (backend, library, many) in &with_many {
+        if many.points.iter().any(|p| p.floor_pairs_per_sec.is_some()) {
+            let cells: Vec<String> = many
+                .points
+                .iter()
+                .map(|p| opt_cell(p.floor_pairs_per_sec.as_ref()))
+                .collect();
+            let _ = writeln!(
+                md,
+                "| `{backend}` | floor: redis-rs SET NX PX + DEL, the tasks on one multiplexed connection | {} |",
+                cells.join(" | ")
+            );
+        }
         let cells: Vec<String> = many.points.iter().map(|p| cell(&p.pairs_per_sec)).collect();
         let _ = writeln!(md, "| `{backend}` | {library} | {} |", cells.join(" | "));
+        if many.points.iter().any(|p| p.ratio_to_floor.is_some()) {
+            let cells: Vec<String> = many
+                .points
+                .iter()
+                .map(|p| opt_cell(p.ratio_to_floor.as_ref()))
+                .collect();
+            let _ = writeln!(
+                md,
+                "| `{backend}` | {library} / floor (run by run) | {} |",
+                cells.join(" | ")
+            );
+        }
+        for (what, server) in [(library.to_string(), true), ("floor".to_owned(), false)] {
+            let spreads: Vec<Option<&Spread>> = many
+                .points
+                .iter()
+                .map(|p| {
+                    if server {
+                        p.server_us_per_pair.as_ref()
+                    } else {
+                        p.floor_server_us_per_pair.as_ref()
+                    }
+                })
+                .collect();
+            if spreads.iter().any(Option::is_some) {
+                let cells: Vec<String> = spreads.into_iter().map(opt_cell).collect();
+                let _ = writeln!(
+                    md,
+                    "| `{backend}` | {what}: Redis server µs per pair (`INFO commandstats`) | {} |",
+                    cells.join(" | ")
+                );
+            }
+        }
     }
     if let Some(chart) = chart {
         let _ = writeln!(md, "\n![throughput against concurrent tasks]({chart})");

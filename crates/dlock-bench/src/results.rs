@@ -177,6 +177,19 @@ pub struct ManyPoint {
     pub p50_us: Spread,
     /// 99th percentile pair latency, µs.
     pub p99_us: Spread,
+    /// The floor's pairs/s at the same concurrency (Redis: `SET NX PX` + `DEL` through one
+    /// multiplexed redis-rs connection, as the backend's), if measured.
+    #[serde(default)]
+    pub floor_pairs_per_sec: Option<Spread>,
+    /// The lock's pairs/s over the floor's, run by run (their runs alternate).
+    #[serde(default)]
+    pub ratio_to_floor: Option<Spread>,
+    /// Redis server time per lock pair, µs (`INFO commandstats`: its scripts).
+    #[serde(default)]
+    pub server_us_per_pair: Option<Spread>,
+    /// Redis server time per floor pair, µs (`SET` + `DEL`).
+    #[serde(default)]
+    pub floor_server_us_per_pair: Option<Spread>,
 }
 
 /// Results of the watchdog scenario.
