@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 use dlock::Error;
 use dlock_testkit::fixture::{Fixture, RedisSentinelFixture};
 use tokio::time::{Instant, sleep, timeout};
@@ -273,5 +273,53 @@ async fn min_replicas_holds_grants_and_extensions_until_a_replica_has_them() -> 
         .release()
         .await?;
     held.release().await?;
+    Ok(())
+}
+
+/// The blocking facade sends its commands over blocking connections of the caller's thread
+/// (named `dlock-blocking`), but not with `min_replicas`: `WAIT` counts the writes of the
+/// connection it is sent on, so a grant and its `WAIT` must both go over the one multiplexed
+/// connection.
+#[cfg(feature = "blocking")]
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[test]
+fn with_min_replicas_blocking_calls_keep_to_the_connection_their_wait_is_sent_on()
+-> anyhow::Result<()> {
+    let Some(fx) = RedisSentinelFixture::start()? else {
+        return Ok(());
+    };
+    let url = fx.url().context("a sentinel URL")?;
+    let primary = fx.server().primary().addr();
+    let blocking_connections = || -> anyhow::Result<usize> {
+        let list: String = query(primary, &["CLIENT", "LIST"])?;
+        Ok(list
+            .lines()
+            .filter(|line| line.contains(" name=dlock-blocking "))
+            .count())
+    };
+    // A pair of calls; the client is kept, and its connections with it.
+    let pair = |url: &str| -> anyhow::Result<dlock::blocking::Locks> {
+        let locks = dlock::blocking::Locks::connect(url)?;
+        locks
+            .mutex("blocking/acked")
+            .ttl(Duration::from_secs(30))
+            .acquire()?
+            .release()?;
+        Ok(locks)
+    };
+    let acked = pair(&format!("{url}?min_replicas=1&replica_timeout=900ms"))?;
+    ensure!(
+        blocking_connections()? == 0,
+        "a blocking connection was used with min_replicas"
+    );
+    let plain = pair(&url)?;
+    ensure!(
+        blocking_connections()? == 1,
+        "no blocking connection without min_replicas"
+    );
+    drop((acked, plain));
     Ok(())
 }

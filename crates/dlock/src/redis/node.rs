@@ -181,7 +181,9 @@ impl Primary {
                 .map_err(|e| map(e, ""))?
         };
         let addr = client.get_connection_info().addr().to_string();
-        let direct = blocking_side.then(|| {
+        // `WAIT` (min_replicas) counts the writes of the connection it is sent on: a grant and
+        // its `WAIT` must share one, which only the multiplexed connection guarantees.
+        let direct = (blocking_side && config.min_replicas == 0).then(|| {
             Arc::new(Direct::new(
                 client.clone(),
                 config.connect_timeout,
