@@ -90,8 +90,14 @@ where
     let runtime = runtime()?;
     let mut future = Box::pin(future);
     loop {
+        // The future runs on this thread, which may then do its store I/O blocking (Redis: no
+        // hop to a runtime thread and back per command); a blocking command delays Ctrl-C by
+        // at most the store's response timeout.
         let step = py.detach(|| {
-            runtime.block_on(async { tokio::time::timeout(SIGNAL_SLICE, future.as_mut()).await })
+            dlock::blocking::as_blocking_caller(|| {
+                runtime
+                    .block_on(async { tokio::time::timeout(SIGNAL_SLICE, future.as_mut()).await })
+            })
         });
         match step {
             Ok(output) => return Ok(output),

@@ -1,5 +1,6 @@
 //! Whether the current thread is a blocking caller: a thread of the user's parked in the
-//! [`crate::blocking`] facade's `block_on`, polling the lock's future itself. A store may
+//! [`crate::blocking`] facade's `block_on` (or in a binding's, through
+//! `blocking::as_blocking_caller`), polling the lock's future itself. A store may
 //! then speak to its server with blocking I/O on this very thread, where its async
 //! connection would hand every command to a runtime worker and the reply back (two thread
 //! hops per round trip). Runtime workers never carry the mark, so a task spawned from such a

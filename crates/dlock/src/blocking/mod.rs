@@ -94,6 +94,36 @@ impl Drop for Runtime {
     }
 }
 
+/// Runs `f` with this thread marked as a blocking caller, for bindings that drive dlock's async
+/// API from threads of their own with a runtime's `block_on` (as the Python package does):
+/// futures that `f` polls on this thread may then do their store I/O here, blocking (Redis
+/// sends their commands over blocking connections of this thread), instead of handing each
+/// command to a runtime worker and back. [`Locks`] does this for its own calls.
+///
+/// Only for code that blocks this thread until the future is done anyway: never inside an
+/// async task (it would block the runtime's thread).
+///
+/// # Examples
+///
+/// ```
+/// let runtime = tokio::runtime::Runtime::new()?;
+/// let locks = runtime.block_on(dlock::connect("memory://as-blocking-caller-doc"))?;
+/// let fence = dlock::blocking::as_blocking_caller(|| {
+///     runtime.block_on(async {
+///         let guard = locks.mutex("jobs").acquire().await?;
+///         let fence = guard.fence();
+///         guard.release().await?;
+///         Ok::<_, dlock::Error>(fence)
+///     })
+/// })?;
+/// assert!(fence.get() > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn as_blocking_caller<R>(f: impl FnOnce() -> R) -> R {
+    let _mark = crate::backend::caller_thread::mark_blocking_caller();
+    f()
+}
+
 /// Blocking version of [`crate::Locks`].
 #[derive(Clone, Debug)]
 pub struct Locks {
