@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 
 backends=("$@")
 if [ ${#backends[@]} -eq 0 ]; then
-    backends=(memory sqlite redis redlock postgres postgres-session mariadb mariadb-session
-        etcd etcd-cluster zookeeper zookeeper-ensemble)
+    backends=(memory sqlite redis redis-sentinel redis-cluster redlock postgres postgres-session
+        mariadb mariadb-session etcd etcd-cluster zookeeper zookeeper-ensemble)
 fi
 acquisitions=${SOAK_ACQUISITIONS:-100000}
 workers=${SOAK_WORKERS:-4}
