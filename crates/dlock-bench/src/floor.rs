@@ -54,20 +54,33 @@ async fn redis_floor(url: &str) -> anyhow::Result<FloorPair> {
         what: "redis-rs SET NX PX + DEL round-trip pairs",
         pair: Box::new(move || {
             let (mut conn, key) = (conn.clone(), key.clone());
-            Box::pin(async move {
-                let _: Option<String> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg("token")
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000)
-                    .query_async(&mut conn)
-                    .await?;
-                let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
-                Ok(())
-            })
+            Box::pin(async move { redis_floor_pair(&mut conn, &key).await })
         }),
     })
+}
+
+/// The Redis floor's two commands on `key`: `SET key token NX PX <TTL>`, then `DEL key`.
+pub(crate) fn redis_floor_commands(key: &str) -> [redis::Cmd; 2] {
+    let mut set = redis::cmd("SET");
+    set.arg(key)
+        .arg("token")
+        .arg("NX")
+        .arg("PX")
+        .arg(TTL.as_millis() as u64);
+    let mut del = redis::cmd("DEL");
+    del.arg(key);
+    [set, del]
+}
+
+/// One floor pair on `key`, each command a round trip of `conn`.
+pub(crate) async fn redis_floor_pair(
+    conn: &mut redis::aio::ConnectionManager,
+    key: &str,
+) -> anyhow::Result<()> {
+    for command in redis_floor_commands(key) {
+        let _: redis::Value = command.query_async(conn).await?;
+    }
+    Ok(())
 }
 
 /// Redlock's reference: the same acquire + release on the first node alone, as `redis://`.

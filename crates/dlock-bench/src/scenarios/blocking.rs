@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use crate::floor::redis_floor_commands;
 use crate::redis_stats::redis_server;
 use crate::results::{Floor, Uncontended};
 use crate::scenarios::uncontended::Runs;
@@ -55,14 +56,9 @@ fn measure(
     let mut conn = redis::Client::open(server)?.get_connection()?;
     let key = unique_name("blocking-floor");
     let mut floor_pair = || -> anyhow::Result<()> {
-        let _: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg("token")
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(&mut conn)?;
-        let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn)?;
+        for command in redis_floor_commands(&key) {
+            let _: redis::Value = command.query(&mut conn)?;
+        }
         Ok(())
     };
     // Warm-up: connections, scripts.

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use futures::future::{BoxFuture, try_join_all};
 
+use crate::floor::redis_floor_pair;
 use crate::redis_stats::{redis_server, redis_usec};
 use crate::results::{ManyLocks, ManyPoint};
 use crate::scenarios::uncontended::lock_pair;
@@ -70,16 +71,7 @@ pub(crate) async fn many(
         let conn = floor_conn.clone();
         Box::pin(async move {
             let mut conn = conn.ok_or_else(|| anyhow::anyhow!("no floor connection"))?;
-            let _: Option<String> = redis::cmd("SET")
-                .arg(&name)
-                .arg("token")
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(&mut conn)
-                .await?;
-            let _: i64 = redis::cmd("DEL").arg(&name).query_async(&mut conn).await?;
-            Ok(())
+            redis_floor_pair(&mut conn, &name).await
         })
     };
     let floor: Option<Pair<'_>> = floor_conn.is_some().then_some(&floor_pair as Pair<'_>);
