@@ -168,14 +168,25 @@ async fn a_dropped_reentry_leaves_no_hold_count(cx: Ctx) -> anyhow::Result<()> {
             Some(inner) => inner?.release().await?,
             None => dropped += 1,
         }
+        let outer_fence = outer.fence();
         outer.release().await?;
-        let next = b
+        let next = match b
             .mutex(&name)
             .ttl(Duration::from_secs(600))
             .wait(Duration::from_secs(10))
             .acquire()
             .await
-            .map_err(|e| anyhow::anyhow!("round {i}: the lock stayed held: {e}"))?;
+        {
+            Ok(next) => next,
+            Err(e) => {
+                // What the store kept (a hold count that missed a release shows here).
+                let kept = b.inspect(&name).await;
+                anyhow::bail!(
+                    "round {i}: the lock stayed held: {e}; the outer hold had fence \
+                     {outer_fence}; the store has {kept:?}"
+                );
+            }
+        };
         next.release().await?;
     }
     // A store whose re-entry always completes at its first poll has no in-flight state a drop
