@@ -249,6 +249,12 @@ pub(super) fn leave_queue(conn: &Connection, name: &str, token: &str) -> rusqlit
 
 /// Decrements the hold count; deletes the row at zero (the next fence comes from the file's
 /// counter). `Ok(None)` = not owned.
+///
+/// Two releases of one re-entered hold may run at once on two connections (the client's
+/// inline one and its worker's): each statement is atomic, but a check of the count and a
+/// change of it in two statements are not, so each statement carries its own condition (the
+/// delete at a count of one, the decrement above it), and when neither matched because the
+/// other release came in between, the pair runs again.
 pub(super) fn release(
     conn: &Connection,
     name: &str,
@@ -256,21 +262,33 @@ pub(super) fn release(
     fence: i64,
 ) -> rusqlite::Result<Option<i64>> {
     let owned = "name = ?1 AND token = ?2 AND hold_fence = ?3 AND expires_mono > ?4 AND boot = ?5";
-    let args = params![name, token, fence, now_ms(), boot()];
-    let deleted = conn
-        .prepare_cached(&format!(
-            "DELETE FROM dlock_locks WHERE {owned} AND holds <= 1 RETURNING 0"
-        ))?
-        .query_row(args, |r| r.get(0))
-        .optional()?;
-    if deleted.is_some() {
-        return Ok(deleted);
+    loop {
+        let args = params![name, token, fence, now_ms(), boot()];
+        let deleted = conn
+            .prepare_cached(&format!(
+                "DELETE FROM dlock_locks WHERE {owned} AND holds <= 1 RETURNING 0"
+            ))?
+            .query_row(args, |r| r.get(0))
+            .optional()?;
+        if deleted.is_some() {
+            return Ok(deleted);
+        }
+        let decremented = conn
+            .prepare_cached(&format!(
+                "UPDATE dlock_locks SET holds = holds - 1 WHERE {owned} AND holds > 1 RETURNING holds"
+            ))?
+            .query_row(args, |r| r.get(0))
+            .optional()?;
+        if decremented.is_some() {
+            return Ok(decremented);
+        }
+        let still_owned = conn
+            .prepare_cached(&format!("SELECT 1 FROM dlock_locks WHERE {owned}"))?
+            .exists(args)?;
+        if !still_owned {
+            return Ok(None);
+        }
     }
-    conn.prepare_cached(&format!(
-        "UPDATE dlock_locks SET holds = holds - 1 WHERE {owned} RETURNING holds"
-    ))?
-    .query_row(args, |r| r.get(0))
-    .optional()
 }
 
 /// How many rows one sweep statement deletes at most, so a sweep never holds the write lock
