@@ -1,4 +1,5 @@
-//! Store commands per acquisition on Redis, from the server's own counters.
+//! Store commands per acquisition and server time on Redis, from the server's own counters
+//! (`INFO commandstats`).
 
 /// The redis-rs URL of a `redis://` lock URL (without dlock's options), if it is one.
 pub(crate) fn redis_server(url: &str) -> Option<String> {
@@ -34,22 +35,28 @@ pub(crate) async fn redis_commands(server: &str, also: &[String]) -> anyhow::Res
         "auth",
         "info",
     ];
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let command = name.split('|').next()?;
-            if !CLIENT_COMMANDS.contains(&command) && !also.iter().any(|c| c == command) {
-                return None;
-            }
-            stats
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
+    Ok(command_stats(&info)
+        .filter(|(name, _)| {
+            let command = name.split('|').next().unwrap_or(name);
+            CLIENT_COMMANDS.contains(&command) || also.iter().any(|c| c == command)
         })
+        .filter_map(|(_, stats)| stat(stats, "calls"))
         .sum())
+}
+
+/// The lines of `INFO commandstats` as (command, its `field=value,…` list).
+fn command_stats(info: &str) -> impl Iterator<Item = (&str, &str)> {
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(':'))
+}
+
+/// One counter of a command's `field=value,…` list.
+fn stat(stats: &str, field: &str) -> Option<u64> {
+    stats
+        .split(',')
+        .find_map(|pair| pair.strip_prefix(field)?.strip_prefix('='))?
+        .parse()
+        .ok()
 }
 
 /// Server time (µs, `INFO commandstats`' `usec`) spent so far in `commands` (lowercase names;
@@ -63,18 +70,8 @@ pub(crate) async fn redis_usec(
         .arg("commandstats")
         .query_async(conn)
         .await?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            if !commands.contains(&name) {
-                return None;
-            }
-            stats
-                .split(',')
-                .find_map(|field| field.strip_prefix("usec="))?
-                .parse::<u64>()
-                .ok()
-        })
+    Ok(command_stats(&info)
+        .filter(|(name, _)| commands.contains(name))
+        .filter_map(|(_, stats)| stat(stats, "usec"))
         .sum())
 }

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::charts::{self, Series};
-use crate::results::{Floor, Handoff, HolderGaps, ManyLocks, Report, Uncontended, WatchdogScale};
+use crate::results::{
+    Floor, Handoff, HolderGaps, ManyLocks, ManyPoint, Report, Uncontended, WatchdogScale,
+};
 use crate::stats::{QUANTILES, Spread};
 
 /// The measurements of one library on one store, merged from every report about it.
@@ -919,51 +921,31 @@ fn many_table(md: &mut String, entries: &Entries, chart: Option<String>) {
     }
     let _ = writeln!(md, "{header}\n{rule}");
     for (backend, library, many) in &with_many {
-        if many.points.iter().any(|p| p.floor_pairs_per_sec.is_some()) {
-            let cells: Vec<String> = many
-                .points
-                .iter()
-                .map(|p| opt_cell(p.floor_pairs_per_sec.as_ref()))
-                .collect();
-            let _ = writeln!(
-                md,
-                "| `{backend}` | floor: redis-rs SET NX PX + DEL, the tasks on one multiplexed connection | {} |",
-                cells.join(" | ")
-            );
-        }
-        let cells: Vec<String> = many.points.iter().map(|p| cell(&p.pairs_per_sec)).collect();
-        let _ = writeln!(md, "| `{backend}` | {library} | {} |", cells.join(" | "));
-        if many.points.iter().any(|p| p.ratio_to_floor.is_some()) {
-            let cells: Vec<String> = many
-                .points
-                .iter()
-                .map(|p| opt_cell(p.ratio_to_floor.as_ref()))
-                .collect();
-            let _ = writeln!(
-                md,
-                "| `{backend}` | {library} / floor (run by run) | {} |",
-                cells.join(" | ")
-            );
-        }
-        for (what, server) in [(library.to_string(), true), ("floor".to_owned(), false)] {
-            let spreads: Vec<Option<&Spread>> = many
-                .points
-                .iter()
-                .map(|p| {
-                    if server {
-                        p.server_us_per_pair.as_ref()
-                    } else {
-                        p.floor_server_us_per_pair.as_ref()
-                    }
-                })
-                .collect();
-            if spreads.iter().any(Option::is_some) {
-                let cells: Vec<String> = spreads.into_iter().map(opt_cell).collect();
-                let _ = writeln!(
-                    md,
-                    "| `{backend}` | {what}: Redis server µs per pair (`INFO commandstats`) | {} |",
-                    cells.join(" | ")
-                );
+        // dlock's row, with the floor before it and the ratio and server times after it where
+        // they were measured (Redis).
+        type Cells = fn(&ManyPoint) -> Option<&Spread>;
+        let rows: [(String, Cells); 5] = [
+            (
+                "floor: redis-rs SET NX PX + DEL, the tasks on one multiplexed connection".into(),
+                |p| p.floor_pairs_per_sec.as_ref(),
+            ),
+            (library.to_string(), |p| Some(&p.pairs_per_sec)),
+            (format!("{library} / floor (run by run)"), |p| {
+                p.ratio_to_floor.as_ref()
+            }),
+            (
+                format!("{library}: Redis server µs per pair (`INFO commandstats`)"),
+                |p| p.server_us_per_pair.as_ref(),
+            ),
+            (
+                "floor: Redis server µs per pair (`INFO commandstats`)".into(),
+                |p| p.floor_server_us_per_pair.as_ref(),
+            ),
+        ];
+        for (what, cells) in rows {
+            if many.points.iter().any(|p| cells(p).is_some()) {
+                let cells: Vec<String> = many.points.iter().map(|p| opt_cell(cells(p))).collect();
+                let _ = writeln!(md, "| `{backend}` | {what} | {} |", cells.join(" | "));
             }
         }
     }

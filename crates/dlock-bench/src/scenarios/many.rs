@@ -67,16 +67,15 @@ pub(crate) async fn many(
         _ => None,
     };
     let lock: Pair<'_> = &|name: String| Box::pin(async move { lock_pair(locks, &name).await });
-    let floor_pair = |name: String| -> BoxFuture<'_, anyhow::Result<()>> {
-        let conn = floor_conn.clone();
-        Box::pin(async move {
-            let mut conn = conn.ok_or_else(|| anyhow::anyhow!("no floor connection"))?;
-            redis_floor_pair(&mut conn, &name).await
-        })
-    };
-    let floor: Option<Pair<'_>> = floor_conn.is_some().then_some(&floor_pair as Pair<'_>);
+    let floor_pair = floor_conn.clone().map(|conn| {
+        move |name: String| -> BoxFuture<'_, anyhow::Result<()>> {
+            let mut conn = conn.clone();
+            Box::pin(async move { redis_floor_pair(&mut conn, &name).await })
+        }
+    });
+    let floor: Option<Pair<'_>> = floor_pair.as_ref().map(|pair| pair as Pair<'_>);
     // The server time of each run, read between runs on a connection of its own.
-    let mut stats_conn = floor_conn.clone();
+    let mut stats_conn = floor_conn;
     let mut points = Vec::new();
     for &tasks in &args.tasks {
         let tasks = tasks.max(1);

@@ -120,8 +120,7 @@ impl<G: AsyncHold> Drop for Held<G> {
         }
         match self.rt.handle() {
             Some(handle) => {
-                let _mark = crate::backend::caller_thread::mark_blocking_caller();
-                if let Err(error) = handle.block_on(guard.release()) {
+                if let Err(error) = super::as_blocking_caller(|| handle.block_on(guard.release())) {
                     tracing::debug!(%error, "release on drop failed");
                 }
             }

@@ -5,7 +5,8 @@
 //! the lease keeper, so watchdog renewal and lost-lock detection keep working while your thread
 //! does something else. A call itself runs on your thread: the runtime's worker only takes
 //! part where the store's client needs it, and Redis sends a call's commands over blocking
-//! connections of your thread, so a call costs its round trips and no thread hops. Calling these methods from inside an async runtime returns
+//! connections of your thread, so a call costs its round trips and no thread hops. Calling
+//! these methods from inside an async runtime returns
 //! [`Error::InvalidArgument`] instead of deadlocking: use the async API there.
 //!
 //! # Examples
@@ -69,11 +70,8 @@ impl Runtime {
             ));
         }
         match &self.0 {
-            Some(rt) => {
-                // The future runs on this thread: a store may do its I/O here, blocking.
-                let _mark = crate::backend::caller_thread::mark_blocking_caller();
-                Ok(rt.block_on(future))
-            }
+            // The future runs on this thread: a store may do its I/O here, blocking.
+            Some(rt) => Ok(as_blocking_caller(|| rt.block_on(future))),
             None => Err(Error::invalid_argument(
                 "call site",
                 "this blocking client's runtime was already shut down",

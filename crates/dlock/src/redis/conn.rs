@@ -19,8 +19,9 @@ use crate::backend::caller_thread::is_blocking_caller;
 #[derive(Clone)]
 pub(crate) enum Conn {
     /// One server: the multiplexed connection, and the blocking connections for commands sent
-    /// from blocking callers' threads (none for a Redlock node: its commands go to every node
-    /// at once, which blocking I/O would do one after the other).
+    /// from blocking callers' threads (none for a Redlock node, whose commands go to every node
+    /// at once, which blocking I/O would do one after the other; none with `min_replicas`, see
+    /// [`super::node::Primary::connect`]).
     Server(ConnectionManager, Option<Arc<Direct>>),
     Cluster(ClusterConnection),
 }
@@ -35,7 +36,7 @@ pub(crate) struct Direct {
 }
 
 /// The client name of the blocking connections (`CLIENT LIST` shows it).
-pub(crate) const DIRECT_NAME: &str = "dlock-blocking";
+const DIRECT_NAME: &str = "dlock-blocking";
 
 /// How many idle blocking connections a server keeps (more callers at once open more, and
 /// close them after use).
