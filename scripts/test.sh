@@ -89,7 +89,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # Users build the library with some backends only (the default is SQLite alone): each such
 # build must be free of warnings too (code shared by backends, used in part).
-for features in "" "--no-default-features" "--no-default-features --features redis" \
+for features in "" "--no-default-features" "--no-default-features --features blocking" \
+    "--no-default-features --features redis" \
     "--no-default-features --features postgres" "--no-default-features --features mysql" \
     "--no-default-features --features etcd" "--no-default-features --features zookeeper"; do
     # shellcheck disable=SC2086 # the feature flags are separate words

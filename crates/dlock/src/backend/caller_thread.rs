@@ -13,6 +13,8 @@ thread_local! {
 }
 
 /// Whether blocking I/O is allowed on this thread now (see the module's documentation).
+// Only the Redis store has a blocking side so far.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn is_blocking_caller() -> bool {
     BLOCKING_CALLER.with(Cell::get)
 }

@@ -13,8 +13,8 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
-#[cfg(any(feature = "redis", feature = "sqlite"))]
 pub(crate) mod caller_thread;
+#[cfg(any(feature = "redis", feature = "sqlite"))]
 pub(crate) mod gather;
 mod lease_core;
 #[cfg(any(feature = "redis", feature = "etcd"))]
