@@ -478,3 +478,107 @@ async fn an_old_lease_table_is_migrated_with_fences_above_its_own() {
     )
     .await;
 }
+
+/// The doorbell of `name`'s queue head: its connection id and the id of the sleep it is in,
+/// once the waiter has queued with one that is asleep.
+async fn sleeping_bell(admin: &MySqlPool, name: &str) -> (i64, i64) {
+    for _ in 0..200 {
+        let bell: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT q.bell, CAST(p.QUERY_ID AS SIGNED) FROM dlock_locks_waiters q
+             JOIN information_schema.PROCESSLIST p ON p.ID = q.bell
+             WHERE q.name = ? AND p.INFO = 'SELECT SLEEP(30) /* dlock bell */'",
+        )
+        .bind(name)
+        .fetch_optional(admin)
+        .await
+        .unwrap();
+        if let Some(bell) = bell {
+            return bell;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no waiter of {name} queued with a sleeping doorbell");
+}
+
+/// The query the connection `id` runs now, if any.
+async fn running_query(admin: &MySqlPool, id: i64) -> Option<i64> {
+    sqlx::query_scalar(
+        "SELECT CAST(QUERY_ID AS SIGNED) FROM information_schema.PROCESSLIST
+         WHERE ID = ? AND INFO IS NOT NULL",
+    )
+    .bind(id)
+    .fetch_optional(admin)
+    .await
+    .unwrap()
+}
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_rings_the_doorbell_of_a_waiter_in_another_client() {
+    let Some(server) = server() else { return };
+    let url = Mariadb::url(&server);
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let admin = admin(&server).await;
+    let held = a
+        .mutex("bell/rung")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        b.mutex("bell/rung")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let (bell, sleep) = sleeping_bell(&admin, "bell/rung").await;
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    // Left alone, the sleep lasts 30 s, and the waiter would have found the lock by polling
+    // while it still ran: the release ended that very query, and the bell sleeps again.
+    let now = running_query(&admin, bell).await;
+    assert!(
+        now.is_some_and(|q| q != sleep),
+        "the doorbell's sleep {sleep} was not rung (connection {bell} now runs {now:?})"
+    );
+    next.release().await.unwrap();
+}
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_queue_of_an_older_dlock_gets_the_doorbell_column() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    sqlx::query(
+        "CREATE TABLE dlock_locks_waiters (
+            name VARBINARY(512) NOT NULL, token VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+            since BIGINT NOT NULL, seen BIGINT NOT NULL, PRIMARY KEY (name, token)) ENGINE=InnoDB",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    // An older client's entry, without a bell, that has waited past the starvation threshold.
+    plant_waiter(&admin, "bell/old", "older", -1, 3600).await;
+    let locks = dlock::connect(&Mariadb::url(&server)).await.unwrap();
+    let bell: Option<i64> =
+        sqlx::query_scalar("SELECT bell FROM dlock_locks_waiters WHERE token = 'older'")
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+    assert_eq!(bell, None, "the older entry has no bell");
+    // The queue works on as before: the older waiter still comes first.
+    let passed = locks.mutex("bell/old").try_acquire().await.unwrap();
+    assert!(
+        passed.is_none(),
+        "a newcomer passed the older client's waiter"
+    );
+}

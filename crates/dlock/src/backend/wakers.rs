@@ -32,12 +32,23 @@ impl Wakers {
     }
 
     /// Wakes every waiter (after a gap in which notifications may have been missed).
-    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
+        allow(dead_code)
+    )]
     pub(crate) fn wake_all(&self) {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|_, sender| {
             sender.send_replace(());
             sender.receiver_count() > 0
         });
+    }
+
+    /// Whether no waiter of this process is subscribed (forgetting names nobody waits on).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn is_empty(&self) -> bool {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, sender| sender.receiver_count() > 0);
+        map.is_empty()
     }
 }

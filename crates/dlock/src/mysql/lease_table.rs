@@ -1,8 +1,9 @@
 //! Lease-table mode: a row per held lock with an owner token, a fence and an expiry computed
 //! by the database's clock. Taking a free or expired row is one `UPDATE … WHERE` statement (a
 //! new name first gets a free row); nothing relies on session state, so it works through
-//! poolers. Waiters in this client are woken by its releases; others poll with jittered
-//! backoff. Fences come from one sequence for the whole table, so a row whose lease is over
+//! poolers. Waiters in this client are woken by its releases; a release that leaves waiters
+//! of other clients rings the head's doorbell ([`super::bell`]), and polls back the rings
+//! up. Fences come from one sequence for the whole table, so a row whose lease is over
 //! carries nothing worth keeping: each client's sweeper deletes such rows, and stale waiter
 //! rows.
 
@@ -27,6 +28,7 @@ use crate::sql_common::{
     detached_attempt, ms, queued_hint,
 };
 
+use super::bell::{self, Bell, BellOwner};
 use super::error::{from_sqlx, number};
 
 /// The database's clock in microseconds since the Unix epoch, in UTC whatever the session's
@@ -42,6 +44,7 @@ struct Statements {
     dequeue: Arc<str>,
     leave: Arc<str>,
     release: Arc<str>,
+    head_bell: Arc<str>,
     extend: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
@@ -115,20 +118,24 @@ impl Statements {
              WHERE l.name = ?"
         );
         let queue = format!(
-            "INSERT INTO {w} (name, token, since, seen) VALUES (?, ?, {NOW}, {NOW})
-             ON DUPLICATE KEY UPDATE seen = {NOW}"
+            "INSERT INTO {w} (name, token, since, seen, bell) VALUES (?, ?, {NOW}, {NOW}, ?)
+             ON DUPLICATE KEY UPDATE seen = {NOW}, bell = VALUES(bell)"
         );
         let dequeue =
             format!("DELETE FROM {w} WHERE name = ? AND (token = ? OR seen <= {NOW} - {stale})");
         let leave = format!("DELETE FROM {w} WHERE name = ? AND token = ?");
-        // Token and expiry first (reading the old hold count), the count last.
+        // Token and expiry first (reading the old hold count), the count last. The reply's
+        // LAST_INSERT_ID is the holds left times two, plus one when the lock is now free and
+        // someone is queued for it (whose doorbell to ring). Binds: the name, then the row's.
         let release = format!(
             "UPDATE {t} SET
                 token = IF(holds > 1, token, NULL),
                 expires_at = IF(holds > 1, expires_at, {NOW}),
-                holds = LAST_INSERT_ID(holds - 1)
+                holds = LAST_INSERT_ID((holds - 1) * 2 + IF(holds > 1, 0, EXISTS(
+                    SELECT 1 FROM {w} q WHERE q.name = ? AND q.seen > {NOW} - {stale}))) DIV 2
              WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
         );
+        let head_bell = super::bell::head_bell_sql(&w, &format!("{NOW} - {stale}"));
         let extend = format!(
             "UPDATE {t} SET expires_at = GREATEST(expires_at, {NOW} + ?)
              WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
@@ -169,6 +176,7 @@ impl Statements {
             dequeue: dequeue.into(),
             leave: leave.into(),
             release: release.into(),
+            head_bell: head_bell.into(),
             extend: extend.into(),
             force_release: force_release.into(),
             inspect: inspect.into(),
@@ -190,7 +198,9 @@ pub(crate) struct LeaseStore {
 struct Shared {
     pool: MySqlPool,
     sql: Statements,
-    wakers: Wakers,
+    wakers: Arc<Wakers>,
+    /// This client's doorbell, up while it has waiters.
+    bell: Arc<Bell>,
     poll: Backoff,
     sweeper: Sweeper,
     /// Stops the sweeper when the client is dropped.
@@ -209,7 +219,8 @@ impl LeaseStore {
             shared: Arc::new(Shared {
                 pool,
                 sql: Statements::new(table),
-                wakers: Wakers::default(),
+                wakers: Arc::default(),
+                bell: Arc::default(),
                 poll,
                 sweeper: Sweeper::default(),
                 _stop: stop.clone().drop_guard(),
@@ -220,6 +231,27 @@ impl LeaseStore {
 }
 
 impl Shared {
+    /// This client's doorbell id for a queue entry, set up if it is not (see [`Bell::id`]).
+    async fn bell_id(&self) -> Option<i64> {
+        let owner = BellOwner {
+            pool: self.pool.clone(),
+            wakers: self.wakers.clone(),
+            stop: self.stop.clone(),
+        };
+        self.bell.id(&owner).await
+    }
+
+    /// Rings the doorbell of the head of `name`'s queue: its lock was just freed.
+    async fn ring(&self, name: &str) {
+        bell::ring(
+            &self.pool,
+            &self.sql.head_bell,
+            name,
+            self.bell.current().await,
+        )
+        .await;
+    }
+
     /// Starts this client's sweeper (see [`Sweeper`]); it holds the shared state weakly, so
     /// it never keeps a dropped client alive.
     fn ensure_sweeper(self: &Arc<Self>) {
@@ -315,6 +347,7 @@ impl MonitorStore for LeaseStore {
         let broken = done.rows_affected() > 0;
         if broken {
             self.shared.wakers.wake(name.as_str());
+            self.shared.ring(name.as_str()).await;
         }
         Ok(broken)
     }
@@ -339,9 +372,11 @@ async fn leave_queue(shared: Arc<Shared>, name: String, token: String) {
     }
 }
 
-/// How often the head of the queue polls: nothing wakes it when another client releases, so
-/// it looks often. The waiter `n` places behind polls `n + 1` times less often, and none
-/// less often than `WAITER_REFRESH` (which keeps its entry alive).
+/// How often the head of the queue polls when its client has no doorbell (it could not be
+/// set up): nothing else wakes it when another client releases, so it looks often. The
+/// waiter `n` places behind polls `n + 1` times less often, and none less often than
+/// `WAITER_REFRESH` (which keeps its entry alive). Waiters with a doorbell poll every
+/// `poll_max`, a net under the rings.
 const HEAD_POLL: Duration = Duration::from_millis(20);
 
 /// How often a queued waiter rewrites its entry; its polls in between are reads.
@@ -431,19 +466,25 @@ async fn try_acquire(
     if !waits {
         return Ok(Attempt::Busy { free_in: held });
     }
-    if spot.refresh_due(QUEUE_REWRITE) {
+    let bell = shared.bell_id().await;
+    if spot.refresh_due(QUEUE_REWRITE, bell) {
         sqlx::query(AssertSqlSafe(shared.sql.queue.clone()))
             .bind(name)
             .bind(&req.token)
+            .bind(bell)
             .execute(&mut *conn)
             .await
             .map_err(from_sqlx)?;
         spot.set_queued(true);
     }
-    // The head polls every HEAD_POLL, the next in line half as often, and so on: whoever
-    // will be next soon learns soon that it is, without every waiter polling hot.
+    // With a doorbell, the release rings whoever heads the queue by then. Without one, the
+    // head polls every HEAD_POLL, the next in line half as often, and so on: whoever will be
+    // next soon learns soon that it is, without every waiter polling hot.
     let rank = u32::try_from(ahead).unwrap_or(u32::MAX).saturating_add(1);
-    let poll = HEAD_POLL.saturating_mul(rank).min(shared.poll.max);
+    let poll = match bell {
+        Some(_) => shared.poll.max,
+        None => HEAD_POLL.saturating_mul(rank).min(shared.poll.max),
+    };
     Ok(Attempt::Busy {
         free_in: Some(queued_hint(held, Some(poll))),
     })
@@ -564,7 +605,7 @@ impl Lease for TableLease {
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.
         let done = self
-            .change_row(&self.store().sql.extend, Some(us(ttl)))
+            .change_row(&self.store().sql.extend, Some(us(ttl)), None)
             .await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(self.name()));
@@ -573,12 +614,19 @@ impl Lease for TableLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let done = self.change_row(&self.store().sql.release, None).await?;
+        let done = self
+            .change_row(&self.store().sql.release, None, Some(self.name()))
+            .await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(self.name()));
         }
-        if done.last_insert_id() == 0 {
+        // See the statement: the holds left times two, plus one when someone is queued.
+        let (holds_left, queued) = (done.last_insert_id() / 2, done.last_insert_id() % 2 == 1);
+        if holds_left == 0 {
             self.store().wakers.wake(self.name());
+            if queued {
+                self.store().ring(self.name()).await;
+            }
         }
         Ok(())
     }
@@ -587,16 +635,21 @@ impl Lease for TableLease {
 /// A hold's own statements.
 impl TableLease {
     /// Runs `sql` on this hold's row, again while InnoDB picks it as a deadlock victim. Binds:
-    /// `ttl_us` when given, then the name, the token and the fence.
+    /// `ttl_us` and `queue_of` (a name whose queue the statement looks at) when given, then
+    /// the name, the token and the fence.
     async fn change_row(
         &self,
         sql: &Arc<str>,
         ttl_us: Option<i64>,
+        queue_of: Option<&str>,
     ) -> Result<sqlx::mysql::MySqlQueryResult> {
         unless_deadlocked(|| {
             let mut statement = sqlx::query(AssertSqlSafe(sql.clone()));
             if let Some(ttl_us) = ttl_us {
                 statement = statement.bind(ttl_us);
+            }
+            if let Some(name) = queue_of {
+                statement = statement.bind(name);
             }
             statement
                 .bind(self.name())

@@ -1,5 +1,6 @@
 #![doc = include_str!("docs.md")]
 
+mod bell;
 mod config;
 mod error;
 mod lease_table;
@@ -118,15 +119,7 @@ impl MysqlBuilder {
         let store = match config.mode {
             Mode::Lease => {
                 schema::ensure_lease(&pool, &table).await?;
-                let waiters = schema::waiters_table(&table);
-                schema::ensure(
-                    &pool,
-                    &waiters,
-                    &schema::waiters_ddl(&waiters),
-                    schema::WAITERS_SHAPE,
-                )
-                .await?;
-                schema::ensure_index(&pool, &waiters, "seen").await?;
+                schema::ensure_waiters(&pool, &schema::waiters_table(&table)).await?;
                 SqlStore::Lease(LeaseStore::new(
                     pool,
                     &table,

@@ -45,12 +45,14 @@ pub(super) fn lease_ddl(table: &str) -> String {
 }
 
 /// The waiter queue beside a lease table: one row per waiting acquire call, refreshed while
-/// it waits; the oldest live entry is the head. Times as in the lease table.
+/// it waits; the oldest live entry is the head. Times as in the lease table. `bell` is the
+/// connection id of the waiting client's doorbell (`super::bell`), NULL when it has none.
 pub(super) const WAITERS_SHAPE: Shape = &[
     ("name", "varbinary"),
     ("token", "varchar"),
     ("since", "bigint"),
     ("seen", "bigint"),
+    ("bell", "bigint"),
 ];
 
 pub(super) fn waiters_ddl(table: &str) -> String {
@@ -60,10 +62,27 @@ pub(super) fn waiters_ddl(table: &str) -> String {
     token VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     since BIGINT NOT NULL,
     seen  BIGINT NOT NULL,
+    bell  BIGINT NULL,
     PRIMARY KEY (name, token),
     KEY {table}_seen (seen)
 ) ENGINE=InnoDB"
     )
+}
+
+/// Creates the waiter queue if missing, adds the doorbell column to a queue made before it
+/// (an older dlock's inserts leave it NULL, and its waiters poll as before), and checks the
+/// shape.
+pub(super) async fn ensure_waiters(pool: &MySqlPool, waiters: &str) -> Result<()> {
+    let found = columns(pool, waiters).await?;
+    if !found.is_empty() && !has(&found, "bell") {
+        run(
+            pool,
+            &format!("ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS bell BIGINT NULL"),
+        )
+        .await?;
+    }
+    ensure(pool, waiters, &waiters_ddl(waiters), WAITERS_SHAPE).await?;
+    ensure_index(pool, waiters, "seen").await
 }
 
 /// The sequence every fence of lease table `table` comes from: one for the table, so a

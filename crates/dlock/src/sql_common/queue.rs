@@ -31,8 +31,9 @@ pub(crate) struct QueueSpot {
     /// Held by the attempt in flight, so leaving waits for it: an attempt that queues after
     /// the leave would leave an entry behind until it went stale.
     pub(crate) gate: tokio::sync::Mutex<()>,
-    /// When this waiter last wrote its entry (the MySQL backend refreshes only now and then).
-    pub(crate) refreshed: Mutex<Option<Instant>>,
+    /// When this waiter last wrote its entry (the MySQL backend refreshes only now and then),
+    /// and the doorbell it wrote there (MySQL's `bell`).
+    pub(crate) refreshed: Mutex<Option<(Instant, Option<i64>)>>,
 }
 
 impl QueueSpot {
@@ -50,18 +51,21 @@ impl QueueSpot {
         }
     }
 
-    /// Whether the entry is due for a refresh, and if so, counts it as refreshed now.
+    /// Whether the entry is due for a refresh (`every` has passed, or its doorbell is no
+    /// longer `bell`), and if so, counts it as refreshed now with `bell`.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub(crate) fn refresh_due(&self, every: Duration) -> bool {
-        let mut at = self
+    pub(crate) fn refresh_due(&self, every: Duration, bell: Option<i64>) -> bool {
+        let mut last = self
             .refreshed
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        if at.is_some_and(|at| now.duration_since(at) < every) && self.is_queued() {
+        let fresh =
+            last.is_some_and(|(at, rung_on)| now.duration_since(at) < every && rung_on == bell);
+        if fresh && self.is_queued() {
             return false;
         }
-        *at = Some(now);
+        *last = Some((now, bell));
         true
     }
 }
