@@ -44,11 +44,12 @@ impl Wakers {
         });
     }
 
-    /// Whether no waiter of this process is subscribed (forgetting names nobody waits on).
+    /// How many names waiters of this process are subscribed to (forgetting names nobody
+    /// waits on any more).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub(crate) fn is_empty(&self) -> bool {
+    pub(crate) fn waited_names(&self) -> usize {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|_, sender| sender.receiver_count() > 0);
-        map.is_empty()
+        map.len()
     }
 }

@@ -64,7 +64,13 @@ pub(super) struct BellOwner {
     pub(super) pool: MySqlPool,
     pub(super) wakers: Arc<Wakers>,
     pub(super) stop: CancellationToken,
+    /// [`free_queued_sql`] for this client's tables.
+    pub(super) free_queued: Arc<str>,
 }
+
+/// Up to this many names waited on, a rung client wakes all its waiters; with more, it asks
+/// which of their locks are free, so a ring does not send every waiter to the database.
+const FEW_NAMES: usize = 4;
 
 impl Bell {
     /// The id to write into a queue entry: this client's bell, set up now if it is not up.
@@ -106,11 +112,18 @@ impl Bell {
                 () = owner.stop.cancelled() => return,
             };
             match slept {
-                Err(error) if number(&error) == Some(INTERRUPTED) => owner.wakers.wake_all(),
+                Err(error) if number(&error) == Some(INTERRUPTED) => {
+                    if owner.wakers.waited_names() <= FEW_NAMES {
+                        owner.wakers.wake_all();
+                    } else {
+                        // In a task of its own: the bell goes back to sleep at once.
+                        tokio::spawn(wake_free(owner.clone(), id));
+                    }
+                }
                 Ok(_) => {
                     let mut state = self.state.lock().await;
                     // Under the lock, so a waiter that asks for the id now gets a new bell.
-                    if owner.wakers.is_empty() {
+                    if owner.wakers.waited_names() == 0 {
                         state.id = None;
                         return;
                     }
@@ -128,6 +141,33 @@ impl Bell {
             }
         }
     }
+}
+
+/// Wakes the waiters of this client (bell `id`) whose locks are free.
+async fn wake_free(owner: BellOwner, id: i64) {
+    let names: sqlx::Result<Vec<Vec<u8>>> = sqlx::query_scalar(AssertSqlSafe(owner.free_queued))
+        .bind(id)
+        .fetch_all(&owner.pool)
+        .await;
+    match names {
+        Ok(names) => {
+            for name in names {
+                owner.wakers.wake(&String::from_utf8_lossy(&name));
+            }
+        }
+        Err(error) => {
+            tracing::debug!(%error, "finding the rung waiters failed; waking them all");
+            owner.wakers.wake_all();
+        }
+    }
+}
+
+/// The statement that names the locks, free now, that waiters of bell `?` are queued for.
+pub(super) fn free_queued_sql(locks: &str, waiters: &str, now: &str) -> String {
+    format!(
+        "SELECT DISTINCT q.name FROM {waiters} q LEFT JOIN {locks} l ON l.name = q.name
+         WHERE q.bell = ? AND (l.token IS NULL OR l.expires_at <= {now})"
+    )
 }
 
 /// A connection of its own (outside the pool, where it would take a lock's place) and its id.

@@ -45,6 +45,7 @@ struct Statements {
     leave: Arc<str>,
     release: Arc<str>,
     head_bell: Arc<str>,
+    free_queued: Arc<str>,
     extend: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
@@ -136,6 +137,7 @@ impl Statements {
              WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
         );
         let head_bell = super::bell::head_bell_sql(&w, &format!("{NOW} - {stale}"));
+        let free_queued = super::bell::free_queued_sql(t, &w, NOW);
         let extend = format!(
             "UPDATE {t} SET expires_at = GREATEST(expires_at, {NOW} + ?)
              WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
@@ -177,6 +179,7 @@ impl Statements {
             leave: leave.into(),
             release: release.into(),
             head_bell: head_bell.into(),
+            free_queued: free_queued.into(),
             extend: extend.into(),
             force_release: force_release.into(),
             inspect: inspect.into(),
@@ -237,6 +240,7 @@ impl Shared {
             pool: self.pool.clone(),
             wakers: self.wakers.clone(),
             stop: self.stop.clone(),
+            free_queued: self.sql.free_queued.clone(),
         };
         self.bell.id(&owner).await
     }
