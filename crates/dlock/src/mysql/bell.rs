@@ -1,13 +1,18 @@
 //! A lease-table client's doorbell: how a release wakes a waiter of another client without
-//! polling. MariaDB has nothing like LISTEN/NOTIFY, so a client with waiters keeps one
-//! connection of its own asleep in [`BELL_SLEEP`] and writes that connection's id into its
-//! waiters' queue entries (column `bell`). A release that frees the lock while waiters are
-//! queued looks up the head's bell in the process list and ends exactly that sleep with
-//! `KILL QUERY ID` (a query id is never reused, so no other statement can be interrupted);
-//! the rung client wakes its waiters, which try again at once.
+//! polling. MariaDB has nothing like LISTEN/NOTIFY, so a client with waiters keeps two
+//! connections of its own: one holds a named lock of the client's (`GET_LOCK`), the other
+//! waits for it, and that second connection's id goes into the waiters' queue entries
+//! (column `bell`). A release that frees the lock while waiters are queued looks up the
+//! head's bell in the process list and ends exactly that wait with `KILL QUERY ID` (a query
+//! id is never reused, so no other statement can be interrupted); the rung client wakes its
+//! waiters, which try again at once.
+//!
+//! The wait is on a lock rather than in `SLEEP()`: MariaDB's `SLEEP` waits under one mutex
+//! shared by every sleeping session, and a `KILL` that meets it taken stalls both sides for
+//! two seconds (seen in `dlock bench`); a lock wait has a mutex of its own per session.
 //!
 //! A ring is a hint, never needed for safety: every grant is still the conditional `UPDATE`.
-//! A waiter whose ring is missed (a bell between two sleeps for longer than the ringer
+//! A waiter whose ring is missed (a bell between two waits for longer than the ringer
 //! looks, a ringer of another database user without the right to `KILL` it, a client that
 //! crashed before ringing) is found by its own polls, every `poll_max` at the head of the
 //! queue.
@@ -15,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, ConnectOptions, MySqlConnection, MySqlPool};
+use sqlx::{AssertSqlSafe, ConnectOptions, MySqlConnection, MySqlPool, Row};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -23,27 +28,28 @@ use crate::sql_common::Wakers;
 
 use super::error::number;
 
-/// The statement a bell sleeps in: the text (sent as it is, outside prepared statements) is
-/// how a ringer tells a sleeping bell from any other query of that connection.
-pub(super) const BELL_SLEEP: &str = "SELECT SLEEP(30) /* dlock bell */";
+/// How a bell's wait ends its text (sent as it is, outside prepared statements): how a ringer
+/// tells a waiting bell from any other query of that connection.
+pub(super) const BELL_MARK: &str = "/* dlock bell */";
 
-/// ER_QUERY_INTERRUPTED: what a `SLEEP` ended by `KILL QUERY` reports on MariaDB.
+/// ER_QUERY_INTERRUPTED, should a wait ended by `KILL QUERY` report it as an error (MariaDB
+/// answers NULL).
 const INTERRUPTED: u16 = 1317;
 
 /// How long a client whose bell could not be set up waits before trying again (its waiters
 /// poll meanwhile).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Pauses before a ringer looks again at a bell found between two sleeps (its client is
-/// waking its waiters and about to sleep again); after the last one it gives up and the
+/// Pauses before a ringer looks again at a bell found between two waits (its client is
+/// waking its waiters and about to wait again); after the last one it gives up and the
 /// waiter's own poll finds the lock.
-const BETWEEN_SLEEPS: [Duration; 3] = [
+const BETWEEN_WAITS: [Duration; 3] = [
     Duration::from_millis(1),
     Duration::from_millis(2),
     Duration::from_millis(4),
 ];
 
-/// One client's doorbell: started by the first waiter that queues, stopped when a sleep ends
+/// One client's doorbell: started by the first waiter that queues, stopped when a wait ends
 /// with no waiter left in the client (or when the client is dropped).
 #[derive(Debug, Default)]
 pub(super) struct Bell {
@@ -52,7 +58,7 @@ pub(super) struct Bell {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The sleeping connection's id while the bell is up.
+    /// The waiting connection's id while the bell is up.
     id: Option<i64>,
     /// When setting it up last failed.
     failed_at: Option<Instant>,
@@ -84,10 +90,11 @@ impl Bell {
             return None;
         }
         match connect(&owner.pool).await {
-            Ok((conn, id)) => {
+            Ok(connections) => {
+                let id = connections.waiter_id;
                 state.id = Some(id);
                 state.failed_at = None;
-                tokio::spawn(self.clone().ring_loop(conn, id, owner.clone()));
+                tokio::spawn(self.clone().ring_loop(connections, owner.clone()));
                 Some(id)
             }
             Err(error) => {
@@ -103,43 +110,66 @@ impl Bell {
         self.state.lock().await.id
     }
 
-    /// Sleeps on `conn` until rung (then wakes every waiter of the client and sleeps again),
-    /// until the client is dropped, or until a sleep ends on its own with no waiter left.
-    async fn ring_loop(self: Arc<Self>, mut conn: MySqlConnection, id: i64, owner: BellOwner) {
+    /// Waits until rung (then wakes the client's waiters and waits again), until the client
+    /// is dropped, or until a wait ends on its own with no waiter left. The connections close
+    /// when it returns, which frees the bell's lock.
+    async fn ring_loop(self: Arc<Self>, connections: Connections, owner: BellOwner) {
+        let Connections {
+            _holder,
+            mut waiter,
+            waiter_id: id,
+            wait,
+        } = connections;
         loop {
-            let slept = tokio::select! {
-                slept = sqlx::raw_sql(BELL_SLEEP).execute(&mut conn) => slept,
+            let waited = tokio::select! {
+                waited = sqlx::raw_sql(AssertSqlSafe(wait.clone())).fetch_one(&mut waiter) => {
+                    waited.and_then(|row| row.try_get::<Option<i64>, _>(0))
+                }
                 () = owner.stop.cancelled() => return,
             };
-            match slept {
-                Err(error) if number(&error) == Some(INTERRUPTED) => {
-                    if owner.wakers.waited_names() <= FEW_NAMES {
-                        owner.wakers.wake_all();
-                    } else {
-                        // In a task of its own: the bell goes back to sleep at once.
-                        tokio::spawn(wake_free(owner.clone(), id));
-                    }
+            let broken = match waited {
+                // Rung: the wait was killed (MariaDB answers NULL).
+                Ok(None) => {
+                    rung(&owner, id);
+                    continue;
                 }
-                Ok(_) => {
+                Err(error) if number(&error) == Some(INTERRUPTED) => {
+                    rung(&owner, id);
+                    continue;
+                }
+                // Timed out.
+                Ok(Some(0)) => {
                     let mut state = self.state.lock().await;
                     // Under the lock, so a waiter that asks for the id now gets a new bell.
                     if owner.wakers.waited_names() == 0 {
                         state.id = None;
                         return;
                     }
+                    continue;
                 }
-                Err(error) => {
-                    tracing::debug!(%error, bell = id, "the waiters' doorbell broke; they poll until it is set up again");
-                    let mut state = self.state.lock().await;
-                    state.id = None;
-                    state.failed_at = Some(Instant::now());
-                    drop(state);
-                    // A ring may have been lost with the connection.
-                    owner.wakers.wake_all();
-                    return;
-                }
-            }
+                // Granted: the holding connection is gone (the server closed it).
+                Ok(Some(_)) => "its holding connection ended".to_owned(),
+                Err(error) => error.to_string(),
+            };
+            tracing::debug!(error = %broken, bell = id, "the waiters' doorbell broke; they poll until it is set up again");
+            let mut state = self.state.lock().await;
+            state.id = None;
+            drop(state);
+            // A ring may have been lost with it.
+            owner.wakers.wake_all();
+            return;
         }
+    }
+}
+
+/// Wakes the client's waiters after its bell (`id`) rang: all of them when they wait on a
+/// few names, otherwise those whose locks are free.
+fn rung(owner: &BellOwner, id: i64) {
+    if owner.wakers.waited_names() <= FEW_NAMES {
+        owner.wakers.wake_all();
+    } else {
+        // In a task of its own: the bell waits again at once.
+        tokio::spawn(wake_free(owner.clone(), id));
     }
 }
 
@@ -170,23 +200,51 @@ pub(super) fn free_queued_sql(locks: &str, waiters: &str, now: &str) -> String {
     )
 }
 
-/// A connection of its own (outside the pool, where it would take a lock's place) and its id.
-async fn connect(pool: &MySqlPool) -> sqlx::Result<(MySqlConnection, i64)> {
-    let mut conn = pool.connect_options().connect().await?;
-    let id: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
-        .fetch_one(&mut conn)
-        .await?;
-    Ok((conn, id))
+/// A bell's two connections, of their own (outside the pool, where they would take locks'
+/// places): one holds the bell's lock, the other waits for it.
+struct Connections {
+    _holder: MySqlConnection,
+    waiter: MySqlConnection,
+    /// The waiting connection's id, which queue entries carry.
+    waiter_id: i64,
+    /// The statement the waiter waits in.
+    wait: Arc<str>,
 }
 
-/// The statement that finds the bell of `waiters`' head for a name, and the id of the sleep
-/// it is in (NULL between two sleeps). Binds: the name.
+async fn connect(pool: &MySqlPool) -> sqlx::Result<Connections> {
+    let options = pool.connect_options();
+    let mut holder = options.connect().await?;
+    let mut waiter = options.connect().await?;
+    // A name of this bell's own (the server's lock names are at most 64 characters).
+    let lock = format!("dlock-bell:{}", uuid::Uuid::new_v4().simple());
+    let held: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+        .bind(&lock)
+        .fetch_one(&mut holder)
+        .await?;
+    if held != Some(1) {
+        return Err(sqlx::Error::Protocol(format!(
+            "the bell's own lock was not granted ({held:?})"
+        )));
+    }
+    let waiter_id: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+        .fetch_one(&mut waiter)
+        .await?;
+    Ok(Connections {
+        _holder: holder,
+        waiter,
+        waiter_id,
+        wait: format!("SELECT GET_LOCK('{lock}', 30) {BELL_MARK}").into(),
+    })
+}
+
+/// The statement that finds the bell of `waiters`' head for a name, and the id of the wait
+/// it is in (NULL between two waits). Binds: the name.
 pub(super) fn head_bell_sql(waiters: &str, live_since: &str) -> String {
     format!(
         "SELECT h.bell, CAST(p.QUERY_ID AS SIGNED)
          FROM (SELECT bell FROM {waiters} WHERE name = ? AND seen > {live_since}
                ORDER BY since, token LIMIT 1) h
-         LEFT JOIN information_schema.PROCESSLIST p ON p.ID = h.bell AND p.INFO = '{BELL_SLEEP}'"
+         LEFT JOIN information_schema.PROCESSLIST p ON p.ID = h.bell AND p.INFO LIKE '%{BELL_MARK}'"
     )
 }
 
@@ -194,7 +252,7 @@ pub(super) fn head_bell_sql(waiters: &str, live_since: &str) -> String {
 /// is `own` (this client's waiters were woken in-process). Errors are logged: a missed ring
 /// only delays the waiter until its next poll.
 pub(super) async fn ring(pool: &MySqlPool, head_bell: &Arc<str>, name: &str, own: Option<i64>) {
-    let mut pauses = BETWEEN_SLEEPS.iter();
+    let mut pauses = BETWEEN_WAITS.iter();
     loop {
         let head: sqlx::Result<Option<(Option<i64>, Option<i64>)>> =
             sqlx::query_as(AssertSqlSafe(head_bell.clone()))
@@ -212,7 +270,7 @@ pub(super) async fn ring(pool: &MySqlPool, head_bell: &Arc<str>, name: &str, own
                     continue;
                 }
                 None => {
-                    tracing::debug!(%name, bell, "a waiter's doorbell was not asleep; it finds the lock by polling");
+                    tracing::debug!(%name, bell, "a waiter's doorbell was not waiting; it finds the lock by polling");
                     return;
                 }
             },
@@ -224,7 +282,7 @@ pub(super) async fn ring(pool: &MySqlPool, head_bell: &Arc<str>, name: &str, own
         // An integer, so the text is safe; KILL takes no parameters.
         let kill = format!("KILL QUERY ID {query}");
         if let Err(error) = sqlx::raw_sql(AssertSqlSafe(kill)).execute(pool).await {
-            // Also when the sleep ended just before (ER_NO_SUCH_QUERY): its client is awake.
+            // Also when the wait ended just before (ER_NO_SUCH_QUERY): its client is awake.
             tracing::debug!(%error, %name, "ringing a waiter's doorbell failed");
         }
         return;
