@@ -29,8 +29,7 @@ use values::MysqlValues;
 const LEASE_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
     Capabilities {
-        // Other clients' waiters poll: MySQL has nothing like NOTIFY.
-        native_wait: false,
+        // Other clients' waiters are rung by the releaser (the doorbell, `bell.rs`).
         ..Capabilities::SHARED_STORE
     },
 );
