@@ -480,6 +480,13 @@ async fn try_acquire(
             .await
             .map_err(from_sqlx)?;
         spot.set_queued(true);
+        if bell.is_some() {
+            // A release between our look and this write found no entry with this bell to
+            // ring: look again at once, now that the entry is in.
+            return Ok(Attempt::Busy {
+                free_in: Some(Duration::ZERO),
+            });
+        }
     }
     // With a doorbell, the release rings whoever heads the queue by then. Without one, the
     // head polls every HEAD_POLL, the next in line half as often, and so on: whoever will be
