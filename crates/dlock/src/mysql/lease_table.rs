@@ -46,6 +46,7 @@ struct Statements {
     release: Arc<str>,
     head_bell: Arc<str>,
     free_queued: Arc<str>,
+    ring_on_release: Arc<str>,
     extend: Arc<str>,
     force_release: Arc<str>,
     inspect: Arc<str>,
@@ -84,6 +85,11 @@ impl Statements {
         // rows of a table migrated from per-name counters rising.
         let held_by_me = format!("(token <=> ? AND expires_at > {NOW})");
         let seq = super::schema::fence_sequence(t);
+        // Whether waiters other than the new holder are queued (for a name that had some):
+        // its release will ring. Binds: the name, the token.
+        let others_queued = format!(
+            "SELECT 1 FROM {w} q WHERE q.name = ? AND q.token <> ? AND q.seen > {NOW} - {stale}"
+        );
         let take = format!(
             "UPDATE {t} SET
                 hold_fence = LAST_INSERT_ID(IF({held_by_me}, hold_fence,
@@ -93,6 +99,8 @@ impl Statements {
                 owner_label = IF({held_by_me}, owner_label, ?),
                 host = IF({held_by_me}, host, ?),
                 pid = IF({held_by_me}, pid, ?),
+                ring_on_release = IF({held_by_me}, ring_on_release,
+                                     IF(ring_on_release, EXISTS({others_queued}), 0)),
                 expires_at = IF({held_by_me}, GREATEST(expires_at, {NOW} + ?), {NOW} + ?),
                 token = ?
              WHERE name = ? AND (((token IS NULL OR expires_at <= {NOW}) AND NOT {blocked})
@@ -127,15 +135,18 @@ impl Statements {
         let leave = format!("DELETE FROM {w} WHERE name = ? AND token = ?");
         // Token and expiry first (reading the old hold count), the count last. The reply's
         // LAST_INSERT_ID is the holds left times two, plus one when the lock is now free and
-        // someone is queued for it (whose doorbell to ring). Binds: the name, then the row's.
+        // waiters with a doorbell may be queued for it (read from the row, so an uncontended
+        // release looks at no other table).
         let release = format!(
             "UPDATE {t} SET
                 token = IF(holds > 1, token, NULL),
                 expires_at = IF(holds > 1, expires_at, {NOW}),
-                holds = LAST_INSERT_ID((holds - 1) * 2 + IF(holds > 1, 0, EXISTS(
-                    SELECT 1 FROM {w} q WHERE q.name = ? AND q.seen > {NOW} - {stale}))) DIV 2
+                holds = LAST_INSERT_ID((holds - 1) * 2 + IF(holds > 1, 0, ring_on_release)) DIV 2
              WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
         );
+        // A waiter with a doorbell asks the holder's release to ring, after writing its entry.
+        let ring_on_release =
+            format!("UPDATE {t} SET ring_on_release = 1 WHERE name = ? AND ring_on_release = 0");
         let head_bell = super::bell::head_bell_sql(&w, &format!("{NOW} - {stale}"));
         let free_queued = super::bell::free_queued_sql(t, &w, NOW);
         let extend = format!(
@@ -180,6 +191,7 @@ impl Statements {
             release: release.into(),
             head_bell: head_bell.into(),
             free_queued: free_queued.into(),
+            ring_on_release: ring_on_release.into(),
             extend: extend.into(),
             force_release: force_release.into(),
             inspect: inspect.into(),
@@ -481,8 +493,13 @@ async fn try_acquire(
             .map_err(from_sqlx)?;
         spot.set_queued(true);
         if bell.is_some() {
-            // A release between our look and this write found no entry with this bell to
-            // ring: look again at once, now that the entry is in.
+            sqlx::query(AssertSqlSafe(shared.sql.ring_on_release.clone()))
+                .bind(name)
+                .execute(&mut *conn)
+                .await
+                .map_err(from_sqlx)?;
+            // A release between our look and these writes found nothing to ring: look again
+            // at once, now that the entry is in and the row asks for a ring.
             return Ok(Attempt::Busy {
                 free_in: Some(Duration::ZERO),
             });
@@ -577,6 +594,7 @@ async fn take_once(
     take = take.bind(&req.token).bind(req.owner.label.as_deref());
     take = take.bind(&req.token).bind(&req.owner.host);
     take = take.bind(&req.token).bind(i64::from(req.owner.pid));
+    take = take.bind(&req.token).bind(name).bind(&req.token); // ring_on_release
     take = take.bind(&req.token).bind(ttl).bind(ttl);
     take = take.bind(&req.token).bind(name);
     take = take.bind(&req.token).bind(req.fair).bind(name); // blocked
@@ -616,7 +634,7 @@ impl Lease for TableLease {
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.
         let done = self
-            .change_row(&self.store().sql.extend, Some(us(ttl)), None)
+            .change_row(&self.store().sql.extend, Some(us(ttl)))
             .await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(self.name()));
@@ -625,13 +643,11 @@ impl Lease for TableLease {
     }
 
     async fn release(&self) -> Result<()> {
-        let done = self
-            .change_row(&self.store().sql.release, None, Some(self.name()))
-            .await?;
+        let done = self.change_row(&self.store().sql.release, None).await?;
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(self.name()));
         }
-        // See the statement: the holds left times two, plus one when someone is queued.
+        // See the statement: the holds left times two, plus one when a ring is asked for.
         let (holds_left, queued) = (done.last_insert_id() / 2, done.last_insert_id() % 2 == 1);
         if holds_left == 0 {
             self.store().wakers.wake(self.name());
@@ -646,21 +662,16 @@ impl Lease for TableLease {
 /// A hold's own statements.
 impl TableLease {
     /// Runs `sql` on this hold's row, again while InnoDB picks it as a deadlock victim. Binds:
-    /// `ttl_us` and `queue_of` (a name whose queue the statement looks at) when given, then
-    /// the name, the token and the fence.
+    /// `ttl_us` when given, then the name, the token and the fence.
     async fn change_row(
         &self,
         sql: &Arc<str>,
         ttl_us: Option<i64>,
-        queue_of: Option<&str>,
     ) -> Result<sqlx::mysql::MySqlQueryResult> {
         unless_deadlocked(|| {
             let mut statement = sqlx::query(AssertSqlSafe(sql.clone()));
             if let Some(ttl_us) = ttl_us {
                 statement = statement.bind(ttl_us);
-            }
-            if let Some(name) = queue_of {
-                statement = statement.bind(name);
             }
             statement
                 .bind(self.name())

@@ -14,7 +14,9 @@ use super::error::{BACKEND, from_sqlx};
 /// `fence` and never deleted rows, and are migrated on connect ([`ensure_lease`]). Names are
 /// `VARBINARY`: byte-wise, so case-sensitive and without PAD SPACE (a `_bin` collation would
 /// still treat trailing spaces as equal). Times are microseconds since the Unix epoch by the
-/// database's clock, computed in UTC so session time zones do not matter.
+/// database's clock, computed in UTC so session time zones do not matter. `ring_on_release`
+/// is 1 while waiters with a doorbell may be queued for the name (`super::bell`): set by
+/// such a waiter when it writes its entry, recomputed by every grant.
 pub(super) const LEASE_SHAPE: Shape = &[
     ("name", "varbinary"),
     ("hold_fence", "bigint"),
@@ -25,6 +27,7 @@ pub(super) const LEASE_SHAPE: Shape = &[
     ("owner_label", "varchar"),
     ("host", "varchar"),
     ("pid", "bigint"),
+    ("ring_on_release", "tinyint"),
 ];
 
 pub(super) fn lease_ddl(table: &str) -> String {
@@ -39,6 +42,7 @@ pub(super) fn lease_ddl(table: &str) -> String {
     owner_label VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     host        VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     pid         BIGINT NULL,
+    ring_on_release TINYINT NOT NULL DEFAULT 0,
     KEY {table}_expires_at (expires_at)
 ) ENGINE=InnoDB"
     )
@@ -73,16 +77,24 @@ pub(super) fn waiters_ddl(table: &str) -> String {
 /// (an older dlock's inserts leave it NULL, and its waiters poll as before), and checks the
 /// shape.
 pub(super) async fn ensure_waiters(pool: &MySqlPool, waiters: &str) -> Result<()> {
-    let found = columns(pool, waiters).await?;
-    if !found.is_empty() && !has(&found, "bell") {
-        run(
-            pool,
-            &format!("ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS bell BIGINT NULL"),
-        )
-        .await?;
-    }
+    add_if_missing(pool, waiters, "bell BIGINT NULL").await?;
     ensure(pool, waiters, &waiters_ddl(waiters), WAITERS_SHAPE).await?;
     ensure_index(pool, waiters, "seen").await
+}
+
+/// Adds `column` (its definition, name first) to `table` made by a dlock before it, if the
+/// table exists without it. Older clients never name the column, so its default serves them.
+async fn add_if_missing(pool: &MySqlPool, table: &str, column: &str) -> Result<()> {
+    let found = columns(pool, table).await?;
+    let name = column.split_whitespace().next().unwrap_or(column);
+    if found.is_empty() || has(&found, name) {
+        return Ok(());
+    }
+    run(
+        pool,
+        &format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"),
+    )
+    .await
 }
 
 /// The sequence every fence of lease table `table` comes from: one for the table, so a
@@ -112,6 +124,7 @@ pub(super) async fn ensure_lease(pool: &MySqlPool, table: &str) -> Result<()> {
         rename_fence(pool, table, "hold_fence").await?;
         run(pool, &catch_up(pool, &seq, table, "hold_fence").await?).await?;
     }
+    add_if_missing(pool, table, "ring_on_release TINYINT NOT NULL DEFAULT 0").await?;
     ensure(pool, table, &lease_ddl(table), LEASE_SHAPE).await?;
     ensure_sequence(pool, &seq).await?;
     ensure_index(pool, table, "expires_at").await
