@@ -479,9 +479,9 @@ async fn an_old_lease_table_is_migrated_with_fences_above_its_own() {
     .await;
 }
 
-/// The doorbell of `name`'s queue head: its connection id and the id of the sleep it is in,
-/// once the waiter has queued with one that is asleep.
-async fn sleeping_bell(admin: &MySqlPool, name: &str) -> (i64, i64) {
+/// The doorbell of `name`'s queue head: its connection id and the id of the wait it is in,
+/// once the waiter has queued with one that waits.
+async fn waiting_bell(admin: &MySqlPool, name: &str) -> (i64, i64) {
     for _ in 0..200 {
         let bell: Option<(i64, i64)> = sqlx::query_as(
             "SELECT q.bell, CAST(p.QUERY_ID AS SIGNED) FROM dlock_locks_waiters q
@@ -497,7 +497,7 @@ async fn sleeping_bell(admin: &MySqlPool, name: &str) -> (i64, i64) {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("no waiter of {name} queued with a sleeping doorbell");
+    panic!("no waiter of {name} queued with a waiting doorbell");
 }
 
 /// The query the connection `id` runs now, if any.
@@ -537,15 +537,15 @@ async fn a_release_rings_the_doorbell_of_a_waiter_in_another_client() {
             .acquire()
             .await
     });
-    let (bell, sleep) = sleeping_bell(&admin, "bell/rung").await;
+    let (bell, wait) = waiting_bell(&admin, "bell/rung").await;
     held.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
-    // Left alone, the sleep lasts 30 s, and the waiter would have found the lock by polling
+    // Left alone, the wait lasts 30 s, and the waiter would have found the lock by polling
     // while it still ran: the release ended that very query, and the bell sleeps again.
     let now = running_query(&admin, bell).await;
     assert!(
-        now.is_some_and(|q| q != sleep),
-        "the doorbell's sleep {sleep} was not rung (connection {bell} now runs {now:?})"
+        now.is_some_and(|q| q != wait),
+        "the doorbell's wait {wait} was not rung (connection {bell} now runs {now:?})"
     );
     next.release().await.unwrap();
 }
