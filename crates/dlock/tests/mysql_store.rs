@@ -541,7 +541,7 @@ async fn a_release_rings_the_doorbell_of_a_waiter_in_another_client() {
     held.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
     // Left alone, the wait lasts 30 s, and the waiter would have found the lock by polling
-    // while it still ran: the release ended that very query, and the bell sleeps again.
+    // while it still ran: the release ended that very query, and the bell waits again.
     let now = running_query(&admin, bell).await;
     assert!(
         now.is_some_and(|q| q != wait),
