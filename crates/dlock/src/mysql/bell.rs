@@ -18,6 +18,7 @@
 //! queue.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, ConnectOptions, MySqlConnection, MySqlPool, Row};
@@ -35,6 +36,12 @@ pub(super) const BELL_MARK: &str = "/* dlock bell */";
 /// ER_QUERY_INTERRUPTED, should a wait ended by `KILL QUERY` report it as an error (MariaDB
 /// answers NULL).
 const INTERRUPTED: u16 = 1317;
+
+/// How long one wait of a bell lasts when nobody rings it.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// How long past [`WAIT`] a bell waits for the server's answer before it counts as broken.
+const ANSWER_LIMIT: Duration = Duration::from_secs(5);
 
 /// How long a client whose bell could not be set up waits before trying again (its waiters
 /// poll meanwhile).
@@ -54,6 +61,8 @@ const BETWEEN_WAITS: [Duration; 3] = [
 #[derive(Debug, Default)]
 pub(super) struct Bell {
     state: tokio::sync::Mutex<State>,
+    /// `state.id` for readers that must not wait while a bell is being set up (0: none).
+    current: AtomicI64,
 }
 
 #[derive(Debug, Default)]
@@ -92,7 +101,7 @@ impl Bell {
         match connect(&owner.pool).await {
             Ok(connections) => {
                 let id = connections.waiter_id;
-                state.id = Some(id);
+                self.set(&mut state, Some(id));
                 state.failed_at = None;
                 tokio::spawn(self.clone().ring_loop(connections, owner.clone()));
                 Some(id)
@@ -106,8 +115,14 @@ impl Bell {
     }
 
     /// The bell's id while it is up.
-    pub(super) async fn current(&self) -> Option<i64> {
-        self.state.lock().await.id
+    pub(super) fn current(&self) -> Option<i64> {
+        Some(self.current.load(Ordering::SeqCst)).filter(|id| *id != 0)
+    }
+
+    /// Records the bell's id (under the state's lock).
+    fn set(&self, state: &mut State, id: Option<i64>) {
+        state.id = id;
+        self.current.store(id.unwrap_or(0), Ordering::SeqCst);
     }
 
     /// Waits until rung (then wakes the client's waiters and waits again), until the client
@@ -121,10 +136,13 @@ impl Bell {
             wait,
         } = connections;
         loop {
+            let waiting = sqlx::raw_sql(AssertSqlSafe(wait.clone())).fetch_one(&mut waiter);
             let waited = tokio::select! {
-                waited = sqlx::raw_sql(AssertSqlSafe(wait.clone())).fetch_one(&mut waiter) => {
-                    waited.and_then(|row| row.try_get::<Option<i64>, _>(0))
-                }
+                // A server that stopped answering (a cut network) breaks the bell.
+                waited = tokio::time::timeout(WAIT + ANSWER_LIMIT, waiting) => match waited {
+                    Ok(waited) => waited.and_then(|row| row.try_get::<Option<i64>, _>(0)),
+                    Err(_) => Err(sqlx::Error::Protocol("the bell's wait went unanswered".into())),
+                },
                 () = owner.stop.cancelled() => return,
             };
             let broken = match waited {
@@ -142,7 +160,7 @@ impl Bell {
                     let mut state = self.state.lock().await;
                     // Under the lock, so a waiter that asks for the id now gets a new bell.
                     if owner.wakers.waited_names() == 0 {
-                        state.id = None;
+                        self.set(&mut state, None);
                         return;
                     }
                     continue;
@@ -153,7 +171,7 @@ impl Bell {
             };
             tracing::debug!(error = %broken, bell = id, "the waiters' doorbell broke; they poll until it is set up again");
             let mut state = self.state.lock().await;
-            state.id = None;
+            self.set(&mut state, None);
             drop(state);
             // A ring may have been lost with it.
             owner.wakers.wake_all();
@@ -233,7 +251,7 @@ async fn connect(pool: &MySqlPool) -> sqlx::Result<Connections> {
         _holder: holder,
         waiter,
         waiter_id,
-        wait: format!("SELECT GET_LOCK('{lock}', 30) {BELL_MARK}").into(),
+        wait: format!("SELECT GET_LOCK('{lock}', {}) {BELL_MARK}", WAIT.as_secs()).into(),
     })
 }
 

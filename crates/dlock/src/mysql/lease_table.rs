@@ -259,13 +259,7 @@ impl Shared {
 
     /// Rings the doorbell of the head of `name`'s queue: its lock was just freed.
     async fn ring(&self, name: &str) {
-        bell::ring(
-            &self.pool,
-            &self.sql.head_bell,
-            name,
-            self.bell.current().await,
-        )
-        .await;
+        bell::ring(&self.pool, &self.sql.head_bell, name, self.bell.current()).await;
     }
 
     /// Starts this client's sweeper (see [`Sweeper`]); it holds the shared state weakly, so
