@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::config::SqliteConfig;
 use super::error::Error;
 use super::holders::{self, HolderFile};
-use super::open::take_wal_needs_checkpoint;
+use super::open::WAL_NEEDS_CHECKPOINT;
 use super::wake::{WakeFile, Wakers};
 use super::worker::Worker;
 use super::{clock, sql};
@@ -91,15 +91,14 @@ impl Shared {
         op: &impl Fn(&mut Connection) -> rusqlite::Result<T>,
     ) -> Option<rusqlite::Result<T>> {
         let mut conn = self.inline.try_lock().ok()?;
-        // A mark left by an earlier commit on this thread is that one's, not this client's.
-        take_wal_needs_checkpoint();
         let result = op(&mut conn);
-        let needs_checkpoint = take_wal_needs_checkpoint();
         drop(conn);
         if result.as_ref().is_err_and(is_busy) {
             return None;
         }
-        if needs_checkpoint && !self.checkpoint_queued.swap(true, Ordering::AcqRel) {
+        if WAL_NEEDS_CHECKPOINT.swap(false, Ordering::Relaxed)
+            && !self.checkpoint_queued.swap(true, Ordering::AcqRel)
+        {
             let queued = self.checkpoint_queued.clone();
             self.worker.submit(move |conn| {
                 // RESTART, not PASSIVE: with writes going on, a passive checkpoint never lets
