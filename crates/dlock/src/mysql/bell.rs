@@ -58,29 +58,24 @@ const BETWEEN_WAITS: [Duration; 3] = [
 
 /// One client's doorbell: started by the first waiter that queues, stopped when a wait ends
 /// with no waiter left in the client (or when the client is dropped).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Bell {
-    state: tokio::sync::Mutex<State>,
-    /// `state.id` for readers that must not wait while a bell is being set up (0: none).
+    owner: BellOwner,
+    /// Held while a bell is set up or taken down; when setting one up last failed.
+    setup: tokio::sync::Mutex<Option<Instant>>,
+    /// The waiting connection's id while the bell is up (0: none).
     current: AtomicI64,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    /// The waiting connection's id while the bell is up.
-    id: Option<i64>,
-    /// When setting it up last failed.
-    failed_at: Option<Instant>,
-}
-
-/// What the bell's task needs of its client.
+/// What the bell needs of its client.
 #[derive(Clone, Debug)]
-pub(super) struct BellOwner {
-    pub(super) pool: MySqlPool,
-    pub(super) wakers: Arc<Wakers>,
-    pub(super) stop: CancellationToken,
-    /// [`free_queued_sql`] for this client's tables.
-    pub(super) free_queued: Arc<str>,
+struct BellOwner {
+    pool: MySqlPool,
+    wakers: Arc<Wakers>,
+    stop: CancellationToken,
+    /// [`head_bell_sql`] and [`free_queued_sql`] for this client's tables.
+    head_bell: Arc<str>,
+    free_queued: Arc<str>,
 }
 
 /// Up to this many names waited on, a rung client wakes all its waiters; with more, it asks
@@ -88,47 +83,119 @@ pub(super) struct BellOwner {
 const FEW_NAMES: usize = 4;
 
 impl Bell {
+    /// The doorbell of a client with lease table `locks`, waiter queue `waiters`, the
+    /// database clock `now` and the oldest `seen` of a live entry, `live_since` (SQL).
+    pub(super) fn new(
+        pool: MySqlPool,
+        wakers: Arc<Wakers>,
+        stop: CancellationToken,
+        (locks, waiters, now, live_since): (&str, &str, &str, &str),
+    ) -> Bell {
+        Bell {
+            owner: BellOwner {
+                pool,
+                wakers,
+                stop,
+                head_bell: head_bell_sql(waiters, live_since).into(),
+                free_queued: free_queued_sql(locks, waiters, now).into(),
+            },
+            setup: tokio::sync::Mutex::default(),
+            current: AtomicI64::new(0),
+        }
+    }
+
     /// The id to write into a queue entry: this client's bell, set up now if it is not up.
     /// `None` when it cannot be (the waiter then polls as it would without one).
-    pub(super) async fn id(self: &Arc<Self>, owner: &BellOwner) -> Option<i64> {
-        let mut state = self.state.lock().await;
-        if state.id.is_some() {
-            return state.id;
+    pub(super) async fn id(self: &Arc<Self>) -> Option<i64> {
+        if let Some(id) = self.current() {
+            return Some(id);
         }
-        if state.failed_at.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+        let mut failed_at = self.setup.lock().await;
+        if let Some(id) = self.current() {
+            return Some(id);
+        }
+        if failed_at.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
             return None;
         }
-        match connect(&owner.pool).await {
+        match connect(&self.owner.pool).await {
             Ok(connections) => {
                 let id = connections.waiter_id;
-                self.set(&mut state, Some(id));
-                state.failed_at = None;
-                tokio::spawn(self.clone().ring_loop(connections, owner.clone()));
+                self.current.store(id, Ordering::SeqCst);
+                *failed_at = None;
+                tokio::spawn(self.clone().ring_loop(connections));
                 Some(id)
             }
             Err(error) => {
                 tracing::debug!(%error, "the waiters' doorbell could not be set up; they poll");
-                state.failed_at = Some(Instant::now());
+                *failed_at = Some(Instant::now());
                 None
             }
         }
     }
 
     /// The bell's id while it is up.
-    pub(super) fn current(&self) -> Option<i64> {
+    fn current(&self) -> Option<i64> {
         Some(self.current.load(Ordering::SeqCst)).filter(|id| *id != 0)
     }
 
-    /// Records the bell's id (under the state's lock).
-    fn set(&self, state: &mut State, id: Option<i64>) {
-        state.id = id;
-        self.current.store(id.unwrap_or(0), Ordering::SeqCst);
+    /// Rings the bell of the head of `name`'s queue, whose lock was just freed, unless it is
+    /// this client's own (its waiters were woken in-process). Errors are logged: a missed
+    /// ring only delays the waiter until its next poll.
+    pub(super) async fn ring(&self, name: &str) {
+        let (pool, own) = (&self.owner.pool, self.current());
+        let mut pauses = BETWEEN_WAITS.iter();
+        loop {
+            let head: sqlx::Result<Option<(Option<i64>, Option<i64>)>> =
+                sqlx::query_as(AssertSqlSafe(self.owner.head_bell.clone()))
+                    .bind(name)
+                    .fetch_optional(pool)
+                    .await;
+            let query = match head {
+                // No waiter, or a head without a bell (an older dlock).
+                Ok(None | Some((None, _))) => return,
+                Ok(Some((Some(bell), _))) if Some(bell) == own => return,
+                Ok(Some((Some(_), Some(query)))) => query,
+                Ok(Some((Some(bell), None))) => match pauses.next() {
+                    Some(pause) => {
+                        tokio::time::sleep(*pause).await;
+                        continue;
+                    }
+                    None => {
+                        tracing::debug!(%name, bell, "a waiter's doorbell was not waiting; it finds the lock by polling");
+                        return;
+                    }
+                },
+                Err(error) => {
+                    tracing::debug!(%error, %name, "looking up a waiter's doorbell failed; it finds the lock by polling");
+                    return;
+                }
+            };
+            // An integer, so the text is safe; KILL takes no parameters.
+            let kill = format!("KILL QUERY ID {query}");
+            if let Err(error) = sqlx::raw_sql(AssertSqlSafe(kill)).execute(pool).await {
+                // Also when the wait ended just before (ER_NO_SUCH_QUERY): its client is awake.
+                tracing::debug!(%error, %name, "ringing a waiter's doorbell failed");
+            }
+            return;
+        }
+    }
+
+    /// Takes the bell down (under the set-up lock, so a waiter asking for the id meanwhile
+    /// waits and then gets a new bell).
+    async fn take_down(&self, unless_waited: bool) -> bool {
+        let _setup = self.setup.lock().await;
+        if unless_waited && self.owner.wakers.waited_names() > 0 {
+            return false;
+        }
+        self.current.store(0, Ordering::SeqCst);
+        true
     }
 
     /// Waits until rung (then wakes the client's waiters and waits again), until the client
     /// is dropped, or until a wait ends on its own with no waiter left. The connections close
     /// when it returns, which frees the bell's lock.
-    async fn ring_loop(self: Arc<Self>, connections: Connections, owner: BellOwner) {
+    async fn ring_loop(self: Arc<Self>, connections: Connections) {
+        let owner = &self.owner;
         let Connections {
             _holder,
             mut waiter,
@@ -146,33 +213,24 @@ impl Bell {
                 () = owner.stop.cancelled() => return,
             };
             let broken = match waited {
-                // Rung: the wait was killed (MariaDB answers NULL).
+                // Rung: the wait was killed (MariaDB answers NULL, or the interruption).
                 Ok(None) => {
-                    rung(&owner, id);
+                    rung(owner, id);
                     continue;
                 }
                 Err(error) if number(&error) == Some(INTERRUPTED) => {
-                    rung(&owner, id);
+                    rung(owner, id);
                     continue;
                 }
-                // Timed out.
-                Ok(Some(0)) => {
-                    let mut state = self.state.lock().await;
-                    // Under the lock, so a waiter that asks for the id now gets a new bell.
-                    if owner.wakers.waited_names() == 0 {
-                        self.set(&mut state, None);
-                        return;
-                    }
-                    continue;
-                }
+                // Timed out: goes on while the client has waiters.
+                Ok(Some(0)) if self.take_down(true).await => return,
+                Ok(Some(0)) => continue,
                 // Granted: the holding connection is gone (the server closed it).
                 Ok(Some(_)) => "its holding connection ended".to_owned(),
                 Err(error) => error.to_string(),
             };
             tracing::debug!(error = %broken, bell = id, "the waiters' doorbell broke; they poll until it is set up again");
-            let mut state = self.state.lock().await;
-            self.set(&mut state, None);
-            drop(state);
+            self.take_down(false).await;
             // A ring may have been lost with it.
             owner.wakers.wake_all();
             return;
@@ -211,7 +269,7 @@ async fn wake_free(owner: BellOwner, id: i64) {
 }
 
 /// The statement that names the locks, free now, that waiters of bell `?` are queued for.
-pub(super) fn free_queued_sql(locks: &str, waiters: &str, now: &str) -> String {
+fn free_queued_sql(locks: &str, waiters: &str, now: &str) -> String {
     format!(
         "SELECT DISTINCT q.name FROM {waiters} q LEFT JOIN {locks} l ON l.name = q.name
          WHERE q.bell = ? AND (l.token IS NULL OR l.expires_at <= {now})"
@@ -257,52 +315,11 @@ async fn connect(pool: &MySqlPool) -> sqlx::Result<Connections> {
 
 /// The statement that finds the bell of `waiters`' head for a name, and the id of the wait
 /// it is in (NULL between two waits). Binds: the name.
-pub(super) fn head_bell_sql(waiters: &str, live_since: &str) -> String {
+fn head_bell_sql(waiters: &str, live_since: &str) -> String {
     format!(
         "SELECT h.bell, CAST(p.QUERY_ID AS SIGNED)
          FROM (SELECT bell FROM {waiters} WHERE name = ? AND seen > {live_since}
                ORDER BY since, token LIMIT 1) h
          LEFT JOIN information_schema.PROCESSLIST p ON p.ID = h.bell AND p.INFO LIKE '%{BELL_MARK}'"
     )
-}
-
-/// Rings the bell of the head of `name`'s queue (`head_bell`: [`head_bell_sql`]) unless it
-/// is `own` (this client's waiters were woken in-process). Errors are logged: a missed ring
-/// only delays the waiter until its next poll.
-pub(super) async fn ring(pool: &MySqlPool, head_bell: &Arc<str>, name: &str, own: Option<i64>) {
-    let mut pauses = BETWEEN_WAITS.iter();
-    loop {
-        let head: sqlx::Result<Option<(Option<i64>, Option<i64>)>> =
-            sqlx::query_as(AssertSqlSafe(head_bell.clone()))
-                .bind(name)
-                .fetch_optional(pool)
-                .await;
-        let query = match head {
-            // No waiter, or a head without a bell (an older dlock).
-            Ok(None | Some((None, _))) => return,
-            Ok(Some((Some(bell), _))) if Some(bell) == own => return,
-            Ok(Some((Some(_), Some(query)))) => query,
-            Ok(Some((Some(bell), None))) => match pauses.next() {
-                Some(pause) => {
-                    tokio::time::sleep(*pause).await;
-                    continue;
-                }
-                None => {
-                    tracing::debug!(%name, bell, "a waiter's doorbell was not waiting; it finds the lock by polling");
-                    return;
-                }
-            },
-            Err(error) => {
-                tracing::debug!(%error, %name, "looking up a waiter's doorbell failed; it finds the lock by polling");
-                return;
-            }
-        };
-        // An integer, so the text is safe; KILL takes no parameters.
-        let kill = format!("KILL QUERY ID {query}");
-        if let Err(error) = sqlx::raw_sql(AssertSqlSafe(kill)).execute(pool).await {
-            // Also when the wait ended just before (ER_NO_SUCH_QUERY): its client is awake.
-            tracing::debug!(%error, %name, "ringing a waiter's doorbell failed");
-        }
-        return;
-    }
 }

@@ -28,7 +28,7 @@ use crate::sql_common::{
     detached_attempt, ms, queued_hint,
 };
 
-use super::bell::{self, Bell, BellOwner};
+use super::bell::Bell;
 use super::error::{from_sqlx, number};
 
 /// The database's clock in microseconds since the Unix epoch, in UTC whatever the session's
@@ -44,8 +44,6 @@ struct Statements {
     dequeue: Arc<str>,
     leave: Arc<str>,
     release: Arc<str>,
-    head_bell: Arc<str>,
-    free_queued: Arc<str>,
     ring_on_release: Arc<str>,
     extend: Arc<str>,
     force_release: Arc<str>,
@@ -147,8 +145,6 @@ impl Statements {
         // A waiter with a doorbell asks the holder's release to ring, after writing its entry.
         let ring_on_release =
             format!("UPDATE {t} SET ring_on_release = 1 WHERE name = ? AND ring_on_release = 0");
-        let head_bell = super::bell::head_bell_sql(&w, &format!("{NOW} - {stale}"));
-        let free_queued = super::bell::free_queued_sql(t, &w, NOW);
         let extend = format!(
             "UPDATE {t} SET expires_at = GREATEST(expires_at, {NOW} + ?)
              WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
@@ -189,8 +185,6 @@ impl Statements {
             dequeue: dequeue.into(),
             leave: leave.into(),
             release: release.into(),
-            head_bell: head_bell.into(),
-            free_queued: free_queued.into(),
             ring_on_release: ring_on_release.into(),
             extend: extend.into(),
             force_release: force_release.into(),
@@ -230,12 +224,21 @@ fn us(d: Duration) -> i64 {
 impl LeaseStore {
     pub(super) fn new(pool: MySqlPool, table: &str, poll: Backoff) -> LeaseStore {
         let stop = CancellationToken::new();
+        let wakers = Arc::<Wakers>::default();
+        let live_since = format!("{NOW} - {}", WAITER_STALE_MS * 1000);
+        let waiters = super::schema::waiters_table(table);
+        let bell = Bell::new(
+            pool.clone(),
+            wakers.clone(),
+            stop.clone(),
+            (table, &waiters, NOW, &live_since),
+        );
         LeaseStore {
             shared: Arc::new(Shared {
                 pool,
                 sql: Statements::new(table),
-                wakers: Arc::default(),
-                bell: Arc::default(),
+                wakers,
+                bell: Arc::new(bell),
                 poll,
                 sweeper: Sweeper::default(),
                 _stop: stop.clone().drop_guard(),
@@ -246,22 +249,6 @@ impl LeaseStore {
 }
 
 impl Shared {
-    /// This client's doorbell id for a queue entry, set up if it is not (see [`Bell::id`]).
-    async fn bell_id(&self) -> Option<i64> {
-        let owner = BellOwner {
-            pool: self.pool.clone(),
-            wakers: self.wakers.clone(),
-            stop: self.stop.clone(),
-            free_queued: self.sql.free_queued.clone(),
-        };
-        self.bell.id(&owner).await
-    }
-
-    /// Rings the doorbell of the head of `name`'s queue: its lock was just freed.
-    async fn ring(&self, name: &str) {
-        bell::ring(&self.pool, &self.sql.head_bell, name, self.bell.current()).await;
-    }
-
     /// Starts this client's sweeper (see [`Sweeper`]); it holds the shared state weakly, so
     /// it never keeps a dropped client alive.
     fn ensure_sweeper(self: &Arc<Self>) {
@@ -357,7 +344,7 @@ impl MonitorStore for LeaseStore {
         let broken = done.rows_affected() > 0;
         if broken {
             self.shared.wakers.wake(name.as_str());
-            self.shared.ring(name.as_str()).await;
+            self.shared.bell.ring(name.as_str()).await;
         }
         Ok(broken)
     }
@@ -476,7 +463,7 @@ async fn try_acquire(
     if !waits {
         return Ok(Attempt::Busy { free_in: held });
     }
-    let bell = shared.bell_id().await;
+    let bell = shared.bell.id().await;
     if spot.refresh_due(QUEUE_REWRITE, bell) {
         sqlx::query(AssertSqlSafe(shared.sql.queue.clone()))
             .bind(name)
@@ -646,7 +633,7 @@ impl Lease for TableLease {
         if holds_left == 0 {
             self.store().wakers.wake(self.name());
             if queued {
-                self.store().ring(self.name()).await;
+                self.store().bell.ring(self.name()).await;
             }
         }
         Ok(())
