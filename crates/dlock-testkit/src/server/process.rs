@@ -198,8 +198,31 @@ impl ServerProcess {
 
     /// Freezes the server (SIGSTOP to its process group): connections hang,
     /// as with a GC pause or a network partition. Undo with [`resume`](Self::resume).
+    ///
+    /// Returns once every thread of the server has stopped: a stop signal reaches a
+    /// multi-threaded process through one of its threads, and on a busy machine the others
+    /// can go on answering for a while after `kill` returns (a MariaDB release was answered
+    /// "paused" in CI).
     pub fn pause(&mut self) -> Result<(), ServerError> {
-        self.signal(libc::SIGSTOP)
+        self.signal(libc::SIGSTOP)?;
+        let mut pids = vec![self.pid().unwrap_or_default()];
+        if self.kind.signals_descendants() {
+            pids.extend(descendants(pids[0]));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pids.iter().all(|&pid| all_threads_stopped(pid)) {
+            if Instant::now() >= deadline {
+                return Err(ServerError::Io {
+                    kind: self.kind.name(),
+                    source: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the server's threads did not all stop within 10s of SIGSTOP",
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// Continues a paused server (SIGCONT to its process group).
@@ -610,6 +633,24 @@ fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
+/// Whether every thread of `pid` is stopped (or gone): `/proc/PID/task/TID/stat` state `T`
+/// (stopped), `t` (traced), `Z` or `X` (exited).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let Ok(stat) = fs::read_to_string(task.path().join("stat")) else {
+            return true;
+        };
+        // `tid (comm) state …`: comm may contain spaces, so read after the last ')'.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        matches!(state, None | Some("T" | "t" | "Z" | "X"))
+    })
+}
+
 /// Sends `sig` to one process, ignoring errors (it may have exited already).
 #[allow(unsafe_code)]
 fn signal_pid(pid: u32, sig: libc::c_int) {
@@ -744,6 +785,11 @@ mod tests {
         }
         let mut server = start_redis();
         server.pause().unwrap();
+        let pid = server.pid().unwrap();
+        assert!(
+            all_threads_stopped(pid),
+            "pause() returned while a thread of the server still ran"
+        );
         let err = redis_command_with_timeout(server.addr(), &["PING"], Duration::from_millis(300))
             .unwrap_err();
         assert!(
