@@ -3,6 +3,8 @@
 //! database. Lock behaviour itself is specified by the conformance suite.
 #![cfg(feature = "sqlite")]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -329,16 +331,40 @@ async fn a_waiter_dropped_before_its_queue_entry_was_written_leaves_none() {
     holder.release().await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_stays_bounded_under_sustained_locking() {
     // Every acquire and release commits; without checkpoints the WAL would grow by a page or
     // more per commit (here: tens of MiB). The inline connection never checkpoints itself, so
-    // this proves the WAL hook hands checkpoints to the worker.
+    // this proves the WAL hook hands checkpoints to the worker, and that the checkpoint gets
+    // its turn while two clients (two writers, as two processes would be) commit back to
+    // back: a checkpoint that waited with SQLite's growing back-off let the WAL reach 44 MiB.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locks.db");
     let locks = dlock::connect(&url(&path)).await.unwrap();
-    // A second open connection, so SQLite's checkpoint-on-last-close cannot help.
-    let _other = dlock::connect(&url(&path)).await.unwrap();
+    let rival = dlock::connect(&url(&path)).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rival_task = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let name = format!("rival/{}", rounds % 16);
+                rival
+                    .mutex(name)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+                    .unwrap();
+                rounds += 1;
+            }
+            rounds
+        }
+    });
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    let mut largest = 0;
     for i in 0..6000 {
         let guard = locks
             .mutex(format!("job/{}", i % 16))
@@ -347,12 +373,12 @@ async fn the_wal_stays_bounded_under_sustained_locking() {
             .await
             .unwrap();
         guard.release().await.unwrap();
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut wal = path.clone().into_os_string();
-    wal.push("-wal");
-    let size = std::fs::metadata(&wal).unwrap().len();
-    assert!(size < 16 * 1024 * 1024, "WAL grew to {size} bytes");
+    stop.store(true, Ordering::Relaxed);
+    assert!(rival_task.await.unwrap() > 0, "the rival never committed");
+    // A checkpoint is asked for at 1,000 pages (about 4 MiB of log).
+    assert!(largest < 8 * 1024 * 1024, "WAL grew to {largest} bytes");
 }
 
 #[tokio::test]

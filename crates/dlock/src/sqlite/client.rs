@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::config::SqliteConfig;
 use super::error::Error;
 use super::holders::{self, HolderFile};
-use super::open::WAL_NEEDS_CHECKPOINT;
+use super::open::take_wal_needs_checkpoint;
 use super::wake::{WakeFile, Wakers};
 use super::worker::Worker;
 use super::{clock, sql};
@@ -47,6 +47,33 @@ pub(super) struct Shared {
 
 /// One extension: the lock's name, token, fence and TTL in ms.
 pub(super) type Extension = (String, String, i64, i64);
+
+/// Checkpoints the whole WAL and lets the log start over (RESTART, not PASSIVE: with writes
+/// going on, a passive checkpoint never lets the log start over, and the WAL grows without
+/// bound). RESTART needs a moment with no writer and no reader of the old log; other
+/// processes' inline writers take the write lock again within microseconds, so it tries every
+/// 100 µs for up to `patience`, not with SQLite's busy handler, whose sleeps grow to 100 ms and
+/// miss every such moment.
+fn checkpoint(conn: &mut Connection, patience: std::time::Duration) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + patience;
+    conn.busy_timeout(std::time::Duration::ZERO)?;
+    let result = loop {
+        // (busy, frames in the log, frames checkpointed); busy is 1 when it could not finish.
+        let busy = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
+            row.get::<_, i64>(0)
+        });
+        let done = match &busy {
+            Ok(busy) => *busy == 0,
+            Err(error) => !is_busy(error),
+        };
+        if done || std::time::Instant::now() >= deadline {
+            break busy.map(drop);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    };
+    conn.busy_timeout(patience)?;
+    result
+}
 
 fn is_busy(error: &rusqlite::Error) -> bool {
     matches!(
@@ -84,28 +111,34 @@ impl Shared {
         &self.config.path
     }
 
-    /// Runs `op` inline when the inline connection is free and the file is not write-locked by
-    /// another process; `None` means "use the worker".
+    /// Runs `op` inline when the inline connection is free, no checkpoint is queued, and the
+    /// file is not write-locked by another process; `None` means "use the worker".
     pub(super) fn try_inline<T>(
         &self,
         op: &impl Fn(&mut Connection) -> rusqlite::Result<T>,
     ) -> Option<rusqlite::Result<T>> {
+        // While a checkpoint waits on the worker, this client's statements queue behind it
+        // there: inline commits back to back kept the writer lock taken nearly all the time,
+        // and the checkpoint, sleeping ever longer between tries, let the WAL grow by tens of
+        // MiB (CI: the_wal_stays_bounded_under_sustained_locking).
+        if self.checkpoint_queued.load(Ordering::Acquire) {
+            return None;
+        }
         let mut conn = self.inline.try_lock().ok()?;
+        // A mark left by an earlier commit on this thread is that one's, not this client's.
+        take_wal_needs_checkpoint();
         let result = op(&mut conn);
+        let needs_checkpoint = take_wal_needs_checkpoint();
         drop(conn);
         if result.as_ref().is_err_and(is_busy) {
             return None;
         }
-        if WAL_NEEDS_CHECKPOINT.swap(false, Ordering::Relaxed)
-            && !self.checkpoint_queued.swap(true, Ordering::AcqRel)
-        {
+        if needs_checkpoint && !self.checkpoint_queued.swap(true, Ordering::AcqRel) {
             let queued = self.checkpoint_queued.clone();
+            let patience = self.config.busy_timeout;
             self.worker.submit(move |conn| {
-                // RESTART, not PASSIVE: with writes going on, a passive checkpoint never lets
-                // the log start over, and the WAL grows without bound. RESTART briefly holds
-                // off writers (inline ones fall back to this worker and queue behind it). A
-                // failure only delays the next one.
-                let _ = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
+                // A failure only delays the next one.
+                let _ = checkpoint(conn, patience);
                 queued.store(false, Ordering::Release);
             });
         }

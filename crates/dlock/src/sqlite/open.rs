@@ -1,10 +1,10 @@
 //! Opening a database: checks that the file is (or can become) dlock's, the two connections
 //! of a client, and the WAL checkpoint signal of the inline one.
 
+use std::cell::Cell;
 use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -139,13 +139,24 @@ fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
 /// auto-checkpoint would (the inline connection has auto-checkpoint off).
 const CHECKPOINT_PAGES: std::ffi::c_int = 1000;
 
-/// Set by the inline connections' WAL hook when a commit leaves the WAL past
-/// [`CHECKPOINT_PAGES`]; process-wide because the hook is a plain function.
-pub(super) static WAL_NEEDS_CHECKPOINT: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// Set by an inline connection's WAL hook when a commit leaves the WAL past
+    /// [`CHECKPOINT_PAGES`]. The hook is a plain function, so the mark cannot name its client;
+    /// it runs inside the commit on the committing thread, and that client reads the mark on
+    /// the same thread right after (see [`take_wal_needs_checkpoint`]). A process-wide mark
+    /// let one client take another's (two lock files in one process: one WAL grew unchecked).
+    static WAL_NEEDS_CHECKPOINT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the last inline commit on this thread left its WAL due for a checkpoint (and
+/// clears the mark).
+pub(super) fn take_wal_needs_checkpoint() -> bool {
+    WAL_NEEDS_CHECKPOINT.with(|mark| mark.replace(false))
+}
 
 fn note_wal_size(_wal: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
     if pages >= CHECKPOINT_PAGES {
-        WAL_NEEDS_CHECKPOINT.store(true, Ordering::Relaxed);
+        WAL_NEEDS_CHECKPOINT.with(|mark| mark.set(true));
     }
     Ok(())
 }
