@@ -98,7 +98,7 @@ servers=()
 for store in $STORES; do
     case "$store" in memory | sqlite) ;; *) servers+=("$store") ;; esac
 done
-declare -A URL
+declare -A URL PIDS
 SQLITE_DIR="$(mktemp -d)"
 URL[memory]="memory://"
 URL[sqlite]="sqlite://$SQLITE_DIR/locks.db"
@@ -107,6 +107,7 @@ if [ ${#servers[@]} -gt 0 ]; then
     while read -r name url pids <&"${SERVERS[0]}"; do
         [ "$name" = ready ] && break
         URL[$name]="$url"
+        PIDS[$name]="${pids// /,}"
         for pid in $pids; do
             # -a: every thread, and what the server forks later (PostgreSQL backends) inherits it.
             taskset -a -p -c "$SERVER_CPU" "$pid" >/dev/null
@@ -133,7 +134,7 @@ run() {
     local pin=()
     [ "$pinned" = pinned ] && pin=(taskset -c "$CLIENT_CPU")
     local server=()
-    case "$store" in memory | sqlite) ;; *) server=(--server-cpus "$SERVER_CPU") ;; esac
+    case "$store" in memory | sqlite) ;; *) server=(--server-cpus "$SERVER_CPU" --server-pids "${PIDS[$store]}") ;; esac
     echo "== round $round: $file (load $(cut -d' ' -f1-3 /proc/loadavg))"
     "${pin[@]}" "$DLOCK" --url "$url" bench --repeat "$REPEAT" --duration "$DURATION" \
         "${server[@]}" --json "$RESULTS/$file.r$round.json" "$@"

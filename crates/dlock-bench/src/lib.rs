@@ -104,6 +104,10 @@ pub struct BenchArgs {
     /// Where the store's server runs (e.g. `1` when pinned to CPU 1), recorded in the report.
     #[arg(long)]
     pub server_cpus: Option<String>,
+    /// The store's server processes (comma-separated): the uncontended scenario then reports
+    /// their CPU time per pair, children included, beside this process's.
+    #[arg(long, value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
     /// Write BENCHMARKS.md (`--out`) and its charts from the JSON reports in this directory,
     /// instead of measuring.
     #[arg(long, value_name = "RESULTS_DIR")]

@@ -11,7 +11,8 @@ use anyhow::Context;
 
 use crate::charts::{self, Series};
 use crate::results::{
-    Floor, Handoff, HolderGaps, ManyLocks, ManyPoint, Report, Uncontended, WatchdogScale,
+    CpuPerPair, Floor, Handoff, HolderGaps, ManyLocks, ManyPoint, Report, Uncontended,
+    WatchdogScale,
 };
 use crate::stats::{QUANTILES, Spread};
 
@@ -56,6 +57,15 @@ fn merge_optional<'a>(spreads: impl IntoIterator<Item = Option<&'a Spread>>) -> 
     (!spreads.is_empty()).then(|| merge_spreads(spreads))
 }
 
+/// One CPU-per-pair figure from the reports that have it.
+fn merge_cpu<'a>(cpus: impl IntoIterator<Item = Option<&'a CpuPerPair>>) -> Option<CpuPerPair> {
+    let cpus: Vec<&CpuPerPair> = cpus.into_iter().flatten().collect();
+    (!cpus.is_empty()).then(|| CpuPerPair {
+        client_us: merge_spreads(cpus.iter().map(|c| &c.client_us)),
+        server_us: merge_optional(cpus.iter().map(|c| c.server_us.as_ref())),
+    })
+}
+
 /// One floor from the reports of several rounds.
 fn merge_floors(floors: &[Floor]) -> Option<Floor> {
     let first = floors.first()?;
@@ -65,6 +75,7 @@ fn merge_floors(floors: &[Floor]) -> Option<Floor> {
         p50_us: merge_spreads(floors.iter().map(|f| &f.p50_us)),
         p99_us: merge_spreads(floors.iter().map(|f| &f.p99_us)),
         lock_ratio: merge_optional(floors.iter().map(|f| f.lock_ratio.as_ref())),
+        cpu: merge_cpu(floors.iter().map(|f| f.cpu.as_ref())),
     })
 }
 
@@ -80,6 +91,7 @@ impl Rounds {
                     p50_us: merge_spreads(u.iter().map(|u| &u.p50_us)),
                     p99_us: merge_spreads(u.iter().map(|u| &u.p99_us)),
                     ratio_to_floor: (!ratios.is_empty()).then(|| merge_spreads(ratios)),
+                    cpu: merge_cpu(u.iter().map(|u| u.cpu.as_ref())),
                 },
                 self.uncontended_place.clone(),
             )
@@ -513,6 +525,15 @@ fn cell(s: &Spread) -> String {
     format!("**{}** ({} – {})", num(s.median), num(s.min), num(s.max))
 }
 
+/// The client and server CPU cells of an uncontended row.
+fn cpu_cells(cpu: Option<&CpuPerPair>) -> String {
+    format!(
+        "{} | {}",
+        opt_cell(cpu.map(|c| &c.client_us)),
+        opt_cell(cpu.and_then(|c| c.server_us.as_ref()))
+    )
+}
+
 fn opt_cell(s: Option<&Spread>) -> String {
     s.map_or_else(|| "–".to_owned(), cell)
 }
@@ -862,39 +883,44 @@ fn uncontended_table(md: &mut String, entries: &Entries) {
          create + delete; etcd: a put with a lease granted once + delete; PostgreSQL and MySQL:\n\
          the lease table's two statements without the lock logic), measured in blocks\n\
          alternating with the lock's. References are measured the same way; their last column\n\
-         is dlock's rate over theirs.\n\n\
-         | store | client | pairs/s | p50 µs | p99 µs | / floor | placement |\n|---|---|---:|---:|---:|---:|---|"
+         is dlock's rate over theirs. CPU columns: CPU time per pair, µs, of the bench process\n\
+         (every thread) and of the store's server processes (children included), read from\n\
+         `/proc/PID/task/*/schedstat` around each block.\n\n\
+         | store | client | pairs/s | p50 µs | p99 µs | / floor | client CPU µs | server CPU µs | placement |\n|---|---|---:|---:|---:|---:|---:|---:|---|"
     );
     for ((backend, (_, library)), entry) in entries {
         if let Some(floor) = &entry.floor {
             let _ = writeln!(
                 md,
-                "| `{backend}` | floor: {} | {} | {} | {} | 1 | same |",
+                "| `{backend}` | floor: {} | {} | {} | {} | 1 | {} | same |",
                 floor.what,
                 cell(&floor.pairs_per_sec),
                 cell(&floor.p50_us),
-                cell(&floor.p99_us)
+                cell(&floor.p99_us),
+                cpu_cells(floor.cpu.as_ref())
             );
         }
         for reference in &entry.references {
             let _ = writeln!(
                 md,
-                "| `{backend}` | reference: {} | {} | {} | {} | dlock / this: {} | same |",
+                "| `{backend}` | reference: {} | {} | {} | {} | dlock / this: {} | {} | same |",
                 reference.what,
                 cell(&reference.pairs_per_sec),
                 cell(&reference.p50_us),
                 cell(&reference.p99_us),
-                opt_cell(reference.lock_ratio.as_ref())
+                opt_cell(reference.lock_ratio.as_ref()),
+                cpu_cells(reference.cpu.as_ref())
             );
         }
         if let Some((u, place)) = &entry.uncontended {
             let _ = writeln!(
                 md,
-                "| `{backend}` | {library} | {} | {} | {} | {} | {place} |",
+                "| `{backend}` | {library} | {} | {} | {} | {} | {} | {place} |",
                 cell(&u.pairs_per_sec),
                 cell(&u.p50_us),
                 cell(&u.p99_us),
-                opt_cell(u.ratio_to_floor.as_ref())
+                opt_cell(u.ratio_to_floor.as_ref()),
+                cpu_cells(u.cpu.as_ref())
             );
         }
     }

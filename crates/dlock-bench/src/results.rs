@@ -80,6 +80,23 @@ pub struct Uncontended {
     /// Pairs per second as a fraction of the floor's, run by run (blocks of the two
     /// alternate, so both see the same machine).
     pub ratio_to_floor: Option<Spread>,
+    /// CPU time per pair, µs, of the bench process and of the store's server. Absent in
+    /// reports of older versions and for peers.
+    #[serde(default)]
+    pub cpu: Option<CpuPerPair>,
+}
+
+/// CPU time one pair costs, µs: of the process that runs it (every thread, so the lease
+/// keeper and a SQLite worker count too) and of the store's server (when its processes were
+/// given with `--server-pids`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CpuPerPair {
+    /// The bench process.
+    pub client_us: Spread,
+    /// The store's server processes and their children.
+    #[serde(default)]
+    pub server_us: Option<Spread>,
 }
 
 /// Results of the hand-off scenario.
@@ -154,6 +171,9 @@ pub struct Floor {
     /// reports of older versions.
     #[serde(default)]
     pub lock_ratio: Option<Spread>,
+    /// CPU time per pair, as the lock's ([`Uncontended::cpu`]).
+    #[serde(default)]
+    pub cpu: Option<CpuPerPair>,
 }
 
 /// Results of the many-locks scenario: C tasks of one process, each acquiring and releasing

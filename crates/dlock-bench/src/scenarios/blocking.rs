@@ -99,6 +99,7 @@ fn measure(
             p50_us,
             p99_us,
             ratio_to_floor: Some(ratio.clone()),
+            cpu: None,
         },
         Floor {
             what: FLOOR.to_owned(),
@@ -106,6 +107,7 @@ fn measure(
             p50_us: floor_p50,
             p99_us: floor_p99,
             lock_ratio: Some(ratio),
+            cpu: None,
         },
     ))
 }

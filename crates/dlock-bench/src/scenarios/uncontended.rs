@@ -4,8 +4,9 @@ use std::time::{Duration, Instant};
 
 use crate::floor::FloorPair;
 use crate::peer::peer_pairs;
-use crate::results::{Floor, Uncontended};
+use crate::results::{CpuPerPair, Floor, Uncontended};
 use crate::stats::{Spread, summarize};
+use crate::system::CpuMeter;
 use crate::{BenchArgs, unique_name};
 
 /// Pairs measured per block; lock and floor blocks alternate, so both see the same machine.
@@ -41,8 +42,68 @@ impl Runs {
     }
 }
 
+/// The CPU time of the pairs of one kind (the lock's, or one floor's) over a run.
+#[derive(Default)]
+struct CpuTally {
+    client_ns: u64,
+    server_ns: u64,
+    /// Per run: client µs and server µs per pair.
+    runs: [Vec<f64>; 2],
+}
+
+impl CpuTally {
+    fn add(&mut self, client_ns: u64, server_ns: u64) {
+        self.client_ns += client_ns;
+        self.server_ns += server_ns;
+    }
+
+    /// Ends a run of `pairs` pairs.
+    fn end_run(&mut self, pairs: usize) {
+        let per_pair = |ns: u64| ns as f64 / 1e3 / pairs.max(1) as f64;
+        self.runs[0].push(per_pair(std::mem::take(&mut self.client_ns)));
+        self.runs[1].push(per_pair(std::mem::take(&mut self.server_ns)));
+    }
+
+    fn result(self, with_server: bool) -> CpuPerPair {
+        let [client, server] = self.runs;
+        CpuPerPair {
+            client_us: Spread::of(client),
+            server_us: with_server.then(|| Spread::of(server)),
+        }
+    }
+}
+
+/// Times `pairs` calls of `pair`, and the CPU they cost this process and the server.
+async fn block<F: std::future::Future<Output = anyhow::Result<()>>>(
+    pairs: u32,
+    meters: &(CpuMeter, Option<CpuMeter>),
+    latencies: &mut Vec<f64>,
+    cpu: &mut CpuTally,
+    mut pair: impl FnMut() -> F,
+) -> anyhow::Result<()> {
+    let read = |meters: &(CpuMeter, Option<CpuMeter>)| {
+        (
+            meters.0.read_ns(),
+            meters.1.as_ref().map_or(0, CpuMeter::read_ns),
+        )
+    };
+    let (client0, server0) = read(meters);
+    for _ in 0..pairs {
+        let t = Instant::now();
+        pair().await?;
+        latencies.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (client1, server1) = read(meters);
+    cpu.add(
+        client1.saturating_sub(client0),
+        server1.saturating_sub(server0),
+    );
+    Ok(())
+}
+
 /// dlock's uncontended pairs, with each floor's (the floor first, then the references)
-/// measured in blocks alternating with the lock's.
+/// measured in blocks alternating with the lock's; with each, the CPU time per pair of this
+/// process and of the server processes `server_pids` (if any).
 pub(crate) async fn uncontended(
     locks: &dlock::Locks,
     mut floors: Vec<FloorPair>,
@@ -56,8 +117,16 @@ pub(crate) async fn uncontended(
             (floor.pair)().await?;
         }
     }
+    // After the warm-up, so the server's children for these connections exist.
+    let with_server = !args.server_pids.is_empty();
+    let meters = (
+        CpuMeter::this_process(),
+        with_server.then(|| CpuMeter::processes(&args.server_pids)),
+    );
     let mut lock_runs = Runs::default();
+    let mut lock_cpu = CpuTally::default();
     let mut floor_runs: Vec<Runs> = floors.iter().map(|_| Runs::default()).collect();
+    let mut floor_cpu: Vec<CpuTally> = floors.iter().map(|_| CpuTally::default()).collect();
     // Per floor, the lock's rate over the floor's, run by run.
     let mut ratios: Vec<Vec<f64>> = floors.iter().map(|_| Vec::new()).collect();
     for _ in 0..args.repeat.max(1) {
@@ -66,24 +135,29 @@ pub(crate) async fn uncontended(
             .iter()
             .map(|_| Vec::with_capacity(args.pairs as usize))
             .collect();
+        let size = BLOCK.min(args.pairs);
         while lock_latencies.len() < args.pairs as usize {
-            for _ in 0..BLOCK.min(args.pairs) {
-                let t = Instant::now();
-                lock_pair(locks, &name).await?;
-                lock_latencies.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            for (floor, latencies) in floors.iter_mut().zip(&mut floor_latencies) {
-                for _ in 0..BLOCK.min(args.pairs) {
-                    let t = Instant::now();
-                    (floor.pair)().await?;
-                    latencies.push(t.elapsed().as_secs_f64() * 1e6);
-                }
+            block(size, &meters, &mut lock_latencies, &mut lock_cpu, || {
+                lock_pair(locks, &name)
+            })
+            .await?;
+            for ((floor, latencies), cpu) in floors
+                .iter_mut()
+                .zip(&mut floor_latencies)
+                .zip(&mut floor_cpu)
+            {
+                block(size, &meters, latencies, cpu, &mut floor.pair).await?;
             }
         }
+        lock_cpu.end_run(lock_latencies.len());
         let rate = lock_runs.push(lock_latencies);
-        for ((runs, latencies), ratios) in
-            floor_runs.iter_mut().zip(floor_latencies).zip(&mut ratios)
+        for (((runs, latencies), ratios), cpu) in floor_runs
+            .iter_mut()
+            .zip(floor_latencies)
+            .zip(&mut ratios)
+            .zip(&mut floor_cpu)
         {
+            cpu.end_run(latencies.len());
             ratios.push(rate / runs.push(latencies));
         }
     }
@@ -92,7 +166,8 @@ pub(crate) async fn uncontended(
         .iter()
         .zip(floor_runs)
         .zip(ratios)
-        .map(|((floor, runs), ratios)| {
+        .zip(floor_cpu)
+        .map(|(((floor, runs), ratios), cpu)| {
             let [pairs_per_sec, p50_us, p99_us] = runs.spreads();
             Floor {
                 what: floor.what.to_owned(),
@@ -100,6 +175,7 @@ pub(crate) async fn uncontended(
                 p50_us,
                 p99_us,
                 lock_ratio: Some(Spread::of(ratios)),
+                cpu: Some(cpu.result(with_server)),
             }
         })
         .collect();
@@ -110,6 +186,7 @@ pub(crate) async fn uncontended(
             p50_us,
             p99_us,
             ratio_to_floor: floors.first().and_then(|f| f.lock_ratio.clone()),
+            cpu: Some(lock_cpu.result(with_server)),
         },
         floors,
     ))
@@ -132,5 +209,6 @@ pub(crate) async fn peer_uncontended(
         p50_us,
         p99_us,
         ratio_to_floor: None,
+        cpu: None,
     })
 }
