@@ -254,6 +254,7 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
                     if let Some(ratio) = &floor.lock_ratio {
                         println!("  dlock / this {ratio}");
                     }
+                    print_cpu(floor.cpu.as_ref());
                 }
                 if !floor_results.is_empty() {
                     report.floor = Some(floor_results.remove(0));
@@ -272,6 +273,7 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
         if let Some(ratio) = &result.ratio_to_floor {
             println!("  / floor      {ratio}");
         }
+        print_cpu(result.cpu.as_ref());
         report.uncontended = Some(result);
     }
     if args.wants(Scenario::Blocking) && peer.is_none() {
@@ -390,6 +392,16 @@ pub async fn run(url: &str, args: BenchArgs) -> anyhow::Result<()> {
             .with_context(|| format!("write {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The CPU time per pair lines of an uncontended result or floor, if measured.
+fn print_cpu(cpu: Option<&results::CpuPerPair>) {
+    if let Some(cpu) = cpu {
+        println!("  client CPU µs per pair {}", cpu.client_us);
+        if let Some(server) = &cpu.server_us {
+            println!("  server CPU µs per pair {server}");
+        }
+    }
 }
 
 /// The name a report gives the store: the backend's, except that a Redis Cluster or a Redis
