@@ -348,15 +348,8 @@ async fn the_wal_stays_bounded_under_sustained_locking() {
         async move {
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let name = format!("rival/{}", rounds % 16);
-                rival
-                    .mutex(name)
-                    .acquire()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-                    .unwrap();
+                let acquiring = rival.mutex(format!("rival/{}", rounds % 16)).acquire();
+                acquiring.await.unwrap().release().await.unwrap();
                 rounds += 1;
             }
             rounds
