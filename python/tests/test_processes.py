@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +89,25 @@ def test_ctrl_c_interrupts_a_blocking_acquire(store_url, name):
     other.release()
 
 
+# A forked child that hangs fails its test after this long (and is killed), rather than
+# hanging the suite.
+CHILD_LIMIT = 60.0
+
+
+def _wait_child(pid: int, limit: float) -> int:
+    """The child's wait status; a child still running after `limit` seconds is killed and
+    the test fails."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"a forked child was still running after {limit} s: hung")
+
+
 def test_forked_child_does_not_inherit_holds(store_url, name):
     locks = dlock.connect(store_url)
     lock = locks.lock(name, timeout=30)
@@ -119,7 +139,7 @@ def test_forked_child_does_not_inherit_holds(store_url, name):
             code = 3
         os._exit(code)
     os.close(write)
-    _, status = os.waitpid(pid, 0)
+    status = _wait_child(pid, CHILD_LIMIT)
     report = os.read(read, 256)
     os.close(read)
     assert os.WEXITSTATUS(status) == 0, report
@@ -127,3 +147,43 @@ def test_forked_child_does_not_inherit_holds(store_url, name):
     # The parent still holds its lock; the child's failed release did not free it.
     assert lock.owned()
     lock.release()
+
+
+def test_fork_while_other_threads_use_the_store(store_url, name):
+    """Forks while a thread of the parent locks and unlocks all the time: each child must be
+    able to use the store. A thread inside the store's client library at the fork leaves that
+    library's locks held in the child (SQLite: its allocator's mutex), and the child's first
+    call hung (CI: 1 fork in 4 on SQLite)."""
+    locks = dlock.connect(store_url)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        lock = locks.lock(name + "/churn", timeout=30)
+        try:
+            while not stop.is_set():
+                lock.acquire()
+                lock.release()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    try:
+        for round_ in range(20):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    mine = locks.lock(f"{name}/child/{round_}", timeout=5)
+                    if mine.acquire(blocking=False):
+                        mine.release()
+                        code = 0
+                finally:
+                    os._exit(code)
+            status = _wait_child(pid, CHILD_LIMIT)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child {round_}: {status}"
+    finally:
+        stop.set()
+        churner.join(30)
+    assert not errors, errors

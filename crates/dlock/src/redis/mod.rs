@@ -146,6 +146,9 @@ impl RedisBuilder {
     /// ```
     pub async fn build(self) -> Result<RedisBackend> {
         let node = Node::connect(&self.config, true).await?;
+        // Built now, on the connecting thread, not by the first acquire on some other thread: a
+        // process forked while that thread builds them would find them half-built for good.
+        scripts::Scripts::get(node.sharded());
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 node,

@@ -126,6 +126,11 @@ impl RedlockBuilder {
     pub async fn build(self) -> Result<RedlockBackend> {
         let config = self.config;
         config.validate()?;
+        // Built now, on the connecting thread: a process forked while another thread builds
+        // them (a first acquire) would find them half-built for good.
+        for script in [&ACQUIRE, &SYNC, &EXTEND, &RELEASE] {
+            LazyLock::force(script);
+        }
         let nodes = connect_nodes(&config).await?;
         let answers = join_all(nodes.iter().zip(&config.nodes).map(|(node, options)| {
             tokio::time::timeout(

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::config::SqliteConfig;
 use super::error::Error;
+use super::fork_gate;
 use super::holders::{self, HolderFile};
 use super::open::take_wal_needs_checkpoint;
 use super::wake::{WakeFile, Wakers};
@@ -25,8 +26,9 @@ pub(super) const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from
 pub(super) struct Shared {
     /// Runs what may block: waits for other processes' write locks, checkpoints.
     pub(super) worker: Worker,
-    /// Runs what cannot block, on the caller's thread; see [`open_inline`].
-    pub(super) inline: Mutex<Connection>,
+    /// Runs what cannot block, on the caller's thread; see [`open_inline`]. `None` only while
+    /// it closes.
+    pub(super) inline: Mutex<Option<Connection>>,
     pub(super) checkpoint_queued: Arc<AtomicBool>,
     /// When this client next sweeps ended leases and stale waiters (ms on the lease clock).
     pub(super) next_sweep_ms: AtomicI64,
@@ -43,6 +45,17 @@ pub(super) struct Shared {
     pub(super) holder: Option<Arc<HolderFile>>,
     /// Extensions gathered into one transaction ([`extend_gathered`](Shared::extend_gathered)).
     pub(super) renewals: Gather<Extension, bool>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Closing is a SQLite call too (see `fork_gate`).
+        let inline = self
+            .inline
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        fork_gate::inside(|| drop(inline.take()));
+    }
 }
 
 /// One extension: the lock's name, token, fence and TTL in ms.
@@ -124,12 +137,13 @@ impl Shared {
         if self.checkpoint_queued.load(Ordering::Acquire) {
             return None;
         }
-        let mut conn = self.inline.try_lock().ok()?;
+        let mut guard = self.inline.try_lock().ok()?;
+        let conn = guard.as_mut()?;
         // A mark left by an earlier commit on this thread is that one's, not this client's.
         take_wal_needs_checkpoint();
-        let result = op(&mut conn);
+        let result = fork_gate::inside(|| op(conn));
         let needs_checkpoint = take_wal_needs_checkpoint();
-        drop(conn);
+        drop(guard);
         if result.as_ref().is_err_and(is_busy) {
             return None;
         }

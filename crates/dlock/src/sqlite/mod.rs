@@ -4,6 +4,7 @@ mod client;
 mod clock;
 mod config;
 mod error;
+mod fork_gate;
 mod holders;
 mod open;
 mod schema;
@@ -126,9 +127,11 @@ impl SqliteBuilder {
     /// ```
     pub async fn build(self) -> Result<SqliteBackend> {
         self.config.validate()?;
+        fork_gate::register();
         let config = self.config;
         let open_config = config.clone();
-        let (conn, fast, holder, reaped) = tokio::task::spawn_blocking(move || {
+        // Opening and reaping are SQLite calls (see `fork_gate`).
+        let (conn, fast, holder, reaped) = tokio::task::spawn_blocking(move || fork_gate::inside(|| {
             let (conn, fast) = open::open_both(&open_config)?;
             let holder = holders::HolderFile::create(&open_config.path)
                 .map(Arc::new)
@@ -147,12 +150,12 @@ impl SqliteBuilder {
                 }
             }
             Ok::<_, Error>((conn, fast, holder, reaped))
-        })
+        }))
         .await
         .map_err(|_| Error::WorkerGone)??;
         let shared = Arc::new(Shared {
             worker: Worker::start(conn)?,
-            inline: Mutex::new(fast),
+            inline: Mutex::new(Some(fast)),
             checkpoint_queued: Arc::new(AtomicBool::new(false)),
             next_sweep_ms: std::sync::atomic::AtomicI64::new(0),
             wake_file: WakeFile::open(&config.path)

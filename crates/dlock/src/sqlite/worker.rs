@@ -8,6 +8,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::error::Error;
+use super::fork_gate;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 type UndoFn<T> = Box<dyn FnOnce(&mut Connection, T) + Send>;
@@ -50,8 +51,9 @@ impl Worker {
             .name("dlock-sqlite".into())
             .spawn(move || {
                 while let Ok(job) = queue.recv() {
-                    job(&mut conn);
+                    fork_gate::inside(|| job(&mut conn));
                 }
+                fork_gate::inside(|| drop(conn));
             })
             .map_err(|source| Error::Io {
                 path: "(worker thread)".into(),
