@@ -24,8 +24,19 @@ if claim and claim_end <= now then
   claim = nil
 end
 if writer == token or redis.call('ZSCORE', readers, token) then
-  -- A retry of this acquisition whose granting reply was lost: the hold is ours (once); its
-  -- lease is left as granted (the keeper renews it from here).
+  -- A retry of this acquisition whose granting reply was lost: the hold is ours (once), and
+  -- its lease runs a full TTL from now, as the keeper dates it from this reply (never shorter
+  -- than it was).
+  local lease_end = now + tonumber(ARGV[2])
+  if writer == token then
+    if lease_end > writer_end then
+      redis.call('HSET', state, 'we', integer(lease_end))
+    end
+  else
+    redis.call('ZADD', readers, 'GT', lease_end, token)
+    redis.call('PEXPIREAT', readers, lease_end, 'GT')
+  end
+  redis.call('PEXPIREAT', state, lease_end, 'GT')
   return {1, tonumber(redis.call('HGET', state, token))}
 end
 
