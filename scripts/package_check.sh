@@ -16,8 +16,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The published crates. dlock-testkit is `publish = false` (this repository's test harness).
-crates=(dlock dlock-bench dlock-cli)
+# The published crates, by package name, and the folder of each. The library's package is
+# dlock-rs (`dlock` on crates.io is another project's); its import name stays `dlock`.
+# dlock-testkit is `publish = false` (this repository's test harness).
+crates=(dlock-rs dlock-bench dlock-cli)
+declare -A folder=([dlock-rs]=crates/dlock [dlock-bench]=crates/dlock-bench [dlock-cli]=crates/dlock-cli)
 
 fail() {
     echo "package_check: $*" >&2
@@ -37,21 +40,21 @@ echo "rust-version: declared $declared, checked with rustc $active"
 
 # --- Per crate: manifest facts and licence copies -----------------------------------------
 for crate in "${crates[@]}"; do
-    manifest="crates/$crate/Cargo.toml"
+    manifest="${folder[$crate]}/Cargo.toml"
     grep -q '^rust-version.workspace = true$' "$manifest" ||
         fail "$manifest does not take rust-version from the workspace"
     grep -q '^license.workspace = true$' "$manifest" ||
         fail "$manifest does not take license from the workspace"
     if grep -q '^publish = false' "$manifest"; then fail "$manifest says publish = false"; fi
     for licence in LICENSE-MIT LICENSE-APACHE; do
-        cmp -s "$licence" "crates/$crate/$licence" ||
-            fail "crates/$crate/$licence is missing or differs from the root $licence"
+        cmp -s "$licence" "${folder[$crate]}/$licence" ||
+            fail "${folder[$crate]}/$licence is missing or differs from the root $licence"
     done
 done
 
 # --- Per crate: the packaged file list ----------------------------------------------------
 for crate in "${crates[@]}"; do
-    dir="crates/$crate"
+    dir="${folder[$crate]}"
     list="$(cargo package -p "$crate" --list --allow-dirty --quiet 2>/dev/null)" ||
         fail "cargo package --list failed for $crate (run it to see why)"
 

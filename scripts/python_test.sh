@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Builds the Python package (python/, PyO3 + maturin) into a virtualenv under target/ the way a
-# user installs it (`pip install ./python`), and runs its pytest suite against real stores:
-# SQLite, and redis-server and PostgreSQL started by the tests themselves.
+# Builds the Python package (python/, PyO3 + maturin) as the wheel users install
+# (scripts/python_wheel.sh), installs that wheel into a virtualenv under target/, and runs the
+# pytest suite against real stores: SQLite, and redis-server and PostgreSQL started by the
+# tests themselves. One test installs the same wheel into a fresh virtualenv with no Rust
+# toolchain on PATH.
 #
-#   scripts/python_test.sh [pytest args...]
+#   scripts/python_test.sh [--profile dev|release] [pytest args...]
+#
+# The default profile is release, what users get; the test command passes `--profile dev`,
+# which reuses the dependencies `cargo test` compiled (the extension's formatting and lints are
+# checked there too: python/ is a workspace member).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The binding is a crate outside the cargo workspace: its formatting and lints are checked here.
-cargo fmt --manifest-path python/Cargo.toml -- --check
-nice -n 10 cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
+profile=release
+if [ "${1:-}" = "--profile" ]; then
+    profile="$2"
+    shift 2
+fi
+
+wheel="$(scripts/python_wheel.sh --profile "$profile" | tail -n 1)"
+echo "wheel: $wheel"
 
 # Debian's python3 needs the python3-venv package for this.
 python=${PYTHON:-python3}
@@ -18,12 +29,14 @@ if [ ! -x "$venv/bin/python" ]; then
     "$python" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-# The build shares the machine: keep it niced, like every cargo build here.
-nice -n 10 "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps ./python
+"$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheel"
 "$venv/bin/python" -m pip install --quiet "pytest>=7" "redis>=5" "mypy>=1.10"
 
 # A missing redis-server or PostgreSQL fails the run rather than skipping its tests.
 export DLOCK_TEST_REQUIRE=all
+# The wheel the no-toolchain test installs into a venv of its own.
+DLOCK_WHEEL="$(realpath "$wheel")"
+export DLOCK_WHEEL
 # From python/ so pytest finds its configuration. The pytest script (not `python -m pytest`,
 # which would put python/ and its uncompiled dlock/ first on sys.path) tests the installed package.
 cd python

@@ -26,7 +26,7 @@ table=${SOAK_TABLE:-target/soak-table.md}
 mkdir -p "$(dirname "$table")"
 
 echo "building the safety suite (release)…" >&2
-nice -n 10 cargo test --release -p dlock --all-features --test safety --no-run
+nice -n 10 cargo test --release -p dlock-rs --all-features --test safety --no-run
 
 failed=()
 for backend in "${backends[@]}"; do
@@ -36,7 +36,7 @@ for backend in "${backends[@]}"; do
     if ! DLOCK_TEST_REQUIRE=all DLOCK_SOAK="$acquisitions" DLOCK_SOAK_WORKERS="$workers" \
         DLOCK_TEST_ETCD_UNSAFE_NO_FSYNC=1 \
         DLOCK_SOAK_TABLE="$table" \
-        nice -n 10 cargo test --release -p dlock --all-features --test safety -- \
+        nice -n 10 cargo test --release -p dlock-rs --all-features --test safety -- \
         --exact "$backend::soak"; then
         failed+=("$backend")
     fi

@@ -1,12 +1,50 @@
 #!/usr/bin/env bash
 # Installs what dlock's tests need and runs them all: formatting, lints, unit, conformance
-# (every enabled backend on real servers started by the test kit), CLI and doc tests.
+# (every enabled backend on real servers started by the test kit), CLI and doc tests, the
+# documentation, the package check and the Python package's suite. Ends with a table of how
+# long each stage took.
+#
+# Every build shares one target dir and one feature set where it can: clippy's dependency
+# metadata serves rustdoc, the test build's dependencies serve the Python extension's debug
+# build. The test binaries run side by side (scripts/run_tests.py): each is a process with its
+# own servers, and most of their time is spent waiting on those servers.
 #
 # Idempotent. As root it installs missing Debian packages; otherwise it says what is missing
 # and stops. Servers are never started here: the test kit starts its own, as child processes
 # on free loopback ports in temp dirs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Stage timings, printed at the end (also when a stage fails).
+run_started=$(date +%s)
+stage_started=$run_started
+stage_names=()
+stage_seconds=()
+stage_done() {
+    local now
+    now=$(date +%s)
+    stage_names+=("$1")
+    stage_seconds+=($((now - stage_started)))
+    stage_started=$now
+}
+stage() {
+    local name="$1"
+    shift
+    echo "== stage: $name" >&2
+    "$@"
+    stage_done "$name"
+}
+print_stages() {
+    local status=$? i
+    echo
+    printf '%-28s %8s\n' stage seconds
+    for i in "${!stage_names[@]}"; do
+        printf '%-28s %8d\n' "${stage_names[$i]}" "${stage_seconds[$i]}"
+    done
+    [ "$status" -eq 0 ] || printf '%-28s %8d  (failed here)\n' "(unfinished stage)" $(($(date +%s) - stage_started))
+    printf '%-28s %8d\n' total $(($(date +%s) - run_started))
+}
+trap print_stages EXIT
 
 # Debian packages the tests use: the real servers (PostgreSQL, MariaDB and ZooKeeper too), and
 # setpriv (util-linux) for the file-permission test when running as root, and script (bsdutils)
@@ -85,19 +123,32 @@ export DLOCK_TEST_REQUIRE="${DLOCK_TEST_REQUIRE:-all}"
 # A one-shot run gains nothing from incremental caches; they doubled target/'s size on disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --all-features -- -D warnings
-# Users build the library with some backends only (the default is SQLite alone): each such
-# build must be free of warnings too (code shared by backends, used in part).
-for features in "" "--no-default-features" "--no-default-features --features blocking" \
-    "--no-default-features --features redis" \
-    "--no-default-features --features postgres" "--no-default-features --features mysql" \
-    "--no-default-features --features etcd" "--no-default-features --features zookeeper"; do
-    # shellcheck disable=SC2086 # the feature flags are separate words
-    cargo clippy -p dlock --lib $features -- -D warnings
-done
-cargo test --workspace --all-features
-RUSTDOCFLAGS="-D warnings" cargo doc -p dlock --all-features --no-deps # docs.rs's features (its --cfg docsrs needs nightly)
-./scripts/package_check.sh # the published crates package, ship what they need and nothing else, and build from their packages
-# The Python package (python/): built as `pip install ./python` builds it, then its pytest suite.
-scripts/python_test.sh -q
+stage_done "install and checks"
+
+stage fmt cargo fmt --all -- --check
+# The workspace includes the Python extension (python/), so its lints are checked here too.
+clippy() {
+    cargo clippy --workspace --all-targets --all-features -- -D warnings
+    # Users build the library with some backends only (the default is SQLite alone): each such
+    # build must be free of warnings too (code shared by backends, used in part).
+    local features
+    for features in "" "--no-default-features" "--no-default-features --features blocking" \
+        "--no-default-features --features redis" \
+        "--no-default-features --features postgres" "--no-default-features --features mysql" \
+        "--no-default-features --features etcd" "--no-default-features --features zookeeper"; do
+        # shellcheck disable=SC2086 # the feature flags are separate words
+        cargo clippy -p dlock-rs --lib $features -- -D warnings
+    done
+}
+stage clippy clippy
+# docs.rs's features (its --cfg docsrs needs nightly); the dependencies' metadata is clippy's.
+stage doc env RUSTDOCFLAGS="-D warnings" cargo doc -p dlock-rs --all-features --no-deps
+# Every test binary of the workspace but the Python extension, built once and run side by side
+# (the conformance and safety suites as one job per backend), and beside them the two jobs that
+# build again: the package check (the published crates package, ship what they need and nothing
+# else, and build from their packages) and the Python package (the wheel, a debug build on the
+# test build's dependencies; its pytest suite; the same wheel installed where no Rust is).
+stage tests python3 scripts/run_tests.py --split conformance --split safety \
+    --first safety --first conformance --first mysql_store --first postgres_store \
+    --job "package=scripts/package_check.sh" --job "python=scripts/python_test.sh --profile dev -q" \
+    -- --workspace --exclude dlock-python --all-features

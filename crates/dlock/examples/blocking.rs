@@ -1,6 +1,6 @@
 //! The blocking facade: the same names without async, for scripts and threads.
 //!
-//! `cargo run -p dlock --example blocking`
+//! `cargo run -p dlock-rs --example blocking`
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //!
 //! If another run still holds the lock, this one skips its turn instead of queueing.
 //!
-//! `DLOCK_URL=redis://127.0.0.1:6379 cargo run -p dlock --example cron_job`
+//! `DLOCK_URL=redis://127.0.0.1:6379 cargo run -p dlock-rs --example cron_job`
 //! (without `DLOCK_URL`: a SQLite file in the temp directory).
 
 /// The job (public so `tests/exit.rs` can run this very program as a child process).

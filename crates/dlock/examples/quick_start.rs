@@ -1,6 +1,6 @@
 //! Take a lock on the embedded default, use its fence, watch for loss, release.
 //!
-//! `cargo run -p dlock --example quick_start [sqlite:///path/locks.db]`
+//! `cargo run -p dlock-rs --example quick_start [sqlite:///path/locks.db]`
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! "last period" value, written with compare-and-set, makes the run happen once even if a lock
 //! is lost mid-run. (`dlock demo scheduler` runs the same over many OS processes.)
 //!
-//! `cargo run -p dlock --example scheduler [URL]` (default: a SQLite file in the temp dir)
+//! `cargo run -p dlock-rs --example scheduler [URL]` (default: a SQLite file in the temp dir)
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! the stock and writes it back lower with compare-and-set; nothing is ever oversold.
 //! (`dlock demo seckill` runs the same over many OS processes and measures it.)
 //!
-//! `cargo run -p dlock --example seckill [URL]` (default: a SQLite file in the temp dir)
+//! `cargo run -p dlock-rs --example seckill [URL]` (default: a SQLite file in the temp dir)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

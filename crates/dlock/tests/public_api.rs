@@ -1,6 +1,6 @@
 //! The public API as a snapshot: every `pub` item, re-export and method of dlock's sources,
 //! written out in `tests/public-api.txt`. A change to the API shows up as a diff of that file
-//! in review; this test fails until the file is updated (`DLOCK_BLESS=1 cargo test -p dlock
+//! in review; this test fails until the file is updated (`DLOCK_BLESS=1 cargo test -p dlock-rs
 //! --test public_api` writes it).
 
 use std::collections::BTreeSet;
@@ -188,7 +188,7 @@ fn the_public_api_matches_its_snapshot() -> anyhow::Result<()> {
     anyhow::ensure!(
         report.is_empty(),
         "the public API changed; if that is intended, run \
-         `DLOCK_BLESS=1 cargo test -p dlock --test public_api` and commit tests/public-api.txt:\n{report}"
+         `DLOCK_BLESS=1 cargo test -p dlock-rs --test public_api` and commit tests/public-api.txt:\n{report}"
     );
     Ok(())
 }

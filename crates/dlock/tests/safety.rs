@@ -5,12 +5,12 @@
 //! every backend, and the checker's strict rules judge the record (see RELIABILITY.md for the
 //! rules, what each fault must and may do, and the figures of the last full run).
 //!
-//! - `cargo test -p dlock --all-features --test safety` runs the short CI version (about two
+//! - `cargo test -p dlock-rs --all-features --test safety` runs the short CI version (about two
 //!   minutes); the other trials are listed as ignored.
-//! - `cargo test -p dlock --all-features --test safety -- canary` runs the canaries: broken
+//! - `cargo test -p dlock-rs --all-features --test safety -- canary` runs the canaries: broken
 //!   variants (a keeper trusting leases twice as long as the store, a store repeating a fence,
 //!   an unfenced resource) that pass only when the checker flags them.
-//! - `DLOCK_SAFETY=full cargo test -p dlock --all-features --test safety` runs every backend
+//! - `DLOCK_SAFETY=full cargo test -p dlock-rs --all-features --test safety` runs every backend
 //!   under every fault that applies (many minutes). With `DLOCK_SAFETY_REPORT=FILE` every
 //!   run's figures are appended to FILE as well as printed. Trials that fail on a known,
 //!   unfixed library bug are listed as ignored (`known-bug`) with the reason.

@@ -1029,7 +1029,7 @@ async fn a_stopped_holder_keeps_its_lock_for_its_lease() {
     next.release().await.unwrap();
 }
 
-/// Recovery after SIGKILL, measured (not asserted): `cargo test -p dlock --test sqlite_store
+/// Recovery after SIGKILL, measured (not asserted): `cargo test -p dlock-rs --test sqlite_store
 /// -- --ignored --nocapture recovery_time`.
 #[tokio::test]
 #[ignore = "a measurement: run with --ignored --nocapture"]

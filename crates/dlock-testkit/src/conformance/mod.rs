@@ -2,7 +2,7 @@
 //! [`Fixture`], run against every backend and registered by capability.
 //!
 //! Trials are named `<backend>::<area>::<case>`, so
-//! `cargo test -p dlock --test conformance -- sqlite::mutex::` runs one area of one backend.
+//! `cargo test -p dlock-rs --test conformance -- sqlite::mutex::` runs one area of one backend.
 //! A case a backend cannot support is registered as ignored with kind `unsupported` (and
 //! fails if forced to run), and the reason is printed in a table before the run; a separate
 //! case then checks that the API answers [`dlock::Error::Unsupported`].
@@ -18,6 +18,7 @@ mod multi_lock;
 mod mutex;
 mod names;
 mod reentrant;
+mod retry;
 mod rwlock;
 mod semaphore;
 mod values;
@@ -131,6 +132,10 @@ pub enum Needs {
     /// etcd key under the attempt's lease, a ZooKeeper sequential node): a lost reply there
     /// leaves an object that only its own connection or lease can end.
     RetryFindsItsGrant,
+    /// [`Needs::RetryFindsItsGrant`], for the permits of a native semaphore.
+    RetryFindsItsPermit,
+    /// [`Needs::RetryFindsItsGrant`], for the holds of a native read-write lock.
+    RetryFindsItsRwHold,
     /// Semaphores that refuse another size than their holders use: every store's native ones
     /// (the size is in each permit's entry), and composed ones on stores that can list their
     /// slots. Not composed ones on stores without listing (the SQL session modes).
@@ -182,6 +187,12 @@ impl Needs {
                     "each attempt holds its own server object (session, lease key, sequential node): a retry cannot find the earlier grant",
                 )
             }
+            Needs::RetryFindsItsPermit => Needs::RetryFindsItsGrant
+                .unmet(caps, fx)
+                .or((!caps.permits).then_some("no native semaphores")),
+            Needs::RetryFindsItsRwHold => Needs::RetryFindsItsGrant
+                .unmet(caps, fx)
+                .or((!caps.rwlock).then_some("no native read-write locks")),
         }
     }
 }
@@ -251,6 +262,7 @@ pub fn all_cases() -> Vec<Case> {
         rwlock::cases(),
         semaphore::cases(),
         multi_lock::cases(),
+        retry::cases(),
         values::cases(),
         blocking::cases(),
     ]
@@ -353,6 +365,16 @@ pub fn main_with_missing(fixtures: Vec<Arc<dyn Fixture>>, missing: Vec<(String, 
         .collect();
     let mut skipped = Vec::new();
     for fx in fixtures {
+        // Probing a backend starts its servers: not for a listing, nor for a backend whose
+        // trials the filter leaves out (scripts/run_tests.py runs one backend per process).
+        let names = trial_names(fx.backend());
+        if args.list {
+            all.extend(names.into_iter().map(|name| Trial::test(name, || Ok(()))));
+            continue;
+        }
+        if !names.iter().any(|name| selected(&args, name)) {
+            continue;
+        }
         let (trials, skips) = trials(fx);
         all.extend(trials);
         skipped.extend(skips);
@@ -364,6 +386,26 @@ pub fn main_with_missing(fixtures: Vec<Arc<dyn Fixture>>, missing: Vec<(String, 
         }
     }
     libtest_mimic::run(&args, all).exit()
+}
+
+/// Every trial name of `backend`'s cases, supported or not.
+fn trial_names(backend: &str) -> Vec<String> {
+    all_cases()
+        .iter()
+        .map(|case| format!("{backend}::{}::{}", case.area, case.name))
+        .collect()
+}
+
+/// Whether libtest's filter and skip arguments keep the trial `name`.
+fn selected(args: &Arguments, name: &str) -> bool {
+    let matches = |pattern: &str| {
+        if args.exact {
+            name == pattern
+        } else {
+            name.contains(pattern)
+        }
+    };
+    args.filter.as_deref().is_none_or(matches) && !args.skip.iter().any(|skip| matches(skip))
 }
 
 /// Polls `fut` up to `polls` times (yielding, then pausing `pause` between polls) and drops it

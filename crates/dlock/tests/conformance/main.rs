@@ -2,7 +2,7 @@
 
 //! The conformance suite on every backend this build enables.
 //!
-//! `cargo test -p dlock --test conformance -- sqlite::` runs one backend;
+//! `cargo test -p dlock-rs --test conformance -- sqlite::` runs one backend;
 //! `-- --ignored` lists nothing useful: ignored trials are the unsupported ones.
 
 use std::sync::Arc;
