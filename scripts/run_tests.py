@@ -77,6 +77,8 @@ def binary_name(artifact: dict) -> str:
     target = artifact["target"]
     if "test" in target["kind"]:
         return target["name"]
+    if "bin" in target["kind"]:
+        return f"{target['name']}-bin-unit"
     return f"{target['name']}-unit"
 
 
@@ -148,7 +150,8 @@ def finish(job: Job, code: int) -> None:
     line = f"{job.status:>9}  {job.name}  {job.seconds:.0f} s  ({job.counts[0]} passed, {job.counts[1]} failed, {job.counts[2]} ignored)"
     print(line, flush=True)
     if job.status != "ok":
-        start_at = text.rfind("\nfailures:\n")
+        # libtest prints "failures:" twice: each failure's output, then the list of names.
+        start_at = text.find("\nfailures:\n")
         shown = text[start_at:] if start_at >= 0 else "\n".join(text.splitlines()[-150:])
         print(f"---- {job.log} ----\n{shown}\n---- end of {job.name} ----", flush=True)
 

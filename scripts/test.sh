@@ -148,7 +148,10 @@ stage doc env RUSTDOCFLAGS="-D warnings" cargo doc -p dlock-rs --all-features --
 # build again: the package check (the published crates package, ship what they need and nothing
 # else, and build from their packages) and the Python package (the wheel, a debug build on the
 # test build's dependencies; its pytest suite; the same wheel installed where no Rust is).
+# Longest first: the two SQL store binaries and the two jobs that compile (niced, they use the
+# cores the waiting tests leave idle), then the suites split per backend.
 stage tests python3 scripts/run_tests.py --split conformance --split safety \
-    --first safety --first conformance --first mysql_store --first postgres_store \
+    --first mysql_store --first python --first postgres_store --first package \
+    --first redis_store --first etcd_store --first safety --first conformance \
     --job "package=scripts/package_check.sh" --job "python=scripts/python_test.sh --profile dev -q" \
     -- --workspace --exclude dlock-python --all-features

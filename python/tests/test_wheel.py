@@ -87,8 +87,14 @@ second_fence = second.fence
 second.release()
 print(importlib.metadata.version("dlock-rs"), first_fence, second_fence)
 """
+    # -I and a folder of its own: not the source tree's dlock/ (no native module there).
     done = subprocess.run(
-        [str(python), "-c", script], env=env, capture_output=True, text=True, timeout=120
+        [str(python), "-I", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     version, first_fence, second_fence = done.stdout.split()

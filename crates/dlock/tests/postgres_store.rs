@@ -22,7 +22,15 @@ fn server() -> Option<ServerProcess> {
 }
 
 async fn admin(server: &ServerProcess) -> PgPool {
-    PgPool::connect(&Postgres::url(server)).await.unwrap()
+    // The bounded-state test probes 64 names at once while its workload keeps the server busy:
+    // a probe waits for a connection as long as it takes (sqlx's 30 s default failed a loaded
+    // run with PoolTimedOut), and enough connections serve the probes side by side.
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(std::time::Duration::from_secs(600))
+        .connect(&Postgres::url(server))
+        .await
+        .unwrap()
 }
 
 #[cfg_attr(

@@ -84,6 +84,9 @@ impl ServerKind for Mariadb {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
             .arg(format!("--log-error={}", self.log_path(dir).display()))
+            // Its temporary tables in its own folder, not the machine's /tmp: a parallel test
+            // run once lost one there ("Error on delete of '/tmp/#sql-temptable-…'").
+            .arg(format!("--tmpdir={}", dir.display()))
             .args([
                 "--skip-log-bin",
                 "--skip-name-resolve",
