@@ -5,7 +5,7 @@
 //! every backend, and the checker's strict rules judge the record (see RELIABILITY.md for the
 //! rules, what each fault must and may do, and the figures of the last full run).
 //!
-//! - `cargo test -p dlock-rs --all-features --test safety` runs the short CI version (about two
+//! - `cargo test -p dlock-rs --all-features --test safety` runs the short CI version (about four
 //!   minutes); the other trials are listed as ignored.
 //! - `cargo test -p dlock-rs --all-features --test safety -- canary` runs the canaries: broken
 //!   variants (a keeper trusting leases twice as long as the store, a store repeating a fence,
@@ -454,9 +454,10 @@ impl Prim {
     }
 }
 
-/// The short CI version (about two minutes): the fence on the embedded store and on a server,
+/// The short CI version (about four minutes): the fence on the embedded store and on a server,
 /// and at least one store or network fault per server backend (a leader kill for the
-/// clusters), on mutexes and on each other primitive somewhere; every canary on SQLite.
+/// clusters), on mutexes and on each other primitive somewhere; the canaries are chosen by
+/// [`CanaryKind::in_ci`].
 fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
     use FaultKind::*;
     match prim {
@@ -503,6 +504,8 @@ enum CanaryKind {
     LateSignal,
     /// A store wrapper repeats a fence.
     RepeatedFence,
+    /// A store wrapper repeats a native semaphore permit's fence.
+    RepeatedPermitFence,
     /// The resource ignores fences (a frozen holder's writes are accepted).
     Unfenced,
     /// A frozen holder's guard is never told of its loss.
@@ -516,9 +519,10 @@ enum CanaryKind {
 }
 
 impl CanaryKind {
-    const ALL: [CanaryKind; 7] = [
+    const ALL: [CanaryKind; 8] = [
         CanaryKind::LateSignal,
         CanaryKind::RepeatedFence,
+        CanaryKind::RepeatedPermitFence,
         CanaryKind::Unfenced,
         CanaryKind::FrozenNeverTold,
         CanaryKind::FrozenToldLate,
@@ -530,6 +534,7 @@ impl CanaryKind {
         match self {
             CanaryKind::LateSignal => "canary_keeper_trusting_twice_the_lease_is_flagged",
             CanaryKind::RepeatedFence => "canary_store_repeating_a_fence_is_flagged",
+            CanaryKind::RepeatedPermitFence => "canary_store_repeating_a_permit_fence_is_flagged",
             CanaryKind::Unfenced => "canary_unfenced_resource_is_flagged",
             CanaryKind::FrozenNeverTold => "canary_keeper_never_telling_a_frozen_holder_is_flagged",
             CanaryKind::FrozenToldLate => {
@@ -547,7 +552,9 @@ impl CanaryKind {
     /// The fault the canary's trial runs under.
     fn fault(self) -> FaultKind {
         match self {
-            CanaryKind::LateSignal | CanaryKind::RepeatedFence => FaultKind::Baseline,
+            CanaryKind::LateSignal
+            | CanaryKind::RepeatedFence
+            | CanaryKind::RepeatedPermitFence => FaultKind::Baseline,
             CanaryKind::Unfenced | CanaryKind::FrozenNeverTold | CanaryKind::FrozenToldLate => {
                 FaultKind::HolderPause
             }
@@ -555,11 +562,19 @@ impl CanaryKind {
         }
     }
 
+    /// What the workers take.
+    fn prim(self) -> Prim {
+        match self {
+            CanaryKind::RepeatedPermitFence => Prim::Semaphore,
+            _ => Prim::Mutex,
+        }
+    }
+
     /// The rule that must flag it: the start of its violation's message.
     fn rule(self) -> &'static str {
         match self {
             CanaryKind::LateSignal => "overlap rule",
-            CanaryKind::RepeatedFence => "fence rule",
+            CanaryKind::RepeatedFence | CanaryKind::RepeatedPermitFence => "fence rule",
             CanaryKind::Unfenced => "unsafe-write rule",
             CanaryKind::FrozenNeverTold | CanaryKind::FrozenToldLate => FROZEN_HOLDER_RULE,
             CanaryKind::StruckNeverTold | CanaryKind::StruckToldLate => "lag rule",
@@ -578,6 +593,17 @@ impl CanaryKind {
                 )
             }
             CanaryKind::RepeatedFence => backend != "memory",
+            // Native semaphores: their permits' fences follow their grants.
+            CanaryKind::RepeatedPermitFence => matches!(
+                backend,
+                "redis"
+                    | "redis-sentinel"
+                    | "redis-cluster"
+                    | "etcd"
+                    | "etcd-cluster"
+                    | "zookeeper"
+                    | "zookeeper-ensemble"
+            ),
             // Session locks are held while their connection lives: a frozen holder keeps its
             // lock, so there is no stale write to accept and nothing to tell.
             CanaryKind::Unfenced | CanaryKind::FrozenNeverTold | CanaryKind::FrozenToldLate => {
@@ -595,7 +621,7 @@ impl CanaryKind {
             // One of each pair in CI: the frozen holder never told on SQLite, the struck hold
             // told late on Redis (the other two run with `DLOCK_SAFETY=full`).
             CanaryKind::FrozenToldLate | CanaryKind::StruckNeverTold => false,
-            CanaryKind::StruckToldLate => backend == "redis",
+            CanaryKind::StruckToldLate | CanaryKind::RepeatedPermitFence => backend == "redis",
             _ => backend == "sqlite" || (backend == "redis" && self == CanaryKind::LateSignal),
         }
     }
@@ -885,7 +911,7 @@ fn judge(stand: &Stand, fault: FaultKind, prim: Prim, report: &ScenarioReport) -
 fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed> {
     let stand = stand(backend)?;
     let fault = canary.fault();
-    let (mut workload, injected) = prepare(&stand, fault, Prim::Mutex);
+    let (mut workload, injected) = prepare(&stand, fault, canary.prim());
     match canary {
         CanaryKind::Unfenced => workload.fenced = false,
         CanaryKind::LateSignal => {
@@ -895,7 +921,7 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
             workload.hold = workload.ttl * 3 / 4;
             workload.holds_before = 4;
         }
-        CanaryKind::RepeatedFence => {
+        CanaryKind::RepeatedFence | CanaryKind::RepeatedPermitFence => {
             workload.canary = Canary::RepeatFence;
             workload.holds_before = 12;
         }
@@ -924,7 +950,7 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
         }
     }
     let report = run(&stand, backend, fault, &workload, injected)?;
-    let violations = judge(&stand, fault, Prim::Mutex, &report);
+    let violations = judge(&stand, fault, canary.prim(), &report);
     let rule = canary.rule();
     if violations.iter().any(|v| v.starts_with(rule)) {
         eprintln!("{backend}: {canary:?} canary flagged by the {rule}: {violations:?}");
