@@ -7,6 +7,10 @@
 //!   long as the store, so a holder hears of its loss after another holder got in.
 //! - [`Canary::RepeatFence`]: every fourth grant reports the fence of this process's previous
 //!   grant instead of its own, so two holds carry fences that do not grow.
+//! - [`Canary::NeverTold`]: the keeper and the store fire a hold's loss signal as always, but
+//!   the guard never hears of it: a keeper that never tells.
+//! - [`Canary::ToldLate`]: the guard hears of a loss one lease after it was signalled: a
+//!   keeper that tells a lease late.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,6 +20,7 @@ use dlock::FencingToken;
 use dlock::backend::{
     AcquireRequest, Backend, BackendInfo, DynBackend, Lease, LeaseCore, MonitorStore, ValueStore,
 };
+use tokio_util::sync::CancellationToken;
 
 /// Which promise the worker's store breaks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +32,10 @@ pub enum Canary {
     LateSignal,
     /// Every fourth grant repeats the process's previous fence.
     RepeatFence,
+    /// The guard is never told of a loss.
+    NeverTold,
+    /// The guard is told of a loss one lease (the TTL asked for) after it was signalled.
+    ToldLate,
 }
 
 impl Canary {
@@ -36,14 +45,22 @@ impl Canary {
             Canary::None => "none",
             Canary::LateSignal => "late-signal",
             Canary::RepeatFence => "repeat-fence",
+            Canary::NeverTold => "never-told",
+            Canary::ToldLate => "told-late",
         }
     }
 
     /// The inverse of [`as_str`](Self::as_str).
     pub fn parse(text: &str) -> Option<Canary> {
-        [Canary::None, Canary::LateSignal, Canary::RepeatFence]
-            .into_iter()
-            .find(|canary| canary.as_str() == text)
+        [
+            Canary::None,
+            Canary::LateSignal,
+            Canary::RepeatFence,
+            Canary::NeverTold,
+            Canary::ToldLate,
+        ]
+        .into_iter()
+        .find(|canary| canary.as_str() == text)
     }
 
     /// `backend` broken as this canary says.
@@ -96,10 +113,28 @@ impl Backend for Broken {
             grants.1 = Some(real);
             shown
         };
+        // What the guard hears: the loss signal itself, or one that stays silent, or one that
+        // follows it a lease late.
+        let told = match self.canary {
+            Canary::NeverTold => Some(CancellationToken::new()),
+            Canary::ToldLate => {
+                let (told, signal, lease_ttl) =
+                    (CancellationToken::new(), lease.lost().clone(), req.ttl);
+                let telling = told.clone();
+                tokio::spawn(async move {
+                    signal.cancelled().await;
+                    tokio::time::sleep(lease_ttl).await;
+                    telling.cancel();
+                });
+                Some(told)
+            }
+            _ => None,
+        };
         Ok(Some(Arc::new(BrokenLease {
             core: lease.core().with_fence(fence),
             inner: lease,
             halve: self.canary == Canary::LateSignal,
+            told,
         })))
     }
 
@@ -121,12 +156,19 @@ struct BrokenLease {
     /// The inner lease's, under the canary's fence (the loss signal is shared).
     core: LeaseCore,
     halve: bool,
+    /// The token the guard watches instead of the loss signal, if the canary says so.
+    told: Option<CancellationToken>,
 }
 
 #[async_trait]
 impl Lease for BrokenLease {
     fn core(&self) -> &LeaseCore {
         &self.core
+    }
+
+    // The keeper fires the core's signal; the guard reads this.
+    fn lost(&self) -> &CancellationToken {
+        self.told.as_ref().unwrap_or_else(|| self.core.lost())
     }
 
     async fn extend(&self, ttl: Duration) -> dlock::Result<()> {

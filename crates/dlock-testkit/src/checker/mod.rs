@@ -12,6 +12,7 @@ pub mod scenario;
 pub mod service;
 pub mod worker;
 
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -77,15 +78,24 @@ pub struct StaleWrite {
 
 /// One hold as the resource saw it: from the holder's first message after its acquire
 /// returned to its last message before it released, so the recorded interval lies inside the
-/// real hold and an overlap of two recorded holds is a real overlap.
+/// real hold and an overlap of two recorded holds is a real overlap. A multi-lock's hold is
+/// one `Hold` per name (its `part`), all of one `group`, begun, told and ended together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hold {
-    /// The hold's fence.
+    /// The hold's fence (on its name).
     pub fence: FencingToken,
     /// What it excludes.
     pub kind: HoldKind,
+    /// Which of the lock's names it is on: 0, or a multi-lock's name's index. Holds on
+    /// different names never overlap and their fences are not compared.
+    pub part: usize,
+    /// The holds begun together (a multi-lock's names) share this number; unique otherwise.
+    pub group: u64,
     /// The worker that reported it, if it said.
     pub worker: Option<u32>,
+    /// When the worker said it was about to acquire (its `ATTEMPT`), if it did: the grant came
+    /// after this.
+    pub attempted: Option<Instant>,
     /// Its `BEGIN`: just after the holder's acquire returned.
     pub start: Instant,
     /// Its `END`: just before the holder released (`None`: still open).
@@ -110,6 +120,9 @@ struct Record {
     /// Writes an unfenced resource accepted although a later holder had already written.
     unsafe_writes: Vec<StaleWrite>,
     holds: Vec<Hold>,
+    /// Each worker's last `ATTEMPT`.
+    attempts: HashMap<u32, Instant>,
+    next_group: u64,
 }
 
 /// A resource protected by fencing tokens, as the Kleppmann argument asks of one.
@@ -117,6 +130,7 @@ struct Record {
 pub struct FencedResource {
     fenced: bool,
     permits: u32,
+    ordered_permits: bool,
     record: Mutex<Record>,
 }
 
@@ -125,6 +139,7 @@ impl Default for FencedResource {
         FencedResource {
             fenced: true,
             permits: 1,
+            ordered_permits: false,
             record: Mutex::default(),
         }
     }
@@ -138,6 +153,10 @@ pub struct Overlap {
     pub earlier: FencingToken,
     /// Its worker, if it said.
     pub earlier_worker: Option<u32>,
+    /// Its group ([`Hold::group`]).
+    pub earlier_group: u64,
+    /// The name both are on ([`Hold::part`]).
+    pub part: usize,
     /// The fence of the hold that started while the earlier one was still open.
     pub later: FencingToken,
     /// When the later hold started.
@@ -200,6 +219,17 @@ impl FencedResource {
     pub fn with_permits(self, permits: u32) -> FencedResource {
         FencedResource {
             permits: permits.max(1),
+            ..self
+        }
+    }
+
+    /// The same resource checking that permits' fences follow the order of their grants, as
+    /// a native semaphore promises ("greater than every earlier permit's of the semaphore"):
+    /// a permit whose acquire began after another permit's hold had begun must carry a
+    /// greater fence. (A composed semaphore's fences grow per slot only.)
+    pub fn with_ordered_permits(self) -> FencedResource {
+        FencedResource {
+            ordered_permits: true,
             ..self
         }
     }
@@ -276,30 +306,62 @@ impl FencedResource {
         self.begin(fence, HoldKind::Exclusive, worker);
     }
 
-    /// Marks the start of a hold of `kind` by `worker`.
-    pub fn begin(&self, fence: FencingToken, kind: HoldKind, worker: Option<u32>) {
-        self.record().holds.push(Hold {
-            fence,
-            kind,
-            worker,
-            start: Instant::now(),
-            end: None,
-            lost_at: None,
-        });
+    /// Records that `worker` is about to acquire: its next hold's grant comes after now.
+    pub fn attempt(&self, worker: u32) {
+        self.record().attempts.insert(worker, Instant::now());
     }
 
-    /// The open hold with `fence` (of `worker`, when given: a composed semaphore's slots have
-    /// fences of their own, so two permits may carry the same one).
-    fn open_hold(
+    /// Marks the start of a hold of `kind` by `worker`.
+    pub fn begin(&self, fence: FencingToken, kind: HoldKind, worker: Option<u32>) {
+        self.begin_parts(&[fence], kind, worker);
+    }
+
+    /// Marks the start of a hold of `kind` by `worker` on several names at once (a multi-lock:
+    /// one fence per name, in the order of its names); its `LOST` and `END`, given the first
+    /// name's fence, apply to every name.
+    pub fn begin_parts(&self, fences: &[FencingToken], kind: HoldKind, worker: Option<u32>) {
+        let start = Instant::now();
+        let mut record = self.record();
+        let group = record.next_group;
+        record.next_group += 1;
+        let attempted = worker.and_then(|w| record.attempts.get(&w).copied());
+        for (part, &fence) in fences.iter().enumerate() {
+            record.holds.push(Hold {
+                fence,
+                kind,
+                part,
+                group,
+                worker,
+                attempted,
+                start,
+                end: None,
+                lost_at: None,
+            });
+        }
+    }
+
+    /// Every open hold of the group of the open hold with `fence` (of `worker`, when given: a
+    /// composed semaphore's slots have fences of their own, so two permits may carry the same
+    /// one).
+    fn open_group(
         record: &mut Record,
         fence: FencingToken,
         worker: Option<u32>,
-    ) -> Option<&mut Hold> {
-        record.holds.iter_mut().rev().find(|hold| {
-            hold.fence == fence
-                && hold.end.is_none()
-                && worker.is_none_or(|w| hold.worker == Some(w))
-        })
+    ) -> impl Iterator<Item = &mut Hold> {
+        let group = record
+            .holds
+            .iter()
+            .rev()
+            .find(|hold| {
+                hold.fence == fence
+                    && hold.end.is_none()
+                    && worker.is_none_or(|w| hold.worker == Some(w))
+            })
+            .map(|hold| hold.group);
+        record
+            .holds
+            .iter_mut()
+            .filter(move |hold| Some(hold.group) == group && hold.end.is_none())
     }
 
     /// Marks the end of the hold started with `fence`.
@@ -309,8 +371,9 @@ impl FencedResource {
 
     /// Marks the end of the hold started with `fence` by `worker` (any worker if `None`).
     pub fn end_hold_of(&self, fence: FencingToken, worker: Option<u32>) {
-        if let Some(hold) = Self::open_hold(&mut self.record(), fence, worker) {
-            hold.end = Some(Instant::now());
+        let now = Instant::now();
+        for hold in Self::open_group(&mut self.record(), fence, worker) {
+            hold.end = Some(now);
         }
     }
 
@@ -322,8 +385,9 @@ impl FencedResource {
 
     /// [`hold_lost`](Self::hold_lost) for the hold of `worker` (any worker if `None`).
     pub fn hold_lost_of(&self, fence: FencingToken, worker: Option<u32>) {
-        if let Some(hold) = Self::open_hold(&mut self.record(), fence, worker) {
-            hold.lost_at.get_or_insert_with(Instant::now);
+        let now = Instant::now();
+        for hold in Self::open_group(&mut self.record(), fence, worker) {
+            hold.lost_at.get_or_insert(now);
         }
     }
 
@@ -333,8 +397,18 @@ impl FencedResource {
             .holds
             .iter()
             .rev()
-            .find(|hold| hold.end.is_none())
+            .find(|hold| hold.end.is_none() && hold.part == 0)
             .map(|hold| (hold.fence, hold.worker))
+    }
+
+    /// The newest hold that has not ended (a multi-lock's by its first name), if any.
+    pub fn newest_open_hold(&self) -> Option<Hold> {
+        self.record()
+            .holds
+            .iter()
+            .filter(|hold| hold.end.is_none() && hold.part == 0)
+            .max_by_key(|hold| hold.start)
+            .copied()
     }
 
     /// When the guard of the hold with `fence` (of `worker`, when given) reported the lock
@@ -343,7 +417,11 @@ impl FencedResource {
         self.record()
             .holds
             .iter()
-            .find(|hold| hold.fence == fence && worker.is_none_or(|w| hold.worker == Some(w)))
+            .find(|hold| {
+                hold.part == 0
+                    && hold.fence == fence
+                    && worker.is_none_or(|w| hold.worker == Some(w))
+            })
             .and_then(|hold| hold.lost_at)
     }
 
@@ -354,22 +432,25 @@ impl FencedResource {
         holds
     }
 
-    /// The holds open at `at` (started before, not ended), with when each was reported lost.
+    /// The holds open at `at` (started before, not ended), with when each was reported lost
+    /// (a multi-lock's once, by its first name's fence).
     pub fn holds_open_at(&self, at: Instant) -> Vec<(FencingToken, Option<Instant>)> {
         self.record()
             .holds
             .iter()
-            .filter(|hold| hold.start <= at && hold.end.is_none_or(|end| end > at))
+            .filter(|hold| {
+                hold.part == 0 && hold.start <= at && hold.end.is_none_or(|end| end > at)
+            })
             .map(|hold| (hold.fence, hold.lost_at))
             .collect()
     }
 
-    /// Holds that started at or after `since`.
+    /// Holds that started at or after `since` (a multi-lock's once).
     pub fn holds_since(&self, since: Instant) -> Vec<Instant> {
         self.record()
             .holds
             .iter()
-            .filter(|hold| hold.start >= since)
+            .filter(|hold| hold.part == 0 && hold.start >= since)
             .map(|hold| hold.start)
             .collect()
     }
@@ -382,77 +463,20 @@ impl FencedResource {
         let now = Instant::now();
         let mut holds: Vec<Hold> = record.holds.clone();
         holds.sort_by_key(|hold| hold.start);
-        let mut overlap_details = Vec::new();
-        let mut fence_regressions = Vec::new();
-        // A hold's fence must exceed every fence of an earlier hold it excludes: readers may
-        // begin in another order than their fences (two grants in flight at once), and a
-        // composed semaphore's fences come from its slots.
-        let (mut highest, mut highest_excluding_reads) = (None, None);
-        for hold in &holds {
-            let bound = match hold.kind {
-                HoldKind::Exclusive => highest,
-                HoldKind::Read => highest_excluding_reads,
-                HoldKind::Permit => None,
-            };
-            if let Some(high) = bound.filter(|high| hold.fence <= *high) {
-                fence_regressions.push((high, hold.fence));
-            }
-            if hold.kind != HoldKind::Permit {
-                highest = highest.max(Some(hold.fence));
-            }
-            if hold.kind == HoldKind::Exclusive {
-                highest_excluding_reads = highest_excluding_reads.max(Some(hold.fence));
-            }
-        }
-        for (i, earlier) in holds.iter().enumerate() {
-            let earlier_end = earlier.end.unwrap_or(now);
-            for later in holds[i + 1..]
-                .iter()
-                .take_while(|later| later.start < earlier_end)
-                .filter(|later| earlier.kind.excludes(later.kind))
-            {
-                overlap_details.push(Overlap {
-                    earlier: earlier.fence,
-                    earlier_worker: earlier.worker,
-                    later: later.fence,
-                    at: later.start,
-                    signalled: earlier.told_by(later.start),
-                });
-            }
-        }
-        // Permits: a permit hold that began while every permit was already held overlaps the
-        // earliest of them; it is signalled only if enough of them had been told.
-        let permits = usize::try_from(self.permits).unwrap_or(usize::MAX);
-        for (i, later) in holds.iter().enumerate() {
-            if later.kind != HoldKind::Permit {
-                continue;
-            }
-            let open: Vec<&Hold> = holds[..i]
-                .iter()
-                .filter(|h| h.kind == HoldKind::Permit && h.end.unwrap_or(now) > later.start)
-                .collect();
-            if open.len() < permits {
-                continue;
-            }
-            let untold: Vec<&&Hold> = open.iter().filter(|h| !h.told_by(later.start)).collect();
-            let first = untold.first().map_or(open[0], |h| **h);
-            overlap_details.push(Overlap {
-                earlier: first.fence,
-                earlier_worker: first.worker,
-                later: later.fence,
-                at: later.start,
-                signalled: untold.len() < permits,
-            });
-        }
+        let (overlap_details, fence_regressions) =
+            judge_holds(&holds, self.permits, self.ordered_permits, now);
         let (lost_overlaps, overlaps) = overlap_details
             .iter()
             .map(|o| (o.signalled, (o.earlier, o.later)))
             .partition::<Vec<_>, _>(|(signalled, _)| *signalled);
         // A stale write is the holder's own fault unless its guard had said "lost" before it.
+        // Writes go through the first name's fence.
         let told_before = |stale: &StaleWrite| {
             holds
                 .iter()
-                .filter(|hold| hold.fence == stale.fence && hold.start <= stale.at)
+                .filter(|hold| {
+                    hold.part == 0 && hold.fence == stale.fence && hold.start <= stale.at
+                })
                 .any(|hold| hold.told_by(stale.at))
         };
         let stale_unsignalled = record
@@ -462,18 +486,154 @@ impl FencedResource {
             .copied()
             .collect();
         CheckReport {
-            holds: holds.len(),
+            holds: holds.iter().filter(|hold| hold.part == 0).count(),
             overlaps: overlaps.into_iter().map(|(_, pair)| pair).collect(),
             lost_overlaps: lost_overlaps.into_iter().map(|(_, pair)| pair).collect(),
             accepted: record.accepted,
             rejected: record.rejected.clone(),
             stale_unsignalled,
             unsafe_writes: record.unsafe_writes.len(),
-            lost_holds: holds.iter().filter(|hold| hold.lost_at.is_some()).count(),
+            lost_holds: holds
+                .iter()
+                .filter(|hold| hold.part == 0 && hold.lost_at.is_some())
+                .count(),
             fence_regressions,
             overlap_details,
         }
     }
+}
+
+/// The overlaps and fence regressions among `holds` (sorted by start), name by name: a
+/// multi-lock's hold is judged on each of its names against every other hold of that name.
+/// `permits` holds of [`HoldKind::Permit`] may be open at once; with `ordered_permits` their
+/// fences must follow the order of their grants.
+fn judge_holds(
+    holds: &[Hold],
+    permits: u32,
+    ordered_permits: bool,
+    now: Instant,
+) -> (Vec<Overlap>, Vec<(FencingToken, FencingToken)>) {
+    let mut overlap_details = Vec::new();
+    let mut fence_regressions = Vec::new();
+    let parts = holds
+        .iter()
+        .map(|hold| hold.part)
+        .max()
+        .map_or(0, |max| max + 1);
+    for part in 0..parts {
+        let holds: Vec<&Hold> = holds.iter().filter(|hold| hold.part == part).collect();
+        fence_regressions.extend(fence_regressions_of(&holds, ordered_permits));
+        overlap_details.extend(overlaps_of(&holds, permits, now));
+    }
+    (overlap_details, fence_regressions)
+}
+
+/// The fence regressions among the holds of one name, sorted by start.
+fn fence_regressions_of(
+    holds: &[&Hold],
+    ordered_permits: bool,
+) -> Vec<(FencingToken, FencingToken)> {
+    let mut regressions = Vec::new();
+    // A hold's fence must exceed every fence of an earlier hold it excludes: readers may
+    // begin in another order than their fences (two grants in flight at once), and a
+    // composed semaphore's fences come from its slots.
+    let (mut highest, mut highest_excluding_reads) = (None, None);
+    for hold in holds {
+        let bound = match hold.kind {
+            HoldKind::Exclusive => highest,
+            HoldKind::Read => highest_excluding_reads,
+            HoldKind::Permit => None,
+        };
+        if let Some(high) = bound.filter(|high| hold.fence <= *high) {
+            regressions.push((high, hold.fence));
+        }
+        if hold.kind != HoldKind::Permit {
+            highest = highest.max(Some(hold.fence));
+        }
+        if hold.kind == HoldKind::Exclusive {
+            highest_excluding_reads = highest_excluding_reads.max(Some(hold.fence));
+        }
+    }
+    if ordered_permits {
+        // Native permits: a permit whose acquire began (its `ATTEMPT`) after another permit's
+        // hold began was granted after it, so its fence must be greater. Two acquires in
+        // flight at once may be granted in either order, so nothing is said of those.
+        let permits: Vec<&Hold> = holds
+            .iter()
+            .copied()
+            .filter(|hold| hold.kind == HoldKind::Permit)
+            .collect();
+        // The highest fence of the permits begun so far, in start order.
+        let highest_so_far: Vec<FencingToken> = permits
+            .iter()
+            .scan(None, |high: &mut Option<FencingToken>, hold| {
+                *high = (*high).max(Some(hold.fence));
+                *high
+            })
+            .collect();
+        for later in &permits {
+            let Some(attempted) = later.attempted else {
+                continue;
+            };
+            let begun_before = permits.partition_point(|hold| hold.start < attempted);
+            if let Some(&high) = begun_before
+                .checked_sub(1)
+                .and_then(|i| highest_so_far.get(i))
+                .filter(|high| later.fence <= **high)
+            {
+                regressions.push((high, later.fence));
+            }
+        }
+    }
+    regressions
+}
+
+/// The overlaps among the holds of one name, sorted by start.
+fn overlaps_of(holds: &[&Hold], permits: u32, now: Instant) -> Vec<Overlap> {
+    let mut overlaps = Vec::new();
+    let overlap = |earlier: &Hold, later: &Hold, signalled| Overlap {
+        earlier: earlier.fence,
+        earlier_worker: earlier.worker,
+        earlier_group: earlier.group,
+        part: earlier.part,
+        later: later.fence,
+        at: later.start,
+        signalled,
+    };
+    for (i, earlier) in holds.iter().enumerate() {
+        let earlier_end = earlier.end.unwrap_or(now);
+        for later in holds[i + 1..]
+            .iter()
+            .take_while(|later| later.start < earlier_end)
+            .filter(|later| earlier.kind.excludes(later.kind))
+        {
+            overlaps.push(overlap(earlier, later, earlier.told_by(later.start)));
+        }
+    }
+    // Permits: a permit hold that began while every permit was already held overlaps the
+    // earliest of them; it is signalled only if enough of them had been told.
+    let permits = usize::try_from(permits).unwrap_or(usize::MAX);
+    for (i, later) in holds.iter().enumerate() {
+        if later.kind != HoldKind::Permit {
+            continue;
+        }
+        let open: Vec<&Hold> = holds[..i]
+            .iter()
+            .copied()
+            .filter(|h| h.kind == HoldKind::Permit && h.end.unwrap_or(now) > later.start)
+            .collect();
+        if open.len() < permits {
+            continue;
+        }
+        let untold: Vec<&Hold> = open
+            .iter()
+            .copied()
+            .filter(|h| !h.told_by(later.start))
+            .collect();
+        let first = untold.first().copied().unwrap_or(open[0]);
+        overlaps.push(overlap(first, later, untold.len() < permits));
+    }
+    overlaps
 }
 
 #[cfg(test)]
@@ -589,6 +749,86 @@ mod tests {
         }
         let two = FencingToken::new(2);
         assert_eq!(resource.report().fence_regressions, vec![(two, two)]);
+    }
+
+    #[test]
+    fn a_multi_lock_is_checked_on_every_name() {
+        let resource = FencedResource::new();
+        let f = FencingToken::new;
+        // The first names' fences grow; the second names' repeat.
+        resource.begin_parts(&[f(1), f(5)], HoldKind::Exclusive, Some(1));
+        resource.end_hold_of(f(1), Some(1));
+        resource.begin_parts(&[f(2), f(5)], HoldKind::Exclusive, Some(2));
+        let report = resource.report();
+        assert_eq!(report.fence_regressions, vec![(f(5), f(5))]);
+        assert_eq!(report.holds, 2, "one hold per multi-lock, not per name");
+        // A third holder while the second still holds: an overlap on each name.
+        resource.begin_parts(&[f(3), f(6)], HoldKind::Exclusive, Some(3));
+        let report = resource.report();
+        let overlaps: Vec<_> = report
+            .overlap_details
+            .iter()
+            .map(|o| (o.part, o.earlier, o.later))
+            .collect();
+        assert_eq!(overlaps, vec![(0, f(2), f(3)), (1, f(5), f(6))]);
+    }
+
+    #[test]
+    fn a_multi_lock_is_told_and_ended_on_every_name_by_its_first_fence() {
+        let resource = FencedResource::new();
+        let f = FencingToken::new;
+        resource.begin_parts(&[f(1), f(7)], HoldKind::Exclusive, Some(4));
+        resource.hold_lost_of(f(1), Some(4));
+        resource.end_hold_of(f(1), Some(4));
+        let holds = resource.holds();
+        assert_eq!(holds.len(), 2);
+        assert!(
+            holds
+                .iter()
+                .all(|hold| hold.lost_at.is_some() && hold.end.is_some()),
+            "{holds:?}"
+        );
+        assert_eq!(holds[0].group, holds[1].group);
+        assert_eq!(resource.report().lost_holds, 1);
+    }
+
+    #[test]
+    fn a_native_permit_granted_after_another_has_a_greater_fence() {
+        let resource = FencedResource::new().with_permits(2).with_ordered_permits();
+        let f = FencingToken::new;
+        resource.attempt(1);
+        resource.begin(f(5), HoldKind::Permit, Some(1));
+        // Worker 2 asks only after worker 1's permit began: its grant came later.
+        resource.attempt(2);
+        resource.begin(f(4), HoldKind::Permit, Some(2));
+        assert_eq!(resource.report().fence_regressions, vec![(f(5), f(4))]);
+        // The same record without the native promise (a composed semaphore's slots).
+        let composed = FencedResource::new().with_permits(2);
+        composed.attempt(1);
+        composed.begin(f(5), HoldKind::Permit, Some(1));
+        composed.attempt(2);
+        composed.begin(f(4), HoldKind::Permit, Some(2));
+        assert!(composed.report().fence_regressions.is_empty());
+    }
+
+    #[test]
+    fn native_permits_asked_for_at_once_may_be_granted_in_either_order() {
+        let resource = FencedResource::new().with_permits(2).with_ordered_permits();
+        let f = FencingToken::new;
+        resource.attempt(1);
+        resource.attempt(2);
+        resource.begin(f(5), HoldKind::Permit, Some(1));
+        resource.begin(f(4), HoldKind::Permit, Some(2));
+        resource.end_hold_of(f(5), Some(1));
+        resource.end_hold_of(f(4), Some(2));
+        // Later grants must pass both.
+        resource.attempt(1);
+        resource.begin(f(6), HoldKind::Permit, Some(1));
+        assert!(resource.report().fence_regressions.is_empty());
+        resource.end_hold_of(f(6), Some(1));
+        resource.attempt(2);
+        resource.begin(f(6), HoldKind::Permit, Some(2));
+        assert_eq!(resource.report().fence_regressions, vec![(f(6), f(6))]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use super::canary::Canary;
 use super::service::{Acquisitions, CheckerService};
 use super::worker::{self, Primitive, WORKER_ENV, WorkerConfig};
-use super::{CheckReport, FencedResource, SIGNAL_TOLERANCE};
+use super::{CheckReport, FencedResource, Hold, HoldKind, Overlap, SIGNAL_TOLERANCE};
 
 /// How the workers behave.
 #[derive(Clone, Debug)]
@@ -58,6 +58,12 @@ pub struct Workload {
     /// (server killed or frozen, blackhole, partition): that holder must be told within one
     /// lease (plus [`SIGNAL_TOLERANCE`]) of the fault's start if its hold lasts that long.
     pub fault_cuts_off: bool,
+    /// The fault ends in the store the lease of every hold it strikes (a Redis or every
+    /// Redlock node without persistence killed or restarted, a restart from an older snapshot,
+    /// a failover to a lagging replica, a session lock's server restarted or its connections
+    /// reset): each such hold must be told within one lease (plus [`SIGNAL_TOLERANCE`]) of
+    /// the strike if its hold lasts that long, whether or not anyone else got in.
+    pub fault_ends_leases: bool,
     /// Stop after this many acquisitions instead of after the fault (the soak).
     pub acquisitions: Option<usize>,
 }
@@ -82,6 +88,7 @@ impl Default for Workload {
             worker_urls: Vec::new(),
             fault_loses_data: false,
             fault_cuts_off: false,
+            fault_ends_leases: false,
             acquisitions: None,
         }
     }
@@ -146,6 +153,10 @@ impl fmt::Debug for Fault {
     }
 }
 
+/// The name the frozen-holder rule's violations start with (the caller adds the one for a
+/// frozen lease holder never told, which only it knows to be a violation).
+pub const FROZEN_HOLDER_RULE: &str = "frozen-holder rule";
+
 /// What one run found.
 #[derive(Clone, Debug)]
 pub struct ScenarioReport {
@@ -171,17 +182,19 @@ pub struct ScenarioReport {
     /// wrote (within [`SIGNAL_TOLERANCE`]), a data-losing fault's window aside (must be 0).
     pub stale_writes_unsignalled: usize,
     /// Every lost signal's lag, frozen holders aside: from the moment the hold became doubtful
-    /// (its start for a fixed TTL, the fault's start for a hold the fault struck) to the
-    /// signal. Each must be within one lease plus [`SIGNAL_TOLERANCE`].
+    /// (its start for a fixed TTL, the fault's strike for a hold the fault struck) to the
+    /// signal.
     pub lost_lags: Vec<Duration>,
     /// The largest of [`lost_lags`](Self::lost_lags).
     pub lost_lag_max: Option<Duration>,
     /// Holds told too late or never, although their lease had surely ended (a fixed TTL run
-    /// out, or a fault that cut them off for longer than a lease): violations.
+    /// out, a fault that cut them off for longer than a lease or ended their lease in the
+    /// store, or another holder let in while they held): violations.
     pub late_signals: Vec<String>,
-    /// Holds open when the fault began, and how many of those were reported lost.
+    /// Holds open when the fault struck (a multi-lock's once), and how many of those were
+    /// reported lost.
     pub holds_struck: (usize, usize),
-    /// The longest time from the fault's start to the lost signal of a hold it struck.
+    /// The longest time from the fault's strike to the lost signal of a hold it struck.
     pub lost_after_fault_max: Option<Duration>,
     /// For a holder pause: whether the paused holder's guard reported the loss, and how long
     /// after it was continued.
@@ -210,31 +223,31 @@ impl ScenarioReport {
         let mut violations = Vec::new();
         if self.overlaps_without_fault > 0 {
             violations.push(format!(
-                "{} overlapping holds whose earlier holder had not been told when the later began (first ones: {:?})",
+                "overlap rule: {} overlapping holds whose earlier holder had not been told when the later began (first ones: {:?})",
                 self.overlaps_without_fault, self.unsignalled_overlaps
             ));
         }
         if !self.check.fence_regressions.is_empty() {
             violations.push(format!(
-                "fences did not grow (highest so far, then the next): {:?}",
+                "fence rule: fences did not grow (highest so far, then the next): {:?}",
                 self.check.fence_regressions
             ));
         }
         if self.stale_writes_unsignalled > 0 {
             violations.push(format!(
-                "{} stale writes by holders not yet told of the loss: {:?}",
+                "stale-write rule: {} stale writes by holders not yet told of the loss: {:?}",
                 self.stale_writes_unsignalled, self.check.stale_unsignalled
             ));
         }
         if self.check.unsafe_writes > 0 {
             violations.push(format!(
-                "{} stale writes accepted by an unfenced resource (lost updates)",
+                "unsafe-write rule: {} stale writes accepted by an unfenced resource (lost updates)",
                 self.check.unsafe_writes
             ));
         }
         if !self.late_signals.is_empty() {
             violations.push(format!(
-                "lost signals later than one lease + {} ms: {:?}",
+                "lag rule: lost signals later than one lease + {} ms: {:?}",
                 SIGNAL_TOLERANCE.as_millis(),
                 self.late_signals
             ));
@@ -243,7 +256,7 @@ impl ScenarioReport {
             && lag > SIGNAL_TOLERANCE
         {
             violations.push(format!(
-                "the frozen holder was told {} ms after it ran again (at once is {} ms)",
+                "{FROZEN_HOLDER_RULE}: the frozen holder was told {} ms after it ran again (at once is {} ms)",
                 lag.as_millis(),
                 SIGNAL_TOLERANCE.as_millis()
             ));
@@ -339,6 +352,9 @@ pub fn run(
         FencedResource::unfenced()
     };
     let resource = match workload.primitive {
+        Primitive::Semaphore(permits) if native_permits(direct_url)? => {
+            resource.with_permits(permits).with_ordered_permits()
+        }
         Primitive::Semaphore(permits) => resource.with_permits(permits),
         _ => resource,
     };
@@ -362,7 +378,7 @@ pub fn run(
     // Whatever happened, let the workers finish before reading the record.
     service.stop_workers();
     let worker_failures = reap(workers, workload.deadline);
-    let (fault_start, fault_end, paused, cut_worker) = outcome.map_err(|error| {
+    let fault = outcome.map_err(|error| {
         let holder = leftover(direct_url, name, workload.primitive, Duration::ZERO);
         error.context(format!(
             "{:?}; first indeterminate errors: {:?}; workers: {worker_failures:?}; the lock: {holder:?}",
@@ -373,30 +389,8 @@ pub fn run(
 
     let resource = service.resource();
     let check = resource.report();
-    // A fault that can lose the store's data may let a second holder in before the first can
-    // know (the fence must then cover it): only there, from its start to one lease after its
-    // end (the time a holder may need to hear of it), are such overlaps and writes excused.
-    let excused = |at: Instant| {
-        workload.fault_loses_data && at >= fault_start && at <= fault_end + workload.ttl
-    };
-    // A frozen holder cannot hear anything until it runs again: an overlap that began while
-    // it was frozen is the fence's to cover (and its writes are checked), and it must be told
-    // at once when it runs again (checked below).
-    let frozen = paused.map(|pause| (pause.fence, pause.pid));
-    let while_frozen = |overlap: &&super::Overlap| match paused {
-        Some(pause)
-            if overlap.earlier == pause.fence && overlap.earlier_worker == Some(pause.pid) =>
-        {
-            overlap.at <= pause.continued.unwrap_or(fault_end) + SIGNAL_TOLERANCE
-        }
-        _ => false,
-    };
-    let (during, unexcused): (Vec<super::Overlap>, Vec<super::Overlap>) = check
-        .overlap_details
-        .iter()
-        .filter(|overlap| !overlap.signalled)
-        .filter(|overlap| !while_frozen(overlap))
-        .partition(|overlap| excused(overlap.at));
+    let holds = resource.holds();
+    let (during, unexcused) = judge_overlaps(&check.overlap_details, &holds, workload, &fault);
     let overlaps_during_fault = during.len();
     let overlaps_without_fault = unexcused.len();
     let unsignalled_overlaps = unexcused
@@ -407,16 +401,18 @@ pub fn run(
     let stale_writes_unsignalled = check
         .stale_unsignalled
         .iter()
-        .filter(|stale| !excused(stale.at))
+        .filter(|stale| !fault.excuses(workload, stale.at))
         .count();
     let (lost_lags, late_signals) = signal_lags(
-        resource,
+        &holds,
+        &check.overlap_details,
         workload,
-        (fault_start, fault_end),
-        frozen,
-        cut_worker,
+        &fault,
+        Instant::now(),
     );
     let lost_lag_max = lost_lags.iter().max().copied();
+    let paused = fault.paused;
+    let (fault_start, fault_end) = (fault.start, fault.end);
     let (paused_holder_lost, holds_during_pause) = match paused {
         Some(pause) => {
             let continued = pause.continued.unwrap_or(fault_end);
@@ -432,14 +428,14 @@ pub fn run(
         }
         None => (None, 0),
     };
-    let struck = resource.holds_open_at(fault_start);
+    let struck = resource.holds_open_at(fault.strike);
     let holds_struck = (
         struck.len(),
         struck.iter().filter(|(_, lost)| lost.is_some()).count(),
     );
     let lost_after_fault_max = struck
         .iter()
-        .filter_map(|(_, lost)| lost.map(|at| at.saturating_duration_since(fault_start)))
+        .filter_map(|(_, lost)| lost.map(|at| at.saturating_duration_since(fault.strike)))
         .max();
     let recovery = resource
         .holds_since(fault_end)
@@ -477,45 +473,172 @@ pub fn run(
     })
 }
 
+/// When the fault of a run happened, as the rules need it.
+#[derive(Clone, Copy, Debug)]
+pub struct FaultTimes {
+    /// Its start.
+    pub start: Instant,
+    /// Its end (the start, for an instant fault).
+    pub end: Instant,
+    /// When it struck the holds' leases: its start, or for a partial loss the moment the
+    /// older state was brought back.
+    pub strike: Instant,
+    /// Holds whose acquire began before this were not struck (a partial loss: the saved
+    /// state may have them).
+    pub struck_since: Option<Instant>,
+    /// The holder it froze.
+    pub paused: Option<super::service::Pause>,
+    /// The worker a partition cut off.
+    pub cut_worker: Option<u32>,
+}
+
+impl FaultTimes {
+    /// A fault from `start` to `end` that struck at its start.
+    pub fn new(start: Instant, end: Instant) -> FaultTimes {
+        FaultTimes {
+            start,
+            end,
+            strike: start,
+            struck_since: None,
+            paused: None,
+            cut_worker: None,
+        }
+    }
+
+    /// Whether `hold` was open when the fault struck (and granted by the store it struck).
+    pub fn struck(&self, hold: &Hold) -> bool {
+        hold.start <= self.strike
+            && hold.end.is_none_or(|end| end > self.strike)
+            && self
+                .struck_since
+                .is_none_or(|since| hold.attempted.is_some_and(|at| at >= since))
+    }
+
+    /// Whether an unsignalled overlap or stale write at `at` is left to the fence: a fault
+    /// that can lose the store's data may let a second holder in before the first can know,
+    /// from its start to one lease after its end (the time a holder may need to hear of it).
+    pub fn excuses(&self, workload: &Workload, at: Instant) -> bool {
+        workload.fault_loses_data && at >= self.start && at <= self.end + workload.ttl
+    }
+
+    /// The group of the frozen holder's hold ([`Hold::group`]): its worker's hold open when it
+    /// was stopped.
+    fn frozen_group(&self, holds: &[Hold]) -> Option<u64> {
+        let pause = self.paused?;
+        holds
+            .iter()
+            .find(|hold| {
+                hold.worker == Some(pause.pid)
+                    && hold.fence == pause.fence
+                    && hold.start <= pause.stopped
+                    && hold.end.is_none_or(|end| end > pause.stopped)
+            })
+            .map(|hold| hold.group)
+    }
+}
+
+/// The unsignalled overlaps of a run, split into those a data-losing fault excuses (left to
+/// the fence) and the violations. An overlap that began while the earlier holder was frozen
+/// is the fence's to cover too: it cannot hear anything until it runs again (and must be told
+/// at once then, which the frozen-holder rule checks).
+pub fn judge_overlaps(
+    overlaps: &[Overlap],
+    holds: &[Hold],
+    workload: &Workload,
+    fault: &FaultTimes,
+) -> (Vec<Overlap>, Vec<Overlap>) {
+    let frozen = fault.frozen_group(holds);
+    let while_frozen = |overlap: &Overlap| match fault.paused {
+        Some(pause) if Some(overlap.earlier_group) == frozen => {
+            overlap.at <= pause.continued.unwrap_or(fault.end) + SIGNAL_TOLERANCE
+        }
+        _ => false,
+    };
+    overlaps
+        .iter()
+        .copied()
+        .filter(|overlap| !overlap.signalled && !while_frozen(overlap))
+        .partition(|overlap| fault.excuses(workload, overlap.at))
+}
+
+/// Why a hold's lease must have ended, if it must: the lag rule then wants it told within
+/// one lease (plus [`SIGNAL_TOLERANCE`]) of the moment it became doubtful.
+fn must_be_told(
+    hold: &Hold,
+    overlaps: &[Overlap],
+    workload: &Workload,
+    fault: &FaultTimes,
+) -> Option<&'static str> {
+    if !workload.watchdog {
+        return Some("its fixed TTL ran out");
+    }
+    if !fault.struck(hold) {
+        return None;
+    }
+    // A partition cuts one worker off; a server fault, everybody.
+    let cut_off = workload.fault_cuts_off
+        && fault.end - fault.start > workload.ttl
+        && fault.cut_worker.is_none_or(|id| hold.worker == Some(id));
+    // The store let someone else in: it no longer had this hold's lease. (Not said of a
+    // permit: which of the open permits the store forgot is not known.)
+    let let_in = hold.kind != HoldKind::Permit
+        && overlaps
+            .iter()
+            .any(|o| o.earlier_group == hold.group && o.part == hold.part);
+    if cut_off {
+        Some("the fault cut it off for longer than a lease")
+    } else if workload.fault_ends_leases {
+        Some("the fault ended its lease in the store")
+    } else if let_in {
+        Some("another holder got in while it held")
+    } else {
+        None
+    }
+}
+
 /// Each told hold's lag, and the holds told too late (or never) although their lease had
 /// surely ended. A hold becomes doubtful at its start when its TTL is fixed (the lease began
-/// before the acquire returned and is never renewed), or at the fault's start when the fault
-/// struck it; from then on it must be told within one lease plus [`SIGNAL_TOLERANCE`] if its
-/// lease can have ended: a fixed TTL, or a fault that cut it off for longer than a lease. (A
-/// later holder's start is checked more strictly by the overlap rule.)
-fn signal_lags(
-    resource: &FencedResource,
+/// before the acquire returned and is never renewed), or when the fault struck it; from then
+/// on it must be told within one lease plus [`SIGNAL_TOLERANCE`] if its lease must have ended
+/// ([`must_be_told`]) and it was still open by then. (A later holder's start is checked more
+/// strictly by the overlap rule; the frozen holder by the frozen-holder rule.)
+pub fn signal_lags(
+    holds: &[Hold],
+    overlaps: &[Overlap],
     workload: &Workload,
-    (fault_start, fault_end): (Instant, Instant),
-    frozen: Option<(dlock::FencingToken, u32)>,
-    cut_worker: Option<u32>,
+    fault: &FaultTimes,
+    now: Instant,
 ) -> (Vec<Duration>, Vec<String>) {
-    let now = Instant::now();
-    let cut_off = workload.fault_cuts_off && fault_end - fault_start > workload.ttl;
+    let frozen = fault.frozen_group(holds);
     let mut lags = Vec::new();
     let mut late = Vec::new();
-    for hold in resource.holds() {
-        if frozen.is_some_and(|(fence, pid)| hold.fence == fence && hold.worker == Some(pid)) {
+    for hold in holds {
+        if Some(hold.group) == frozen {
             continue;
         }
-        let struck = hold.start <= fault_start && hold.end.is_none_or(|end| end > fault_start);
-        let doubtful = if struck && fault_end > fault_start {
-            fault_start
+        let doubtful = if fault.struck(hold) && fault.end > fault.start {
+            fault.strike
         } else {
             hold.start
         };
-        if let Some(lost) = hold.lost_at {
+        // A multi-lock's names are told at once: one lag per hold.
+        if let Some(lost) = hold.lost_at.filter(|_| hold.part == 0) {
             lags.push(lost.saturating_duration_since(doubtful));
         }
-        // A partition cuts one worker off; a server fault, everybody.
-        let cut = struck && cut_off && cut_worker.is_none_or(|id| hold.worker == Some(id));
-        let must_end = !workload.watchdog || cut;
+        let Some(why) = must_be_told(hold, overlaps, workload, fault) else {
+            continue;
+        };
         let due = doubtful + workload.ttl + SIGNAL_TOLERANCE;
-        if must_end && hold.end.unwrap_or(now) > due && hold.lost_at.is_none_or(|at| at > due) {
+        if hold.end.unwrap_or(now) > due && hold.lost_at.is_none_or(|at| at > due) {
             late.push(format!(
-                "fence {} ({:?} hold): {}",
+                "fence {} ({:?} hold{}, {why}): {}",
                 hold.fence,
                 hold.kind,
+                if hold.part > 0 {
+                    format!(" on name {}", hold.part)
+                } else {
+                    String::new()
+                },
                 hold.lost_at.map_or("never told".into(), |at| format!(
                     "told {} ms after its lease",
                     at.saturating_duration_since(doubtful + workload.ttl)
@@ -525,6 +648,17 @@ fn signal_lags(
         }
     }
     (lags, late)
+}
+
+/// Whether the store at `url` has native semaphores, whose permits' fences are ordered.
+fn native_permits(url: &str) -> anyhow::Result<bool> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let locks = dlock::connect(url).await?;
+        Ok(locks.backend().info().capabilities.permits)
+    })
 }
 
 fn spawn_workers(config: &WorkerConfig, workload: &Workload) -> anyhow::Result<Workers> {
@@ -580,8 +714,23 @@ fn worker_url(config: &WorkerConfig, workload: &Workload, i: usize) -> String {
         .unwrap_or_else(|| config.url.clone())
 }
 
-/// The fault's start and end, the frozen holder, and the worker a partition cut off.
-type FaultWindow = (Instant, Instant, Option<super::service::Pause>, Option<u32>);
+/// How young the hold a store fault strikes is: it then outlives the lag rule's bound (one
+/// lease plus [`SIGNAL_TOLERANCE`]) when the store's holds last longer than a lease, so the
+/// rule judges it (a hold ending before the bound is never judged).
+const FRESH_HOLD: Duration = Duration::from_millis(20);
+
+/// Waits until a hold has just begun (see [`FRESH_HOLD`]), and returns it.
+fn wait_for_a_fresh_hold(service: &CheckerService, deadline: Duration) -> anyhow::Result<Hold> {
+    let mut fresh = None;
+    wait_until(deadline, "a hold to strike", || {
+        fresh = service
+            .resource()
+            .newest_open_hold()
+            .filter(|hold| hold.start.elapsed() < FRESH_HOLD);
+        fresh.is_some()
+    })?;
+    fresh.context("no hold to strike")
+}
 
 fn drive(
     service: &CheckerService,
@@ -589,12 +738,12 @@ fn drive(
     (direct_url, name): (&str, &str),
     workload: &Workload,
     fault: Fault,
-) -> anyhow::Result<FaultWindow> {
+) -> anyhow::Result<FaultTimes> {
     let deadline = workload.deadline;
     wait_until(deadline, "the workload to start", || {
         service.acquisitions().succeeded >= workload.holds_before
     })?;
-    let (start, end, paused, cut_worker) = match fault {
+    let times = match fault {
         Fault::None => {
             if let Some(total) = workload.acquisitions {
                 wait_until(deadline, "the acquisitions of the run", || {
@@ -602,7 +751,7 @@ fn drive(
                 })?;
             }
             let now = Instant::now();
-            (now, now, None, None)
+            FaultTimes::new(now, now)
         }
         Fault::HolderKill => {
             let Workers::Processes(children) = workers else {
@@ -625,7 +774,7 @@ fn drive(
             child.wait()?;
             // The process can no longer touch anything: its hold ends here.
             service.resource().end_hold_of(fence, Some(pid));
-            (killed, killed, None, None)
+            FaultTimes::new(killed, killed)
         }
         Fault::HolderPause(pause) => {
             service.pause_next_holder(pause);
@@ -645,20 +794,14 @@ fn drive(
             let Some(pause) = done else {
                 bail!("no pause");
             };
-            (
-                pause.stopped,
-                pause.continued.unwrap_or(pause.stopped),
-                Some(pause),
-                None,
-            )
+            FaultTimes {
+                paused: Some(pause),
+                ..FaultTimes::new(pause.stopped, pause.continued.unwrap_or(pause.stopped))
+            }
         }
         Fault::Partition(duration, cut) => {
-            let mut holder = None;
-            wait_until(deadline, "a hold to strike", || {
-                holder = service.resource().current_holder();
-                holder.is_some()
-            })?;
-            let Some((_, Some(id))) = holder else {
+            let holder = wait_for_a_fresh_hold(service, deadline)?;
+            let Some(id) = holder.worker else {
                 bail!("the holder has no id");
             };
             let index = match workers {
@@ -672,16 +815,17 @@ fn drive(
             cut(index, true).context("cut the holder off")?;
             std::thread::sleep(duration);
             cut(index, false).context("heal the partition")?;
-            (start, Instant::now(), None, Some(id))
+            FaultTimes {
+                cut_worker: Some(id),
+                ..FaultTimes::new(start, Instant::now())
+            }
         }
         Fault::External(name, inject) => {
-            // Strike while a lock is held, where a fault can do harm.
-            wait_until(deadline, "a hold to strike", || {
-                service.resource().current_holder().is_some()
-            })?;
+            // Strike a hold that just began, where a fault can do harm.
+            wait_for_a_fresh_hold(service, deadline)?;
             let start = Instant::now();
             inject().with_context(|| format!("inject {name}"))?;
-            (start, Instant::now(), None, None)
+            FaultTimes::new(start, Instant::now())
         }
         Fault::PartialLoss {
             name: fault_name,
@@ -697,7 +841,7 @@ fn drive(
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            runtime
+            let checkpointed = runtime
                 .block_on(async {
                     let locks = dlock::connect(direct_url).await?;
                     let held =
@@ -709,19 +853,27 @@ fn drive(
                         checkpoint()
                     }
                     .await;
+                    let checkpointed = Instant::now();
                     cut(false)?;
-                    saved
+                    saved.map(|()| checkpointed)
                 })
                 .with_context(|| format!("checkpoint before {fault_name}"))?;
             std::thread::sleep(after);
+            // Every hold open now was granted after the checkpoint: the state that comes back
+            // does not have it.
+            let strike = Instant::now();
             lose().with_context(|| format!("inject {fault_name}"))?;
-            (start, Instant::now(), None, None)
+            FaultTimes {
+                strike,
+                struck_since: Some(checkpointed),
+                ..FaultTimes::new(start, Instant::now())
+            }
         }
     };
     wait_until(deadline, "holds after the fault", || {
-        service.resource().holds_since(end).len() >= workload.holds_after
+        service.resource().holds_since(times.end).len() >= workload.holds_after
     })?;
-    Ok((start, end, paused, cut_worker))
+    Ok(times)
 }
 
 fn wait_until(
@@ -892,4 +1044,293 @@ async fn inspect(locks: &dlock::Locks, name: &str) -> anyhow::Result<Option<Stri
         Err(error) if error.is_retryable() => Some(error.to_string()),
         Err(error) => return Err(error.into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The rules over hand-built records: a lease of 1 s, times in ms from `t0`.
+
+    use super::*;
+    use dlock::FencingToken;
+
+    struct Record {
+        t0: Instant,
+        holds: Vec<Hold>,
+    }
+
+    impl Record {
+        fn new() -> Record {
+            Record {
+                // Far enough from the clock's start for holds that began before `t0`.
+                t0: Instant::now() + Duration::from_secs(10),
+                holds: Vec::new(),
+            }
+        }
+
+        fn at(&self, ms: i64) -> Instant {
+            if ms >= 0 {
+                self.t0 + Duration::from_millis(ms.unsigned_abs())
+            } else {
+                self.t0 - Duration::from_millis(ms.unsigned_abs())
+            }
+        }
+
+        /// A hold of worker `worker` with `fence` from `start` to `end`, told at `lost`.
+        fn hold(&mut self, worker: u32, fence: u64, (start, end): (i64, i64), lost: Option<i64>) {
+            let group = u64::try_from(self.holds.len()).unwrap();
+            self.holds.push(Hold {
+                fence: FencingToken::new(fence),
+                kind: HoldKind::Exclusive,
+                part: 0,
+                group,
+                worker: Some(worker),
+                attempted: Some(self.at(start - 5)),
+                start: self.at(start),
+                end: Some(self.at(end)),
+                lost_at: lost.map(|ms| self.at(ms)),
+            });
+        }
+
+        /// A fault from `start` to `end` ms.
+        fn fault(&self, start: i64, end: i64) -> FaultTimes {
+            FaultTimes::new(self.at(start), self.at(end))
+        }
+
+        fn late(&self, workload: &Workload, fault: &FaultTimes) -> Vec<String> {
+            let overlaps = FencedResource::new().report().overlap_details;
+            self.late_with(&overlaps, workload, fault)
+        }
+
+        fn late_with(
+            &self,
+            overlaps: &[Overlap],
+            workload: &Workload,
+            fault: &FaultTimes,
+        ) -> Vec<String> {
+            signal_lags(&self.holds, overlaps, workload, fault, self.at(100_000)).1
+        }
+
+        /// The overlap of hold `later` with hold `earlier`, as the resource reports it.
+        fn overlap(&self, earlier: usize, later: usize) -> Overlap {
+            let (earlier, later) = (&self.holds[earlier], &self.holds[later]);
+            Overlap {
+                earlier: earlier.fence,
+                earlier_worker: earlier.worker,
+                earlier_group: earlier.group,
+                part: earlier.part,
+                later: later.fence,
+                at: later.start,
+                signalled: earlier.told_by(later.start),
+            }
+        }
+    }
+
+    fn watchdog() -> Workload {
+        Workload {
+            watchdog: true,
+            ..Workload::default()
+        }
+    }
+
+    /// A fault that ends the lease of every hold it strikes (a Redis restart).
+    fn ending_leases() -> Workload {
+        Workload {
+            fault_loses_data: true,
+            fault_ends_leases: true,
+            ..watchdog()
+        }
+    }
+
+    #[test]
+    fn a_hold_whose_lease_the_fault_ended_must_be_told() {
+        let mut record = Record::new();
+        record.hold(1, 10, (-10, 2500), None);
+        let late = record.late(&ending_leases(), &record.fault(0, 200));
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].contains("never told"), "{late:?}");
+        assert!(late[0].contains("ended its lease in the store"), "{late:?}");
+    }
+
+    #[test]
+    fn a_hold_whose_lease_the_fault_ended_told_a_lease_late_is_late() {
+        let mut record = Record::new();
+        record.hold(1, 10, (-10, 2500), Some(1400));
+        let late = record.late(&ending_leases(), &record.fault(0, 200));
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].contains("told 400 ms after its lease"), "{late:?}");
+    }
+
+    #[test]
+    fn a_hold_whose_lease_the_fault_ended_told_within_a_lease_is_on_time() {
+        let mut record = Record::new();
+        // Told a lease and the tolerance after the strike: the last moment on time.
+        record.hold(1, 10, (-10, 2500), Some(1050));
+        let (workload, fault) = (ending_leases(), record.fault(0, 200));
+        assert!(record.late(&workload, &fault).is_empty());
+        let (lags, _) = signal_lags(&record.holds, &[], &workload, &fault, record.at(9000));
+        assert_eq!(lags, vec![Duration::from_millis(1050)]);
+    }
+
+    #[test]
+    fn a_struck_hold_that_ended_before_the_bound_is_not_judged() {
+        let mut record = Record::new();
+        record.hold(1, 10, (-900, 500), None);
+        assert!(
+            record
+                .late(&ending_leases(), &record.fault(0, 200))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_hold_begun_after_the_strike_is_not_struck() {
+        let mut record = Record::new();
+        record.hold(1, 10, (300, 3000), None);
+        assert!(
+            record
+                .late(&ending_leases(), &record.fault(0, 200))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_watchdog_hold_a_harmless_fault_struck_need_not_be_told() {
+        // Latency, a connection reset: the lease lives on.
+        let mut record = Record::new();
+        record.hold(1, 10, (-10, 3000), None);
+        assert!(record.late(&watchdog(), &record.fault(0, 2000)).is_empty());
+    }
+
+    #[test]
+    fn a_struck_hold_another_holder_got_past_must_be_told() {
+        // A leader kill: the promoted replica may have the hold or not; it had not, since it
+        // let the second holder in.
+        let workload = Workload {
+            fault_loses_data: true,
+            ..watchdog()
+        };
+        let mut record = Record::new();
+        record.hold(1, 10, (-10, 2500), None);
+        record.hold(2, 11, (300, 1500), None);
+        let fault = record.fault(0, 200);
+        assert!(record.late(&workload, &fault).is_empty(), "no overlap seen");
+        let overlaps = [record.overlap(0, 1)];
+        let late = record.late_with(&overlaps, &workload, &fault);
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].starts_with("fence 10"), "{late:?}");
+        assert!(late[0].contains("another holder got in"), "{late:?}");
+        // The overlap itself is the fence's to cover: it began inside the fault's window.
+        let (during, unexcused) = judge_overlaps(&overlaps, &record.holds, &workload, &fault);
+        assert_eq!((during.len(), unexcused.len()), (1, 0));
+    }
+
+    #[test]
+    fn an_unsignalled_overlap_is_excused_only_inside_a_data_losing_fault_window() {
+        let workload = Workload {
+            fault_loses_data: true,
+            ..watchdog()
+        };
+        let mut record = Record::new();
+        record.hold(1, 10, (-10, 3000), None);
+        record.hold(2, 11, (1100, 1300), None); // inside: the fault's end plus a lease
+        record.hold(3, 12, (1300, 1400), None); // after it
+        let overlaps = [record.overlap(0, 1), record.overlap(0, 2)];
+        let fault = record.fault(0, 200);
+        let (during, unexcused) = judge_overlaps(&overlaps, &record.holds, &workload, &fault);
+        assert_eq!(
+            during.iter().map(|o| o.later.get()).collect::<Vec<_>>(),
+            [11]
+        );
+        assert_eq!(
+            unexcused.iter().map(|o| o.later.get()).collect::<Vec<_>>(),
+            [12]
+        );
+        // Without data loss, neither is.
+        let (during, unexcused) = judge_overlaps(&overlaps, &record.holds, &watchdog(), &fault);
+        assert_eq!((during.len(), unexcused.len()), (0, 2));
+    }
+
+    #[test]
+    fn a_partial_loss_strikes_the_holds_granted_after_the_checkpoint() {
+        let mut record = Record::new();
+        // Asked for before the checkpoint at 0 (the saved state may have it), then after.
+        record.hold(1, 10, (-3, 4000), None);
+        record.hold(2, 11, (100, 4000), None);
+        let fault = FaultTimes {
+            strike: record.at(2000),
+            struck_since: Some(record.at(0)),
+            ..record.fault(-500, 2300)
+        };
+        assert!(!fault.struck(&record.holds[0]));
+        assert!(fault.struck(&record.holds[1]));
+        let late = record.late(&ending_leases(), &fault);
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].starts_with("fence 11"), "{late:?}");
+        // Counted from the strike, not the fault's start: told 1 s after the loss is on time.
+        record.holds[1].lost_at = Some(record.at(3000));
+        assert!(record.late(&ending_leases(), &fault).is_empty());
+    }
+
+    #[test]
+    fn a_partition_judges_the_cut_off_worker_only() {
+        let workload = Workload {
+            fault_cuts_off: true,
+            ..watchdog()
+        };
+        let mut record = Record::new();
+        record.hold(1, 10, (-10, 3000), None);
+        record.hold(2, 11, (-10, 3000), None);
+        let fault = FaultTimes {
+            cut_worker: Some(2),
+            ..record.fault(0, 2500)
+        };
+        let late = record.late(&workload, &fault);
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].starts_with("fence 11"), "{late:?}");
+        assert!(late[0].contains("cut it off"), "{late:?}");
+        // A cut shorter than a lease ends no lease.
+        let short = FaultTimes {
+            cut_worker: Some(2),
+            ..record.fault(0, 900)
+        };
+        assert!(record.late(&workload, &short).is_empty());
+    }
+
+    #[test]
+    fn a_fixed_ttl_hold_past_its_lease_must_be_told() {
+        let mut record = Record::new();
+        record.hold(1, 10, (0, 1500), None);
+        record.hold(2, 11, (2000, 3500), Some(2900));
+        record.hold(3, 12, (4000, 4900), None); // ended within its lease
+        let late = record.late(&Workload::default(), &record.fault(0, 0));
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].starts_with("fence 10"), "{late:?}");
+        assert!(late[0].contains("fixed TTL"), "{late:?}");
+    }
+
+    #[test]
+    fn the_frozen_hold_is_left_to_the_frozen_holder_rule() {
+        let mut record = Record::new();
+        record.hold(1, 10, (0, 3200), None);
+        record.hold(2, 11, (1500, 1600), None); // while it was frozen
+        record.hold(3, 12, (3100, 3300), None); // after it ran again
+        let fault = FaultTimes {
+            paused: Some(super::super::service::Pause {
+                pid: 1,
+                fence: FencingToken::new(10),
+                stopped: record.at(1),
+                continued: Some(record.at(3000)),
+            }),
+            ..record.fault(1, 3000)
+        };
+        let workload = Workload::default();
+        assert!(record.late(&workload, &fault).is_empty());
+        let overlaps = [record.overlap(0, 1), record.overlap(0, 2)];
+        let (during, unexcused) = judge_overlaps(&overlaps, &record.holds, &workload, &fault);
+        assert!(during.is_empty());
+        assert_eq!(
+            unexcused.iter().map(|o| o.later.get()).collect::<Vec<_>>(),
+            [12]
+        );
+    }
 }

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `ATTEMPT <pid>` | about to acquire; the reply `STOP` tells the worker to finish |
 //! | `TIMEOUT <pid>` / `ERROR <pid> <message>` | the acquire timed out / failed otherwise (indeterminate) |
-//! | `BEGIN <pid> <fence> [w\|r\|p]` | the acquire returned this fence: a hold starts (exclusive, read or permit; exclusive when absent) |
+//! | `BEGIN <pid> <fence> [w\|r\|p [<fence>…]]` | the acquire returned this fence: a hold starts (exclusive, read or permit; exclusive when absent); a multi-lock adds the fences of its other names, in order, and its `LOST` and `END` name the first |
 //! | `WRITE <pid> <fence>` | a write through the fence: `OK` or `STALE <highest>` |
 //! | `READ <pid> <fence>` | a reader's read: `OK` or `STALE <highest>` (refused like a write, raises nothing) |
 //! | `LOST <pid> <fence>` | the guard's lost signal fired |
@@ -232,11 +232,15 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
         .next()
         .and_then(|fence| fence.parse::<u64>().ok())
         .map(FencingToken::new);
-    // `BEGIN <pid> <fence> [w|r|p]`: what the hold excludes (exclusive when absent).
+    // `BEGIN <pid> <fence> [w|r|p [<fence>…]]`: what the hold excludes (exclusive when
+    // absent), and a multi-lock's other names' fences.
     let kind = words
         .next()
         .and_then(HoldKind::from_letter)
         .unwrap_or_default();
+    let other_fences: Option<Vec<FencingToken>> = words
+        .map(|word| word.parse::<u64>().ok().map(FencingToken::new))
+        .collect();
     let resource = &shared.resource;
     match (verb, fence) {
         ("ATTEMPT", _) => {
@@ -244,6 +248,7 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
                 return "STOP".into();
             }
             lock(&shared.acquisitions).attempted += 1;
+            resource.attempt(pid);
             "GO".into()
         }
         ("TIMEOUT", _) => {
@@ -259,8 +264,12 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
             "OK".into()
         }
         ("BEGIN", Some(fence)) => {
+            let Some(other_fences) = other_fences else {
+                return format!("ERR bad request {line:?}");
+            };
             lock(&shared.acquisitions).succeeded += 1;
-            resource.begin(fence, kind, Some(pid));
+            let fences: Vec<FencingToken> = std::iter::once(fence).chain(other_fences).collect();
+            resource.begin_parts(&fences, kind, Some(pid));
             if let Some(pause) = lock(&shared.pause_request).take() {
                 freeze(shared, pid, fence, pause);
             }

@@ -84,7 +84,8 @@ pub(super) enum Held {
     Read(dlock::ReadGuard),
     Write(dlock::WriteGuard),
     Permit(dlock::Permit),
-    Multi(dlock::MultiGuard, dlock::FencingToken),
+    /// With the fence of each name, in the order of [`Primitive::multi_names`].
+    Multi(dlock::MultiGuard, Vec<dlock::FencingToken>),
 }
 
 impl Held {
@@ -105,22 +106,32 @@ impl Held {
             Primitive::MultiLock => {
                 let names = Primitive::multi_names(name);
                 let guard = locks.multi_lock(names.clone()).wait(wait).acquire().await?;
-                let fence = guard
-                    .fence(&names[0])
-                    .unwrap_or(dlock::FencingToken::new(0));
-                Held::Multi(guard, fence)
+                let fences = multi_fences(&guard, &names);
+                Held::Multi(guard, fences)
             }
         })
     }
 
+    /// The fence the hold writes with (a multi-lock's first name's).
     fn fence(&self) -> dlock::FencingToken {
         match self {
             Held::Mutex(g) => g.fence(),
             Held::Read(g) => g.fence(),
             Held::Write(g) => g.fence(),
             Held::Permit(g) => g.fence(),
-            Held::Multi(_, fence) => *fence,
+            Held::Multi(_, fences) => fences[0],
         }
+    }
+
+    /// The `BEGIN` line's rest: the fence, the kind's letter, a multi-lock's other fences.
+    fn begin_line(&self) -> String {
+        let mut line = format!("{} {}", self.fence().get(), self.kind().letter());
+        if let Held::Multi(_, fences) = self {
+            for fence in &fences[1..] {
+                line.push_str(&format!(" {}", fence.get()));
+            }
+        }
+        line
     }
 
     fn kind(&self) -> HoldKind {
@@ -152,6 +163,15 @@ impl Held {
     }
 }
 
+/// Each name's fence, in the order of `names` (0 for a name the guard does not know, which the
+/// checker then reports as a regression).
+fn multi_fences(guard: &dlock::MultiGuard, names: &[String]) -> Vec<dlock::FencingToken> {
+    names
+        .iter()
+        .map(|name| guard.fence(name).unwrap_or(dlock::FencingToken::new(0)))
+        .collect()
+}
+
 async fn acquire(locks: &dlock::Locks, config: &WorkerConfig, round: u64) -> dlock::Result<Held> {
     // Every builder takes the same two options: the wait, and a fixed TTL unless the client's
     // watchdog lease is used.
@@ -178,11 +198,8 @@ async fn acquire(locks: &dlock::Locks, config: &WorkerConfig, round: u64) -> dlo
         Primitive::MultiLock => {
             let names = Primitive::multi_names(&name);
             let guard = options!(locks.multi_lock(names.clone())).acquire().await?;
-            // Every part's fence grows; the first one's stands for the hold.
-            let fence = guard
-                .fence(&names[0])
-                .unwrap_or(dlock::FencingToken::new(0));
-            Held::Multi(guard, fence)
+            let fences = multi_fences(&guard, &names);
+            Held::Multi(guard, fences)
         }
     })
 }
@@ -379,9 +396,7 @@ pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
         let started = Instant::now();
         let fence = guard.fence().get().to_string();
         let kind = guard.kind();
-        checker
-            .send("BEGIN", &format!("{fence} {}", kind.letter()))
-            .await?;
+        checker.send("BEGIN", &guard.begin_line()).await?;
         let watcher = {
             let (checker, fence, lost) = (checker.clone(), fence.clone(), guard.lost_token());
             tokio::spawn(async move {
