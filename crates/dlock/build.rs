@@ -2,7 +2,9 @@
 //! is missing are then reported as ignored, with the reason, instead of passing without
 //! running (`#[cfg_attr(dlock_test_missing = "redis", ignore = "…")]`). When
 //! `DLOCK_TEST_REQUIRE` asks for a server, it is never marked missing, so its tests run and
-//! fail loudly. The library itself does not read these flags.
+//! fail loudly. `DLOCK_TEST_MISSING_AT_BUILD` names the same servers for the tests to read
+//! (`dlock_testkit::server::built_without`), so a run that requires one of them fails instead
+//! of reporting its tests as ignored. The library itself does not read these flags.
 //!
 //! For the library: `dlock_all_backends` when every backend feature is on (code that several
 //! backends share, each using part of it, allows dead code in any other build; the full
@@ -78,6 +80,7 @@ fn main() {
     println!("cargo::rerun-if-env-changed=PATH");
     println!("cargo::rerun-if-env-changed=DLOCK_TEST_REQUIRE");
     println!("cargo::rerun-if-env-changed=DLOCK_TEST_ZOOKEEPER_JAR");
+    let mut missing = Vec::new();
     for (name, binary, env, extra) in SERVERS {
         println!("cargo::rerun-if-env-changed={env}");
         let mut present = found(binary, env, extra);
@@ -107,6 +110,13 @@ fn main() {
         }
         if !present && !required(name) {
             println!("cargo::rustc-cfg=dlock_test_missing=\"{name}\"");
+            missing.push(name);
         }
     }
+    // The same list, readable at run time (`env!`): a run whose `DLOCK_TEST_REQUIRE` asks for
+    // a server this build marked missing would otherwise see its tests ignored, not failed.
+    println!(
+        "cargo::rustc-env=DLOCK_TEST_MISSING_AT_BUILD={}",
+        missing.join(",")
+    );
 }

@@ -153,12 +153,14 @@ fn blocking_guards_release_on_drop_on_sqlite() {
 }
 
 #[cfg(all(feature = "blocking", feature = "redis"))]
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[test]
 fn blocking_guards_release_on_drop_on_redis() {
     use dlock_testkit::fixture::{Fixture, RedisFixture};
-    let Some(redis) = RedisFixture::start().unwrap() else {
-        return;
-    };
+    let redis = dlock_testkit::require::present("redis", RedisFixture::start()).unwrap();
     blocking_guards_release_on_drop(&redis.url().unwrap());
 }
 

@@ -6,7 +6,8 @@
 //! names (path-like, SQL wildcards, multi-byte, exactly the maximum length) must round-trip.
 //!
 //! The API matrix runs on every backend this build enables, on real servers the test kit
-//! starts; the CLI matrix drives the built `dlock` binary on a SQLite file.
+//! starts (a missing server makes its test ignored or failed, never passed:
+//! `dlock_testkit::require`); the CLI matrix drives the built `dlock` binary on a SQLite file.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -15,7 +16,11 @@ use std::time::Duration;
 use dlock::Error;
 use dlock::limits::{MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 use dlock_testkit::fixture::{Fixture, MemoryFixture, SqliteFixture};
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+use dlock_testkit::require::present;
 use futures::TryStreamExt;
+
+dlock_testkit::fail_if_a_required_server_was_missing_at_build!();
 
 /// A failed expectation, collected so one run reports every case.
 type Failures = Vec<String>;
@@ -450,52 +455,79 @@ async fn memory_and_sqlite_api() {
 }
 
 #[cfg(feature = "redis")]
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_and_redlock_api() {
+    let redis = present("redis", dlock_testkit::fixture::RedisFixture::start()).unwrap();
+    let redlock = present("redis", dlock_testkit::fixture::RedlockFixture::start(3)).unwrap();
+    let mut failures = api_matrix(&*redis).await;
+    failures.extend(api_matrix(&*redlock).await);
+    assert_clean(failures);
+}
+
+/// The API matrix on both modes of a SQL server; a missing server fails (see `present`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn sql_api<K: dlock_testkit::fixture::SqlServer>(server: &str) {
+    let fixtures = dlock_testkit::fixture::SqlFixture::<K>::start_both().unwrap();
+    assert!(
+        !fixtures.is_empty(),
+        "{}",
+        dlock_testkit::require::missing_now(server)
+    );
     let mut failures = Failures::new();
-    if let Some(redis) = dlock_testkit::fixture::RedisFixture::start().unwrap() {
-        failures.extend(api_matrix(&*redis).await);
-    }
-    if let Some(redlock) = dlock_testkit::fixture::RedlockFixture::start(3).unwrap() {
-        failures.extend(api_matrix(&*redlock).await);
+    for fixture in fixtures {
+        failures.extend(api_matrix(&*fixture).await);
     }
     assert_clean(failures);
 }
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_api() {
-    let mut failures = Failures::new();
-    for fixture in dlock_testkit::fixture::PostgresFixture::start_both().unwrap() {
-        failures.extend(api_matrix(&*fixture).await);
-    }
-    assert_clean(failures);
+    sql_api::<dlock_testkit::server::Postgres>("postgres").await;
 }
 
 #[cfg(feature = "mysql")]
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_api() {
-    let mut failures = Failures::new();
-    for fixture in dlock_testkit::fixture::MysqlFixture::start_both().unwrap() {
-        failures.extend(api_matrix(&*fixture).await);
-    }
-    assert_clean(failures);
+    sql_api::<dlock_testkit::server::Mariadb>("mariadb").await;
 }
 
 #[cfg(feature = "etcd")]
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn etcd_api() {
-    if let Some(etcd) = dlock_testkit::fixture::EtcdFixture::start().unwrap() {
-        assert_clean(api_matrix(&*etcd).await);
-    }
+    let etcd = present("etcd", dlock_testkit::fixture::EtcdFixture::start()).unwrap();
+    assert_clean(api_matrix(&*etcd).await);
 }
 
 #[cfg(feature = "zookeeper")]
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
 #[tokio::test(flavor = "multi_thread")]
 async fn zookeeper_api() {
-    if let Some(zk) = dlock_testkit::fixture::ZookeeperFixture::start().unwrap() {
-        assert_clean(api_matrix(&*zk).await);
-    }
+    let zk = present(
+        "zookeeper",
+        dlock_testkit::fixture::ZookeeperFixture::start(),
+    )
+    .unwrap();
+    assert_clean(api_matrix(&*zk).await);
 }
 
 /// Every URL that cannot work is `InvalidUrl`, with any password redacted, before any I/O.

@@ -15,16 +15,18 @@ use dlock_testkit::server::{Etcd, EtcdCluster, ServerProcess, find_binary, requi
 fn have_etcd() -> bool {
     let found = Etcd::single().is_ok_and(|kind| find_binary(&kind).is_some());
     if !found {
+        // The build found etcd (or these tests are ignored): missing now fails, whether
+        // required or not, rather than passing (`dlock_testkit::require`).
         assert!(
             !required("etcd"),
             "etcd not found, but DLOCK_TEST_REQUIRE requires it"
         );
-        eprintln!("skipping: etcd not found (set DLOCK_TEST_ETCD_BIN)");
+        panic!("{}", dlock_testkit::require::missing_now("etcd"));
     }
     found
 }
 
-/// A fresh single member, or `None` (skip) when etcd is not installed and not required.
+/// A fresh single member; a missing etcd fails the test (see `have_etcd`).
 fn server() -> Option<ServerProcess> {
     have_etcd().then(|| {
         tokio::task::block_in_place(|| {

@@ -3,7 +3,10 @@
 
 //! A guard still alive when a program ends is released before the process exits, in the
 //! shapes programs end in: `#[tokio::main]` returning, a runtime dropped with a task holding a
-//! guard, `std::process::exit` after `Locks::close`, and the `cron_job` example run to its end.
+//! guard, `std::process::exit` after `Locks::close`, and the `cron_job` example run to its end;
+//! on every store this build enables (memory aside: it lives and dies with its process), each
+//! on a real server the test kit starts. A missing server makes its test ignored (the build
+//! found none) or failed, never passed (`dlock_testkit::require`).
 //!
 //! Each shape runs as a real process: this test binary run again with `DLOCK_EXIT_CHILD` set
 //! (the `child` test). The child takes the lock and says `held`; the parent checks the lock is
@@ -13,8 +16,14 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
 
 use dlock_testkit::fixture::{Fixture, SqliteFixture};
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+use dlock_testkit::require::present;
 
 // The example itself, run as the child program (its `main` is `pub` for this).
 #[allow(unreachable_pub)]
@@ -22,8 +31,26 @@ use dlock_testkit::fixture::{Fixture, SqliteFixture};
 mod cron_job;
 
 const CHILD: &str = "DLOCK_EXIT_CHILD";
-const NAME: &str = "exit/held-at-the-end";
+/// The variable naming the child's lock: one lock per shape, so a shape that fails leaves
+/// the others' free.
+const CHILD_LOCK: &str = "DLOCK_EXIT_LOCK";
 const MARK: &str = "dlock-exit: ";
+
+/// The shapes a child program ends in, besides the `cron_job` example.
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "etcd",
+    feature = "zookeeper"
+))]
+const SHAPES: [&str; 3] = ["tokio-main", "runtime-dropped", "close-then-exit"];
+
+dlock_testkit::fail_if_a_required_server_was_missing_at_build!();
+
+fn lock_name(shape: &str) -> String {
+    format!("exit/held-at-the-end/{shape}")
+}
 
 fn say(what: &str) {
     println!("{MARK}{what}");
@@ -37,7 +64,8 @@ fn wait_for_parent() {
 
 async fn take(url: &str) -> (dlock::Locks, dlock::MutexGuard) {
     let locks = dlock::connect(url).await.unwrap();
-    let guard = locks.mutex(NAME).no_wait().acquire().await.unwrap();
+    let name = std::env::var(CHILD_LOCK).unwrap();
+    let guard = locks.mutex(&name).no_wait().acquire().await.unwrap();
     (locks, guard)
 }
 
@@ -103,8 +131,8 @@ struct Program {
 }
 
 impl Program {
-    fn start(shape: &str, url: &str) -> Program {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+    fn start(shape: &str, url: &str) -> anyhow::Result<Program> {
+        let mut child = Command::new(std::env::current_exe()?)
             .args([
                 "--exact",
                 "child",
@@ -113,39 +141,49 @@ impl Program {
                 "--test-threads=1",
             ])
             .env(CHILD, shape)
+            .env(CHILD_LOCK, lock_name(shape))
             .env("DLOCK_URL", url)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Program { child, stdout }
+            .spawn()?;
+        let stdout = BufReader::new(child.stdout.take().context("the child's stdout")?);
+        Ok(Program { child, stdout })
     }
 
     /// Reads the child's output up to its next `said` line.
-    fn expect(&mut self, said: &str) {
+    fn expect(&mut self, said: &str) -> anyhow::Result<()> {
         let mut line = String::new();
         loop {
             line.clear();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "the child ended before saying {said:?}");
+            let n = self.stdout.read_line(&mut line)?;
+            ensure!(n > 0, "the child ended before saying {said:?}");
             // libtest may print its "test child ... " on the same line first.
             if line.trim_end().ends_with(&format!("{MARK}{said}")) {
-                return;
+                return Ok(());
             }
         }
     }
 
-    fn go_on(&mut self) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        stdin.write_all(b"go\n").unwrap();
-        stdin.flush().unwrap();
+    fn go_on(&mut self) -> anyhow::Result<()> {
+        let stdin = self.child.stdin.as_mut().context("the child's stdin")?;
+        stdin.write_all(b"go\n")?;
+        stdin.flush()?;
+        Ok(())
     }
 
-    fn finish(mut self) {
+    fn finish(mut self) -> anyhow::Result<()> {
         drop(self.child.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the child failed: {status}");
+        let status = self.child.wait()?;
+        ensure!(status.success(), "the child failed: {status}");
+        Ok(())
+    }
+}
+
+impl Drop for Program {
+    // A shape that failed half-way must not leave its child holding the lock.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -156,41 +194,70 @@ fn checker() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Whether `NAME` can be taken at once; gives it back if so.
-fn free_at_once(runtime: &tokio::runtime::Runtime, locks: &dlock::Locks) -> bool {
+/// Whether `name` can be taken within `settle` (at once when zero); gives it back if so.
+fn free_within(
+    runtime: &tokio::runtime::Runtime,
+    locks: &dlock::Locks,
+    name: &str,
+    settle: Duration,
+) -> anyhow::Result<bool> {
     runtime.block_on(async {
-        match locks.mutex(NAME).try_acquire().await.unwrap() {
+        let taken = match locks.mutex(name).wait(settle).acquire().await {
+            Ok(guard) => Some(guard),
+            Err(dlock::Error::Timeout { .. }) => None,
+            Err(error) => return Err(error.into()),
+        };
+        Ok(match taken {
             Some(guard) => {
-                guard.release().await.unwrap();
+                guard.release().await?;
                 true
             }
             None => false,
-        }
+        })
     })
 }
 
-fn check_shape(url: &str, shape: &str) {
-    let runtime = checker();
-    let locks = runtime.block_on(dlock::connect(url)).unwrap();
-    let mut program = Program::start(shape, url);
-    program.expect("held");
-    assert!(
-        !free_at_once(&runtime, &locks),
-        "{shape}: the child does not hold the lock"
-    );
-    program.go_on();
-    program.expect("ended");
-    assert!(
-        free_at_once(&runtime, &locks),
-        "{shape}: the lock was still held after the program ended its runtime"
-    );
-    program.finish();
+/// How long after a program's end its lock may stay held on `backend`: none, except where
+/// the lock is its connection (SQL session modes), which the server frees as it sees the
+/// closed socket (see their docs' caveats). Either way far less than the 30 s lease.
+#[cfg(any(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper"
+))]
+fn settle_time(backend: &str) -> Duration {
+    if backend.ends_with("-session") {
+        Duration::from_secs(5)
+    } else {
+        Duration::ZERO
+    }
 }
 
-fn check_cron_job(url: &str) {
+fn check_shape(url: &str, shape: &str, settle: Duration) -> anyhow::Result<()> {
     let runtime = checker();
-    let locks = runtime.block_on(dlock::connect(url)).unwrap();
-    let output = Command::new(std::env::current_exe().unwrap())
+    let locks = runtime.block_on(dlock::connect(url))?;
+    let name = lock_name(shape);
+    let mut program = Program::start(shape, url)?;
+    program.expect("held")?;
+    ensure!(
+        !free_within(&runtime, &locks, &name, Duration::ZERO)?,
+        "{shape}: the child does not hold the lock"
+    );
+    program.go_on()?;
+    program.expect("ended")?;
+    ensure!(
+        free_within(&runtime, &locks, &name, settle)?,
+        "{shape}: the lock was still held {settle:?} after the program ended its runtime"
+    );
+    program.finish()
+}
+
+fn check_cron_job(url: &str, settle: Duration) -> anyhow::Result<()> {
+    let runtime = checker();
+    let locks = runtime.block_on(dlock::connect(url))?;
+    let output = Command::new(std::env::current_exe()?)
         .args([
             "--exact",
             "child",
@@ -200,25 +267,47 @@ fn check_cron_job(url: &str) {
         ])
         .env(CHILD, "cron-job")
         .env("DLOCK_URL", url)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
+        .output()?;
+    ensure!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("running the nightly report"), "{stdout}");
-    runtime.block_on(async {
-        let next = locks
-            .mutex("jobs/nightly-report")
-            .try_acquire()
-            .await
-            .unwrap();
-        assert!(
-            next.is_some(),
-            "the next run found the job's lock still held"
-        );
-    });
+    ensure!(stdout.contains("running the nightly report"), "{stdout}");
+    ensure!(
+        free_within(&runtime, &locks, "jobs/nightly-report", settle)?,
+        "the next run found the job's lock still held {settle:?} after"
+    );
+    Ok(())
 }
 
-fn sqlite() -> (std::sync::Arc<SqliteFixture>, String) {
+/// Every shape and the `cron_job` example on each of `fixtures` (the backends of one
+/// server), every failure reported.
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "etcd",
+    feature = "zookeeper"
+))]
+fn every_shape_releases(fixtures: &[Arc<dyn Fixture>]) {
+    let mut failures = Vec::new();
+    for fixture in fixtures {
+        let backend = fixture.backend();
+        let url = fixture
+            .url()
+            .expect("a store another process reaches has a URL");
+        let settle = settle_time(backend);
+        for shape in SHAPES {
+            if let Err(e) = check_shape(&url, shape, settle) {
+                failures.push(format!("{backend}: {e:#}"));
+            }
+        }
+        if let Err(e) = check_cron_job(&url, settle) {
+            failures.push(format!("{backend}: cron-job: {e:#}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn sqlite() -> (Arc<SqliteFixture>, String) {
     let fixture = SqliteFixture::new().unwrap();
     let url = fixture.url().unwrap();
     (fixture, url)
@@ -227,67 +316,97 @@ fn sqlite() -> (std::sync::Arc<SqliteFixture>, String) {
 #[test]
 fn sqlite_tokio_main_returning_releases() {
     let (_fixture, url) = sqlite();
-    check_shape(&url, "tokio-main");
+    check_shape(&url, "tokio-main", Duration::ZERO).unwrap();
 }
 
 #[test]
 fn sqlite_runtime_dropped_releases() {
     let (_fixture, url) = sqlite();
-    check_shape(&url, "runtime-dropped");
+    check_shape(&url, "runtime-dropped", Duration::ZERO).unwrap();
 }
 
 #[test]
 fn sqlite_close_before_process_exit_releases() {
     let (_fixture, url) = sqlite();
-    check_shape(&url, "close-then-exit");
+    check_shape(&url, "close-then-exit", Duration::ZERO).unwrap();
 }
 
 #[test]
 fn sqlite_cron_job_leaves_its_lock_free() {
     let (_fixture, url) = sqlite();
-    check_cron_job(&url);
+    check_cron_job(&url, Duration::ZERO).unwrap();
 }
 
 #[cfg(feature = "redis")]
-mod redis {
-    use super::*;
-    use dlock_testkit::fixture::RedisFixture;
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[test]
+fn redis_and_redlock_release_at_every_end_of_a_program() {
+    use dlock_testkit::fixture::{RedisFixture, RedlockFixture};
+    let redis = present("redis", RedisFixture::start()).unwrap();
+    let redlock = present("redis", RedlockFixture::start(3)).unwrap();
+    every_shape_releases(&[redis, redlock]);
+}
 
-    fn redis() -> Option<(std::sync::Arc<RedisFixture>, String)> {
-        let fixture = RedisFixture::start().unwrap()?;
-        let url = fixture.url().unwrap();
-        Some((fixture, url))
-    }
+/// Both modes (lease table, session locks) of a SQL server, or a failure when it is missing.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn both_modes<K: dlock_testkit::fixture::SqlServer>(server: &str) -> Vec<Arc<dyn Fixture>> {
+    let fixtures = dlock_testkit::fixture::SqlFixture::<K>::start_both().unwrap();
+    assert!(
+        !fixtures.is_empty(),
+        "{}",
+        dlock_testkit::require::missing_now(server)
+    );
+    fixtures
+        .into_iter()
+        .map(|fixture| fixture as Arc<dyn Fixture>)
+        .collect()
+}
 
-    #[test]
-    fn redis_tokio_main_returning_releases() {
-        let Some((_fixture, url)) = redis() else {
-            return;
-        };
-        check_shape(&url, "tokio-main");
-    }
+#[cfg(feature = "postgres")]
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[test]
+fn postgres_releases_at_every_end_of_a_program() {
+    every_shape_releases(&both_modes::<dlock_testkit::server::Postgres>("postgres"));
+}
 
-    #[test]
-    fn redis_runtime_dropped_releases() {
-        let Some((_fixture, url)) = redis() else {
-            return;
-        };
-        check_shape(&url, "runtime-dropped");
-    }
+#[cfg(feature = "mysql")]
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[test]
+fn mariadb_releases_at_every_end_of_a_program() {
+    every_shape_releases(&both_modes::<dlock_testkit::server::Mariadb>("mariadb"));
+}
 
-    #[test]
-    fn redis_close_before_process_exit_releases() {
-        let Some((_fixture, url)) = redis() else {
-            return;
-        };
-        check_shape(&url, "close-then-exit");
-    }
+#[cfg(feature = "etcd")]
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[test]
+fn etcd_releases_at_every_end_of_a_program() {
+    let etcd = present("etcd", dlock_testkit::fixture::EtcdFixture::start()).unwrap();
+    every_shape_releases(&[etcd]);
+}
 
-    #[test]
-    fn redis_cron_job_leaves_its_lock_free() {
-        let Some((_fixture, url)) = redis() else {
-            return;
-        };
-        check_cron_job(&url);
-    }
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
+#[test]
+fn zookeeper_releases_at_every_end_of_a_program() {
+    let zookeeper = present(
+        "zookeeper",
+        dlock_testkit::fixture::ZookeeperFixture::start(),
+    )
+    .unwrap();
+    every_shape_releases(&[zookeeper]);
 }

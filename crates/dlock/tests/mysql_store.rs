@@ -11,7 +11,7 @@ use dlock::Error;
 use dlock_testkit::server::{Mariadb, ServerProcess};
 use sqlx::MySqlPool;
 
-/// A fresh server, or `None` (skip) when MariaDB is not installed and not required.
+/// A fresh server; a MariaDB missing now fails the test (`sql_support::start_server`).
 fn server() -> Option<ServerProcess> {
     sql_support::start_server(
         Mariadb::default(),

@@ -11,7 +11,7 @@ use dlock::Error;
 use dlock_testkit::server::{Postgres, ServerProcess};
 use sqlx::PgPool;
 
-/// A fresh server, or `None` (skip) when PostgreSQL is not installed and not required.
+/// A fresh server; a PostgreSQL missing now fails the test (`sql_support::start_server`).
 fn server() -> Option<ServerProcess> {
     sql_support::start_server(
         Postgres::default(),

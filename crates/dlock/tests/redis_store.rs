@@ -20,9 +20,10 @@ use dlock_testkit::server::{Redis, RedisTls, ServerProcess};
 use dlock_testkit::tls::TestCertificates;
 use tokio::time::{Instant, sleep, timeout};
 
-/// A fresh server for one test, or `None` when redis-server is missing and not required.
+/// A fresh server for one test. Never `None`: the build found redis-server (or these tests
+/// are ignored), so a missing one is an error, not a skip (`dlock_testkit::require`).
 fn start() -> anyhow::Result<Option<Arc<RedisFixture>>> {
-    RedisFixture::start()
+    dlock_testkit::require::present("redis", RedisFixture::start()).map(Some)
 }
 
 macro_rules! redis_or_skip {

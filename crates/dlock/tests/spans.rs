@@ -116,11 +116,15 @@ fn acquire_extend_and_release_have_spans_with_name_backend_fence_and_outcome() {
     assert!(!busy.contains_key("fence"), "{busy:?}");
 }
 
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
 #[test]
 fn native_semaphores_and_rwlocks_have_acquire_spans_with_their_kind() {
-    let Some(redis) = dlock_testkit::fixture::RedisFixture::start().unwrap() else {
-        return;
-    };
+    let redis =
+        dlock_testkit::require::present("redis", dlock_testkit::fixture::RedisFixture::start())
+            .unwrap();
     let url = dlock_testkit::fixture::Fixture::url(redis.as_ref()).unwrap();
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());

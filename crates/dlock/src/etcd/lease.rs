@@ -13,9 +13,9 @@ use crate::backend::{AcquireRequest, Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 
-use super::Inner;
 use super::error::{lease_gone, map};
 use super::lease_secs;
+use super::{Inner, connect_client};
 
 /// One hold of an etcd lock: its key (create revision = fence) under its own lease.
 #[derive(Debug)]
@@ -164,6 +164,35 @@ impl Lease for EtcdLease {
             .await?;
         // The key is gone either way; the lease has nothing left to keep.
         self.inner.revoke_later(vec![lease]);
+        if reply.succeeded() {
+            Ok(())
+        } else {
+            Err(Error::not_owned(&self.name))
+        }
+    }
+
+    async fn release_elsewhere(&self) -> Result<()> {
+        // The client's channels are driven by its runtime, which is shutting down and may
+        // never answer: a fresh client on this runtime.
+        let config = self.inner.config.clone();
+        let fresh = Inner {
+            client: connect_client(&config).await?,
+            config,
+        };
+        let (lease, _) = self.current();
+        let reply = fresh
+            .txn(
+                Txn::new()
+                    .when(self.owned_when(lease))
+                    .and_then([TxnOp::delete(self.key.clone(), None)]),
+            )
+            .await?;
+        // Revoked here and now: a task spawned on this short-lived runtime would never run.
+        if let Err(error) = fresh.client.clone().lease_revoke(lease).await
+            && !lease_gone(&error)
+        {
+            tracing::debug!(%error, lease, "revoking a lease failed; it expires instead");
+        }
         if reply.succeeded() {
             Ok(())
         } else {

@@ -180,32 +180,7 @@ impl EtcdBuilder {
     pub async fn build(self) -> Result<EtcdBackend> {
         let config = self.config;
         config.validate()?;
-        let mut options = ConnectOptions::new()
-            .with_timeout(config.timeout)
-            .with_connect_timeout(config.connect_timeout)
-            // A partitioned member answers "no leader" at once instead of serving stale reads or
-            // hanging, so the client moves on to another member.
-            .with_require_leader(true)
-            .with_keep_alive(Duration::from_secs(10), config.timeout);
-        if let Some(user) = &config.user {
-            options = options.with_user(user, config.password.clone().unwrap_or_default());
-        }
-        if config.tls {
-            let mut tls = TlsOptions::new();
-            tls = match &config.ca_file {
-                Some(path) => {
-                    let pem = std::fs::read(path).map_err(|e| {
-                        Error::invalid_argument("ca", format!("{}: {e}", path.display()))
-                    })?;
-                    tls.ca_certificate(Certificate::from_pem(pem))
-                }
-                None => tls.with_webpki_roots(),
-            };
-            options = options.with_tls(tls);
-        }
-        let client = Client::connect(config.endpoint_uris(), Some(options))
-            .await
-            .map_err(map)?;
+        let client = connect_client(&config).await?;
         let backend = EtcdBackend {
             inner: Arc::new(Inner { client, config }),
         };
@@ -255,6 +230,36 @@ impl EtcdBuilder {
 #[derive(Clone, Debug)]
 pub struct EtcdBackend {
     inner: Arc<Inner>,
+}
+
+/// A client of `config`'s cluster, on the current runtime.
+async fn connect_client(config: &EtcdConfig) -> Result<Client> {
+    let mut options = ConnectOptions::new()
+        .with_timeout(config.timeout)
+        .with_connect_timeout(config.connect_timeout)
+        // A partitioned member answers "no leader" at once instead of serving stale reads or
+        // hanging, so the client moves on to another member.
+        .with_require_leader(true)
+        .with_keep_alive(Duration::from_secs(10), config.timeout);
+    if let Some(user) = &config.user {
+        options = options.with_user(user, config.password.clone().unwrap_or_default());
+    }
+    if config.tls {
+        let mut tls = TlsOptions::new();
+        tls = match &config.ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::invalid_argument("ca", format!("{}: {e}", path.display()))
+                })?;
+                tls.ca_certificate(Certificate::from_pem(pem))
+            }
+            None => tls.with_webpki_roots(),
+        };
+        options = options.with_tls(tls);
+    }
+    Client::connect(config.endpoint_uris(), Some(options))
+        .await
+        .map_err(map)
 }
 
 struct Inner {

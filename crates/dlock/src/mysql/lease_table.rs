@@ -12,7 +12,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlRow;
-use sqlx::{AssertSqlSafe, MySqlPool, Row};
+use sqlx::{AssertSqlSafe, Connection, MySqlConnection, MySqlPool, Row};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -625,6 +625,39 @@ impl Lease for TableLease {
 
     async fn release(&self) -> Result<()> {
         let done = self.change_row(&self.store().sql.release, None).await?;
+        if self.released(&done)? {
+            self.store().bell.ring(self.name()).await;
+        }
+        Ok(())
+    }
+
+    async fn release_elsewhere(&self) -> Result<()> {
+        // The pool's connections are driven by the client's runtime, which is shutting down
+        // and may never answer: one fresh connection on this runtime, for this one statement.
+        // The doorbell's connections are the old runtime's too, so a queued waiter in another
+        // client is not rung: it finds the lock free at its next poll.
+        let options = self.store().pool.connect_options();
+        let mut connection = MySqlConnection::connect_with(&options)
+            .await
+            .map_err(from_sqlx)?;
+        let done = sqlx::query(AssertSqlSafe(self.store().sql.release.clone()))
+            .bind(self.name())
+            .bind(self.token())
+            .bind(self.fence().signed())
+            .execute(&mut connection)
+            .await
+            .map_err(from_sqlx);
+        // The release is done (or failed) either way; a failed goodbye only drops the socket.
+        let _ = connection.close().await;
+        self.released(&done?).map(|_| ())
+    }
+}
+
+/// A hold's own statements.
+impl TableLease {
+    /// Reads the release statement's result: wakes this client's waiters when the lock is
+    /// free, and says whether a waiter of another client asked to be rung.
+    fn released(&self, done: &sqlx::mysql::MySqlQueryResult) -> Result<bool> {
         if done.rows_affected() == 0 {
             return Err(Error::not_owned(self.name()));
         }
@@ -632,16 +665,10 @@ impl Lease for TableLease {
         let (holds_left, queued) = (done.last_insert_id() / 2, done.last_insert_id() % 2 == 1);
         if holds_left == 0 {
             self.store().wakers.wake(self.name());
-            if queued {
-                self.store().bell.ring(self.name()).await;
-            }
         }
-        Ok(())
+        Ok(holds_left == 0 && queued)
     }
-}
 
-/// A hold's own statements.
-impl TableLease {
     /// Runs `sql` on this hold's row, again while InnoDB picks it as a deadlock victim. Binds:
     /// `ttl_us` when given, then the name, the token and the fence.
     async fn change_row(

@@ -10,7 +10,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use sqlx::postgres::PgListener;
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, PgExecutor, PgPool, Row};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -511,13 +511,33 @@ impl Lease for TableLease {
     }
 
     async fn release(&self) -> Result<()> {
+        self.release_on(&self.store().pool).await
+    }
+
+    async fn release_elsewhere(&self) -> Result<()> {
+        // The pool's connections are driven by the client's runtime, which is shutting down
+        // and may never answer: one fresh connection on this runtime, for this one statement.
+        let options = self.store().pool.connect_options();
+        let mut connection = PgConnection::connect_with(&options)
+            .await
+            .map_err(from_sqlx)?;
+        let released = self.release_on(&mut connection).await;
+        // The release is done (or failed) either way; a failed goodbye only drops the socket.
+        let _ = connection.close().await;
+        released
+    }
+}
+
+impl TableLease {
+    /// The release statement on `executor`, which also notifies other clients' waiters.
+    async fn release_on<'e>(&self, executor: impl PgExecutor<'e>) -> Result<()> {
         let shared = self.store();
         let left: Option<i32> = sqlx::query_scalar(AssertSqlSafe(shared.sql.release.clone()))
             .bind(self.name())
             .bind(self.token())
             .bind(self.fence().signed())
             .bind(&shared.channel)
-            .fetch_optional(&shared.pool)
+            .fetch_optional(executor)
             .await
             .map_err(from_sqlx)?;
         match left {

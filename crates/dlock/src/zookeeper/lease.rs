@@ -23,7 +23,7 @@ use super::acquire::watch_fired;
 use super::error::map;
 use super::queue_rules::node_data;
 use super::queue_rules::unix_ms;
-use super::session::Session;
+use super::session::{Session, connect_client};
 
 /// Deadline and release state of one hold, shared with its keeper task.
 struct HoldState {
@@ -281,6 +281,23 @@ impl Lease for ZkLease {
                 });
                 Err(map(error, &self.shared.path))
             }
+        }
+    }
+
+    async fn release_elsewhere(&self) -> Result<()> {
+        let shared = &self.shared;
+        // Not refused when already over: a release cut short by the runtime's shutdown set
+        // that without deleting the node.
+        shared.state().over = true;
+        shared.changed.notify_one();
+        // The session's connection is driven by the client's runtime, which is shutting down,
+        // and its ephemeral node would outlive it until the session expires. The node's
+        // sequential name is this hold's alone, so another session may delete it.
+        let client = connect_client(&shared.session.config).await?;
+        match client.delete(&shared.path, None).await {
+            Ok(()) => Ok(()),
+            Err(zookeeper_client::Error::NoNode) => Err(Error::not_owned(&shared.name)),
+            Err(error) => Err(map(error, &shared.path)),
         }
     }
 }

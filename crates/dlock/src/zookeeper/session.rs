@@ -12,6 +12,25 @@ use crate::error::{Error, Result};
 use super::config::ZookeeperConfig;
 use super::error::{BACKEND, map, session_lost, suspended};
 
+/// A client in a new session of `config`'s ensemble, on the current runtime.
+pub(super) async fn connect_client(config: &ZookeeperConfig) -> Result<Client> {
+    let mut connector = Client::connector().with_session_timeout(config.session_timeout);
+    if let Some(digest) = &config.digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
+    tokio::time::timeout(config.connect_timeout, connector.connect(&config.servers))
+        .await
+        .map_err(|_| Error::Unavailable {
+            backend: BACKEND,
+            source: format!(
+                "no ZooKeeper server of {} answered within {:?}",
+                config.servers, config.connect_timeout
+            )
+            .into(),
+        })?
+        .map_err(|e| map(e, &config.servers))
+}
+
 /// One ZooKeeper session and what is known about its state.
 pub(super) struct Session {
     pub(super) client: Client,
@@ -21,26 +40,13 @@ pub(super) struct Session {
     pub(super) gone: CancellationToken,
     /// Whether the connection is up (false while suspended).
     connected: watch::Receiver<bool>,
+    /// What the session was opened with, for a release from another runtime.
+    pub(super) config: ZookeeperConfig,
 }
 
 impl Session {
     pub(super) async fn connect(config: &ZookeeperConfig) -> Result<Arc<Session>> {
-        let mut connector = Client::connector().with_session_timeout(config.session_timeout);
-        if let Some(digest) = &config.digest {
-            connector = connector.with_auth("digest", digest.as_bytes());
-        }
-        let client =
-            tokio::time::timeout(config.connect_timeout, connector.connect(&config.servers))
-                .await
-                .map_err(|_| Error::Unavailable {
-                    backend: BACKEND,
-                    source: format!(
-                        "no ZooKeeper server of {} answered within {:?}",
-                        config.servers, config.connect_timeout
-                    )
-                    .into(),
-                })?
-                .map_err(|e| map(e, &config.servers))?;
+        let client = connect_client(config).await?;
         let gone = CancellationToken::new();
         let (connected_tx, connected) = watch::channel(true);
         // The server expires a session `timeout` after it last heard from the client; the
@@ -85,6 +91,7 @@ impl Session {
             client,
             gone,
             connected,
+            config: config.clone(),
         }))
     }
 

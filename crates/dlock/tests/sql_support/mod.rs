@@ -7,9 +7,9 @@ use std::time::Duration;
 use dlock::Error;
 use dlock_testkit::server::{ServerKind, ServerProcess, find_binary, required};
 
-/// A fresh server of `kind`, or `None` (skip) when its binary (`binary`, pointed to by the
-/// environment variable `env`) is not installed and `DLOCK_TEST_REQUIRE` does not ask for
-/// `backend`.
+/// A fresh server of `kind`. Never `None`: a binary (`binary`, pointed to by the environment
+/// variable `env`) missing at run time fails the test, as the build found it or the test
+/// would be ignored (`dlock_testkit::require`).
 pub(crate) fn start_server<K: ServerKind>(
     kind: K,
     backend: &str,
@@ -21,8 +21,12 @@ pub(crate) fn start_server<K: ServerKind>(
             !required(backend),
             "{binary} not found, but DLOCK_TEST_REQUIRE requires it"
         );
-        eprintln!("skipping: {binary} not found (set {env})");
-        return None;
+        // The build found it (or these tests are ignored): missing now fails rather than
+        // passing (`dlock_testkit::require`).
+        panic!(
+            "{} (set {env})",
+            dlock_testkit::require::missing_now(backend)
+        );
     }
     Some(tokio::task::block_in_place(|| {
         ServerProcess::start(kind).unwrap_or_else(|e| panic!("{e}"))
