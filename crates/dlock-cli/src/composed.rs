@@ -1,47 +1,40 @@
 //! Composed primitives shown as one entry each.
 //!
 //! On stores without native semaphores or read-write locks, dlock composes them from plain
-//! locks (see the library's `Semaphore` and `RwLock`): permit slots `<name>#p<i>of<n>`, and a
-//! gate `<name>#rwgate` with reader places `<name>#r<i>`. Listed raw, one semaphore with
-//! three permits taken shows as three locks. [`fold`] turns the parts of each primitive into
-//! one entry named `<name>`: kind `permit` (holds = permits taken), `reader` (holds = readers
-//! inside) or `writer`. A plain lock whose name happens to end like a part is shown folded
+//! locks (see the library's `Semaphore`, `RwLock` and `ComposedPart`): permit slots
+//! `<name>#p<i>of<n>` with a gate `<name>#pgate` that the first waiter holds, and a gate
+//! `<name>#rwgate` with reader places `<name>#r<i>`. Listed raw, one semaphore with three
+//! permits taken shows as three locks. [`fold`] turns the parts of each primitive into one
+//! entry named `<name>`: kind `permit` (holds = permits taken, the gate's holder counted as a
+//! waiter), `reader` (holds = readers inside) or `writer`. A plain lock whose name happens to end like a part is shown folded
 //! too; `dlock ls --parts` shows the raw entries.
 
 use std::collections::BTreeMap;
 
-use dlock::{HoldKind, LockInfo};
+use dlock::{ComposedPart, HoldKind, LockInfo};
 
 /// What a listed name is part of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Part {
     Permit,
+    /// A semaphore's gate: held by its first waiter, so a waiter rather than a holder.
+    PermitGate,
     Gate,
     ReaderPlace,
 }
 
-/// The primitive's name and the part, for a name of one of the composed forms.
+/// The primitive's name and the part, for a name of one of the composed forms (read by the
+/// library's own parser, the one that builds them).
 fn part_of(name: &str) -> Option<(&str, Part)> {
-    let (base, suffix) = name.rsplit_once('#')?;
-    if base.is_empty() {
-        return None;
-    }
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if suffix == "rwgate" {
-        return Some((base, Part::Gate));
-    }
-    if let Some(index) = suffix.strip_prefix('r')
-        && digits(index)
-    {
-        return Some((base, Part::ReaderPlace));
-    }
-    if let Some((slot, size)) = suffix.strip_prefix('p').and_then(|s| s.split_once("of"))
-        && digits(slot)
-        && digits(size)
-    {
-        return Some((base, Part::Permit));
-    }
-    None
+    let (base, part) = ComposedPart::parse(name)?;
+    let part = match part {
+        ComposedPart::PermitSlot { .. } => Part::Permit,
+        ComposedPart::PermitGate => Part::PermitGate,
+        ComposedPart::RwGate => Part::Gate,
+        ComposedPart::ReaderPlace { .. } => Part::ReaderPlace,
+        _ => return None,
+    };
+    Some((base, part))
 }
 
 /// The same holder (a writer holds the gate and every reader place).
@@ -66,8 +59,15 @@ fn folded(base: &str, mut parts: Vec<(Part, LockInfo)>) -> LockInfo {
         .filter(|(part, _)| *part == Part::Permit)
         .map(|(_, info)| info)
         .collect();
+    let permit_gate = parts
+        .iter()
+        .find(|(part, _)| *part == Part::PermitGate)
+        .map(|(_, info)| info);
     let (kind, shown, holds): (HoldKind, &LockInfo, usize) = if !permits.is_empty() {
         (HoldKind::Permit, permits[0], permits.len())
+    } else if let Some(gate) = permit_gate {
+        // Only the gate listed: its waiter is between a slot's release and taking it.
+        (HoldKind::Permit, gate, 0)
     } else if let Some(gate) = &gate
         && places.iter().all(|place| same_holder(place, gate))
     {
@@ -86,10 +86,12 @@ fn folded(base: &str, mut parts: Vec<(Part, LockInfo)>) -> LockInfo {
     };
     let all = parts.iter().map(|(_, info)| info);
     let ttl_left = all.clone().filter_map(|info| info.ttl_left).min();
+    // The gate's holder waits for a permit too, beside those queued on the gate.
+    let gate_holder = u32::from(permit_gate.is_some());
     let waiters = all
         .clone()
         .map(|info| info.waiters)
-        .try_fold(0u32, |sum, w| w.map(|w| sum.saturating_add(w)));
+        .try_fold(gate_holder, |sum, w| w.map(|w| sum.saturating_add(w)));
     let fence = all.map(|info| info.fence).max().unwrap_or(shown.fence);
     let mut info = LockInfo::new(
         base.to_owned(),
@@ -188,6 +190,28 @@ mod tests {
         assert_eq!(shown.len(), 1);
         assert_eq!((shown[0].kind, shown[0].holds), (HoldKind::Reader, 2));
         assert_eq!(shown[0].owner.pid, 41);
+    }
+
+    #[test]
+    fn a_semaphores_gate_is_its_waiter_not_a_stray_lock() {
+        let shown = fold(vec![
+            held("quota#p0of2", 5, 10, 0),
+            held("quota#p1of2", 6, 11, 0),
+            held("quota#pgate", 7, 12, 2),
+        ]);
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        let quota = &shown[0];
+        assert_eq!(quota.name, "quota");
+        assert_eq!((quota.kind, quota.holds), (HoldKind::Permit, 2));
+        assert_eq!(
+            quota.owner.pid, 10,
+            "a holder is shown, not the waiter at the gate"
+        );
+        assert_eq!(
+            quota.waiters,
+            Some(3),
+            "the gate's holder and the two queued behind it"
+        );
     }
 
     #[test]

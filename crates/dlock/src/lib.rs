@@ -184,7 +184,8 @@ pub use locks::Locks;
 pub use mutex::{MutexBuilder, MutexGuard};
 pub use name::{LockName, Owner};
 pub use primitives::{
-    MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
+    ComposedPart, MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder,
+    WriteGuard,
 };
 pub use registry::enabled_schemes;
 pub use value::VersionedValue;

@@ -3,6 +3,7 @@
 //! semantics (leases, fences, lost signals, native wake-ups) because each hold is made of
 //! ordinary lock holds.
 
+mod composed_name;
 pub(crate) mod guard_set;
 pub(crate) mod multi_lock;
 mod options;
@@ -10,6 +11,7 @@ pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 mod slots;
 
+pub use composed_name::ComposedPart;
 pub use multi_lock::{MAX_MULTI_LOCK_NAMES, MultiGuard, MultiLockBuilder};
 pub use rwlock::{DEFAULT_MAX_READERS, ReadGuard, RwLockBuilder, WriteGuard};
 pub use semaphore::{Permit, SemaphoreBuilder};

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::locks::Locks;
 use crate::mutex::MutexBuilder;
 use crate::name::{LockName, MAX_NAME_LEN};
+use crate::primitives::ComposedPart;
 use crate::ttl::{WaitSpec, validate_max_hold, validate_ttl};
 
 /// The lease and wait setters every composed primitive's builder has (it has an `options:
@@ -90,7 +91,7 @@ impl HoldOptions {
 
 /// The name of one of the exclusive locks a primitive is made of: `<name>#<part>`, where
 /// `part` is at most [`MAX_PART_SUFFIX`] bytes and `base` came from [`base_name`].
-pub(crate) fn part_name(base: &LockName, part: &str) -> Result<LockName> {
+pub(crate) fn part_name(base: &LockName, part: ComposedPart) -> Result<LockName> {
     LockName::new(format!("{base}#{part}"))
 }
 

@@ -9,6 +9,7 @@ use crate::fence::FencingToken;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
+use crate::primitives::ComposedPart;
 use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
 use crate::primitives::options::{HoldOptions, base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
@@ -125,9 +126,9 @@ impl RwLockBuilder {
         deadline: Wait,
     ) -> Result<Option<(MutexGuard, Vec<LockName>)>> {
         let places = (0..self.max_readers)
-            .map(|i| part_name(base, &format!("r{i}")))
+            .map(|index| part_name(base, ComposedPart::ReaderPlace { index }))
             .collect::<Result<Vec<_>>>()?;
-        let gate = part_name(base, "rwgate")?;
+        let gate = part_name(base, ComposedPart::RwGate)?;
         let mut gate_builder = self.options.mutex(&self.locks, &gate, deadline);
         if self.locks.info().capabilities.fair {
             gate_builder = gate_builder.fair();

@@ -7,6 +7,7 @@ use crate::fence::FencingToken;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
+use crate::primitives::ComposedPart;
 use crate::primitives::guard_set::hold_methods;
 use crate::primitives::options::{HoldOptions, base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
@@ -78,7 +79,10 @@ impl SemaphoreBuilder {
             return self.acquire_native(&base, deadline).await;
         }
         let slots = (0..self.permits)
-            .map(|i| part_name(&base, &format!("p{i}of{}", self.permits)))
+            .map(|slot| {
+                let permits = self.permits;
+                part_name(&base, ComposedPart::PermitSlot { slot, permits })
+            })
             .collect::<Result<Vec<_>>>()?;
         if let Some(guard) = slots::try_any(&self.locks, &self.options, &slots).await? {
             return self.checked(&base, guard).await.map(Some);
@@ -86,7 +90,7 @@ impl SemaphoreBuilder {
         if deadline.passed() {
             return Ok(None);
         }
-        let gate = part_name(&base, "pgate")?;
+        let gate = part_name(&base, ComposedPart::PermitGate)?;
         let mut gate_builder = self.options.mutex(&self.locks, &gate, deadline);
         if self.locks.info().capabilities.fair {
             gate_builder = gate_builder.fair();
