@@ -9,15 +9,20 @@
 //!   break token before `POST /api/break`.
 //!
 //! Everything the store holds is shown as text (the page never inserts it as HTML) and the
-//! store URL is shown redacted.
+//! store URL is shown redacted. Every route answers only requests whose `Host` names this
+//! server (DNS rebinding would let any web page read it otherwise); one store scan, of at
+//! most `--max-locks` entries, serves every request that arrives within `--list-interval`;
+//! a generated break token goes to a file only this user can read, never to the output.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::Args;
@@ -46,16 +51,33 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9477")]
     listen: SocketAddr,
 
+    /// Another name this server is reached by (a DNS name, or `name:port`), repeatable.
+    /// Requests whose `Host` header names neither the listen address (nor, on loopback,
+    /// `localhost`, `127.0.0.1` or `[::1]`) nor one of these are refused with 421.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_hosts: Vec<String>,
+
     /// Only locks whose names start with this (requests can narrow it further, not widen it).
     #[arg(long, default_value = "")]
     prefix: String,
+
+    /// How long one listing of the store serves the requests that follow it (the page,
+    /// /api/locks and /metrics share it); 0 lists afresh for each request.
+    #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
+    list_interval: Duration,
+
+    /// The most locks one listing reads from the store; beyond it the listing is cut short
+    /// and says so (`"truncated": true`, `dlock_store_list_truncated 1`).
+    #[arg(long, default_value_t = DEFAULT_MAX_LOCKS, value_parser = clap::value_parser!(u32).range(1..))]
+    max_locks: u32,
 
     /// Let the page break locks: each break asks for confirmation and the break token.
     #[arg(long)]
     allow_break: bool,
 
     /// The token a break must present (with --allow-break). Without it, a random one is made
-    /// and printed on stderr at start.
+    /// and written to a file only this user can read, whose path is printed on stderr at
+    /// start (the file is removed when the server stops).
     #[arg(
         long,
         env = "DLOCK_BREAK_TOKEN",
@@ -65,6 +87,9 @@ pub(crate) struct ServeArgs {
     break_token: Option<String>,
 }
 
+/// `--max-locks` unless told otherwise: ten times the listing OBSERVABILITY.md measures.
+const DEFAULT_MAX_LOCKS: u32 = 100_000;
+
 #[derive(Debug)]
 struct Served {
     locks: dlock::Locks,
@@ -72,9 +97,216 @@ struct Served {
     store: String,
     prefix: String,
     /// `Some` when breaking is allowed.
-    break_token: Option<String>,
+    break_token: Option<BreakToken>,
     /// What the library recorded in this process through the `metrics` facade.
     library: Option<PrometheusHandle>,
+    /// The last listing of the served prefix, shared by the requests that follow it.
+    listing: ListCache,
+}
+
+/// The token a break must present; kept out of `Debug` so no log can show it.
+struct BreakToken(String);
+
+impl std::fmt::Debug for BreakToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BreakToken(***)")
+    }
+}
+
+/// A generated break token's file, removed when the server stops.
+struct TokenFile(PathBuf);
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Writes a generated break token to a new file that only this user can read: in
+/// `$XDG_RUNTIME_DIR` (a directory of this user's own) when there is one, else the temporary
+/// directory. The name is new and created exclusively, so nothing another user put there
+/// (a file, a symbolic link) is written through.
+fn write_token_file(token: &str) -> std::io::Result<TokenFile> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute() && dir.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!(
+        "dlock-serve-{}-{}.token",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    let file_guard = TokenFile(path);
+    file.write_all(token.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()?;
+    Ok(file_guard)
+}
+
+/// The names a request's `Host` may give for this server, lower case, each with and without
+/// the port.
+#[derive(Debug)]
+struct AllowedHosts(Vec<String>);
+
+impl AllowedHosts {
+    /// The address bound (and, on loopback, `localhost`, `127.0.0.1` and `[::1]`), and the
+    /// `--allow-host` names; an error names an `--allow-host` value that is not a host name.
+    fn new(bound: SocketAddr, extra: &[String]) -> Result<AllowedHosts, String> {
+        let port = bound.port();
+        let mut names = vec![host_text(bound.ip())];
+        if bound.ip().is_loopback() {
+            names.extend(["localhost", "127.0.0.1", "[::1]"].map(String::from));
+        }
+        let mut allowed = Vec::new();
+        for name in names {
+            allowed.push(format!("{name}:{port}"));
+            allowed.push(name);
+        }
+        for given in extra {
+            let name = match given.parse::<IpAddr>() {
+                Ok(ip) => host_text(ip),
+                Err(_) => given.to_ascii_lowercase(),
+            };
+            // A `:` after the host (outside an IPv6 literal's brackets) must start a port.
+            let after_host = name
+                .rsplit_once(']')
+                .map_or(name.as_str(), |(_, rest)| rest);
+            let authority = name
+                .parse::<axum::http::uri::Authority>()
+                .ok()
+                .filter(|a| !name.contains('@') && !a.host().is_empty())
+                .filter(|a| !after_host.contains(':') || a.port_u16().is_some());
+            let Some(authority) = authority else {
+                return Err(format!(
+                    "--allow-host {}: not a host name (examples: locks.internal, \
+                     locks.internal:9477, 10.0.0.5)",
+                    crate::shown::shown(given)
+                ));
+            };
+            if authority.port_u16().is_none() {
+                allowed.push(format!("{name}:{port}"));
+            }
+            allowed.push(name);
+        }
+        Ok(AllowedHosts(allowed))
+    }
+
+    fn allows(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        self.0.contains(&host)
+    }
+}
+
+/// An address as a `Host` header gives it: IPv6 in brackets.
+fn host_text(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => format!("[{ip}]"),
+    }
+}
+
+/// Refuses, on every route, a request that names another server in `Host` (or none): a page
+/// of another site whose name was made to resolve here (DNS rebinding) sends its own name.
+async fn check_host(
+    State(hosts): State<Arc<AllowedHosts>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(header::HOST)
+        .map(|value| value.to_str().ok().filter(|host| hosts.allows(host)));
+    // An absolute-form target names the server too; it must agree.
+    let target_ok = request
+        .uri()
+        .authority()
+        .is_none_or(|authority| hosts.allows(authority.as_str()));
+    if matches!(header, Some(Some(_))) && target_ok {
+        return next.run(request).await;
+    }
+    secured(
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "dlock serve answers only to the names it is reached by; \
+             start it with --allow-host NAME to add one\n",
+        )
+            .into_response(),
+    )
+}
+
+/// One listing of the served prefix: what a store scan found, at most `--max-locks` of it.
+#[derive(Debug)]
+struct Listing {
+    /// Sorted by name, a composed primitive as one entry.
+    locks: Vec<dlock::LockInfo>,
+    /// Whether the scan stopped at `--max-locks` with more left.
+    truncated: bool,
+    /// How long the scan took.
+    took: Duration,
+}
+
+type Listed = Result<Arc<Listing>, Arc<dlock::Error>>;
+
+/// The last listing, and when it was made. The lock is held across a scan, so requests that
+/// arrive during one wait for it and share it instead of scanning again.
+#[derive(Debug)]
+struct ListCache {
+    interval: Duration,
+    max_locks: usize,
+    last: tokio::sync::Mutex<Option<(Instant, Listed)>>,
+}
+
+impl ListCache {
+    /// The last listing if it is younger than the interval, else a new one.
+    async fn get(&self, locks: &dlock::Locks, prefix: &str) -> Listed {
+        let mut last = self.last.lock().await;
+        if let Some((made, listed)) = &*last
+            && made.elapsed() < self.interval
+        {
+            return listed.clone();
+        }
+        let started = Instant::now();
+        let listed = self.scan(locks, prefix).await.map(|(locks, truncated)| {
+            Arc::new(Listing {
+                locks,
+                truncated,
+                took: started.elapsed(),
+            })
+        });
+        let listed = listed.map_err(Arc::new);
+        *last = Some((started, listed.clone()));
+        listed
+    }
+
+    /// At most `max_locks` held locks under `prefix`, and whether more were left.
+    async fn scan(
+        &self,
+        locks: &dlock::Locks,
+        prefix: &str,
+    ) -> dlock::Result<(Vec<dlock::LockInfo>, bool)> {
+        let mut stream = locks.list(prefix);
+        let mut held = Vec::new();
+        while let Some(info) = stream.try_next().await? {
+            if held.len() == self.max_locks {
+                return Ok((crate::composed::fold(held), true));
+            }
+            held.push(info);
+        }
+        Ok((crate::composed::fold(held), false))
+    }
+
+    /// Forgets the last listing: after a break here, the next request shows the change.
+    async fn forget(&self) {
+        *self.last.lock().await = None;
+    }
 }
 
 pub(crate) async fn serve(url: &str, args: ServeArgs) -> i32 {
@@ -104,13 +336,6 @@ pub(crate) async fn serve(url: &str, args: ServeArgs) -> i32 {
     // The library's own metrics in this process; another recorder already set (none here)
     // only means they are left out.
     let library = PrometheusBuilder::new().install_recorder().ok();
-    let break_token = args.allow_break.then(|| {
-        args.break_token.clone().unwrap_or_else(|| {
-            let token = uuid::Uuid::new_v4().simple().to_string();
-            eprintln!("dlock serve: break token {token}");
-            token
-        })
-    });
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -122,35 +347,76 @@ pub(crate) async fn serve(url: &str, args: ServeArgs) -> i32 {
         Ok(addr) => addr,
         Err(e) => return fail(&e.into()),
     };
+    let hosts = match AllowedHosts::new(addr, &args.allow_hosts) {
+        Ok(hosts) => hosts,
+        Err(message) => {
+            eprintln!("dlock: {message}");
+            return crate::exit::FAILED;
+        }
+    };
     if !addr.ip().is_loopback() {
         eprintln!(
             "dlock serve: listening on {addr}, not loopback: anyone who reaches it sees every \
-             holder"
+             holder (name the host it is reached by with --allow-host)"
         );
     }
+    // A generated token goes to a file of this user's, not to the output: logs collect
+    // stderr, and whoever reads them could break locks.
+    let mut token_file = None;
+    let break_token = if !args.allow_break {
+        None
+    } else if let Some(token) = args.break_token {
+        Some(BreakToken(token))
+    } else {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        match write_token_file(&token) {
+            Ok(file) => {
+                eprintln!(
+                    "dlock serve: break token in {} (readable by this user only; removed at exit)",
+                    file.0.display()
+                );
+                token_file = Some(file);
+            }
+            Err(e) => {
+                eprintln!(
+                    "dlock: cannot write the break token file: {e} (give a token with \
+                     --break-token or DLOCK_BREAK_TOKEN)"
+                );
+                return crate::exit::FAILED;
+            }
+        }
+        Some(BreakToken(token))
+    };
     let served = Arc::new(Served {
         locks,
         store: dlock::redact_url(url),
         prefix: args.prefix,
         break_token,
         library,
+        listing: ListCache {
+            interval: args.list_interval,
+            max_locks: usize::try_from(args.max_locks).unwrap_or(usize::MAX),
+            last: tokio::sync::Mutex::new(None),
+        },
     });
-    let app = router(served.clone());
+    let app = router(served.clone(), Arc::new(hosts));
     // The first line of stdout says where to go (and which port, when asked for port 0).
     println!("serving http://{addr}/ (store {})", shown(&served.store));
     let shutdown = async move {
         signals.recv().await;
     };
-    match axum::serve(listener, app)
+    let code = match axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
     {
         Ok(()) => 0,
         Err(e) => fail(&e.into()),
-    }
+    };
+    drop(token_file);
+    code
 }
 
-fn router(served: Arc<Served>) -> axum::Router {
+fn router(served: Arc<Served>, hosts: Arc<AllowedHosts>) -> axum::Router {
     axum::Router::new()
         .route("/", get(page))
         .route("/page.js", get(script))
@@ -158,6 +424,7 @@ fn router(served: Arc<Served>) -> axum::Router {
         .route("/api/locks", get(api_locks))
         .route("/api/break", post(api_break))
         .with_state(served)
+        .layer(axum::middleware::from_fn_with_state(hosts, check_host))
 }
 
 /// Headers every answer carries: nothing is cached (it is live state), the page may load only
@@ -215,13 +482,15 @@ fn effective_prefix<'a>(server: &'a str, asked: &'a str) -> Option<&'a str> {
     }
 }
 
-/// Held locks under `prefix`, sorted by name, a composed primitive as one entry.
-async fn held(served: &Served, prefix: Option<&str>) -> dlock::Result<Vec<dlock::LockInfo>> {
-    let Some(prefix) = prefix else {
-        return Ok(Vec::new());
-    };
-    let held: Vec<dlock::LockInfo> = served.locks.list(prefix).try_collect().await?;
-    Ok(crate::composed::fold(held))
+/// A request's prefix that no lock name could start with (as the library refuses it).
+fn bad_prefix(asked: &str) -> Option<String> {
+    (asked.len() > dlock::limits::MAX_NAME_LEN || asked.contains('\0')).then(|| {
+        format!(
+            "prefix {} is longer than {} bytes or contains a NUL byte",
+            shown(&asked.chars().take(80).collect::<String>()),
+            dlock::limits::MAX_NAME_LEN
+        )
+    })
 }
 
 /// The status a store error is answered with: the caller's fault or the store's.
@@ -235,20 +504,35 @@ fn status_of(e: &dlock::Error) -> StatusCode {
 }
 
 async fn api_locks(State(served): State<Arc<Served>>, Query(query): Query<ListQuery>) -> Response {
-    let prefix = effective_prefix(&served.prefix, &query.prefix);
-    match held(&served, prefix).await {
-        Ok(held) => secured(
-            Json(json!({
-                "store": served.store,
-                "backend": served.locks.info().name,
-                "prefix": prefix.unwrap_or(&query.prefix),
-                "allow_break": served.break_token.is_some(),
-                "locks": held.iter().map(to_json).collect::<Vec<_>>(),
-            }))
-            .into_response(),
-        ),
-        Err(e) => error(status_of(&e), e.to_string()),
+    if let Some(message) = bad_prefix(&query.prefix) {
+        return error(StatusCode::BAD_REQUEST, message);
     }
+    let prefix = effective_prefix(&served.prefix, &query.prefix);
+    // The served prefix's listing, narrowed here: every request shares one scan.
+    let listing = match served.listing.get(&served.locks, &served.prefix).await {
+        Ok(listing) => listing,
+        Err(e) => return error(status_of(&e), e.to_string()),
+    };
+    let locks: Vec<_> = match prefix {
+        Some(prefix) => listing
+            .locks
+            .iter()
+            .filter(|info| info.name.starts_with(prefix))
+            .map(to_json)
+            .collect(),
+        None => Vec::new(),
+    };
+    secured(
+        Json(json!({
+            "store": served.store,
+            "backend": served.locks.info().name,
+            "prefix": prefix.unwrap_or(&query.prefix),
+            "allow_break": served.break_token.is_some(),
+            "truncated": listing.truncated,
+            "locks": locks,
+        }))
+        .into_response(),
+    )
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -277,7 +561,7 @@ async fn api_break(
         .get(TOKEN_HEADER)
         .map(HeaderValue::as_bytes)
         .unwrap_or_default();
-    if !same_token(given, expected.as_bytes()) {
+    if !same_token(given, expected.0.as_bytes()) {
         return error(StatusCode::FORBIDDEN, "wrong or missing break token");
     }
     let request: BreakRequest = match serde_json::from_slice(&body) {
@@ -295,7 +579,9 @@ async fn api_break(
             "that lock is outside the prefix this server shows",
         );
     }
-    match served.locks.force_release(&request.name).await {
+    let released = served.locks.force_release(&request.name).await;
+    served.listing.forget().await;
+    match released {
         Ok(broken) => {
             tracing::warn!(name = %shown(&request.name), broken, "lock broken from dlock serve");
             secured(Json(json!({ "name": request.name, "broken": broken })).into_response())
@@ -310,11 +596,7 @@ fn seconds(d: Duration) -> f64 {
 
 /// The per-lock series and totals of one scrape, rendered by a recorder of its own: each
 /// scrape shows exactly the locks held now (a released lock's series are gone, not stale).
-fn render_locks(
-    served: &Served,
-    listed: &dlock::Result<Vec<dlock::LockInfo>>,
-    took: Duration,
-) -> String {
+fn render_locks(served: &Served, listed: &Listed) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     let backend = served.locks.info().name;
@@ -326,13 +608,23 @@ fn render_locks(
         );
         describe_gauge!(
             "dlock_store_list_seconds",
-            "How long listing the store's locks took in this scrape"
+            "How long the store listing this scrape shows took"
         );
         gauge!("dlock_store_up", "backend" => backend).set(if listed.is_ok() { 1.0 } else { 0.0 });
-        gauge!("dlock_store_list_seconds", "backend" => backend).set(seconds(took));
-        let Ok(held) = listed else {
+        let Ok(listing) = listed else {
             return;
         };
+        describe_gauge!(
+            "dlock_store_list_truncated",
+            "1 when the listing stopped at --max-locks with more locks left, else 0"
+        );
+        gauge!("dlock_store_list_seconds", "backend" => backend).set(seconds(listing.took));
+        gauge!("dlock_store_list_truncated", "backend" => backend).set(if listing.truncated {
+            1.0
+        } else {
+            0.0
+        });
+        let held = &listing.locks;
         describe_gauge!("dlock_store_locks_held", "Locks held in the store, by kind");
         describe_gauge!(
             "dlock_store_waiters",
@@ -407,12 +699,11 @@ fn render_locks(
 }
 
 async fn metrics(State(served): State<Arc<Served>>) -> Response {
-    let started = Instant::now();
-    let listed = held(&served, Some(&served.prefix)).await;
+    let listed = served.listing.get(&served.locks, &served.prefix).await;
     if let Err(e) = &listed {
         tracing::warn!(error = %e, "listing the store for /metrics failed");
     }
-    let mut body = render_locks(&served, &listed, started.elapsed());
+    let mut body = render_locks(&served, &listed);
     if let Some(library) = &served.library {
         body.push_str(&library.render());
     }
@@ -430,7 +721,52 @@ async fn metrics(State(served): State<Arc<Served>>) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::{effective_prefix, same_token};
+    use super::{AllowedHosts, effective_prefix, same_token};
+
+    #[test]
+    fn only_the_names_the_server_is_reached_by_are_allowed_hosts() {
+        let loopback = AllowedHosts::new("127.0.0.1:9477".parse().unwrap(), &[]).unwrap();
+        for host in [
+            "127.0.0.1:9477",
+            "127.0.0.1",
+            "localhost",
+            "LocalHost:9477",
+            "[::1]:9477",
+            "[::1]",
+        ] {
+            assert!(loopback.allows(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:9477",
+            "localhost:80",
+            "",
+            "127.0.0.2",
+        ] {
+            assert!(!loopback.allows(host), "{host}");
+        }
+        let given = [
+            "locks.internal".to_owned(),
+            "10.0.0.5:80".to_owned(),
+            "::2".to_owned(),
+        ];
+        let wide = AllowedHosts::new("0.0.0.0:9477".parse().unwrap(), &given).unwrap();
+        for host in [
+            "locks.internal",
+            "Locks.Internal:9477",
+            "10.0.0.5:80",
+            "[::2]:9477",
+        ] {
+            assert!(wide.allows(host), "{host}");
+        }
+        for host in ["localhost", "10.0.0.5", "10.0.0.5:9477", "other.internal"] {
+            assert!(!wide.allows(host), "{host}");
+        }
+        for bad in ["", "a b", "user@host", "host/path", "host:port"] {
+            let error = AllowedHosts::new("127.0.0.1:1".parse().unwrap(), &[bad.to_owned()]);
+            assert!(error.is_err(), "{bad:?} was accepted");
+        }
+    }
 
     #[test]
     fn a_request_narrows_the_served_prefix_and_never_widens_it() {

@@ -1,7 +1,9 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 //! `dlock serve` end to end, on real stores: held locks and their waiters in `/metrics` and
 //! `/api/locks`, the metrics read by Prometheus's own checker (`promtool`), the page loaded in
-//! a real headless Chromium, and breaking only with `--allow-break` and the token.
+//! a real headless Chromium, breaking only with `--allow-break` and the token (a generated one
+//! never printed), only requests naming this server in `Host`, and one store scan for a
+//! burst of requests (counted by the store itself).
 //!
 //! Tools the tests need and do not find are skipped, loudly, unless `DLOCK_TEST_REQUIRE`
 //! names them (`all`, or a list with `redis`, `promtool`, `chromium`): then they fail.
@@ -37,9 +39,14 @@ struct Serve {
 
 impl Serve {
     fn start(url: &str, extra: &[&str]) -> Serve {
+        Serve::start_with(dlock(url), extra)
+    }
+
+    /// As [`start`](Self::start), from a `dlock --url …` command set up by the caller.
+    fn start_with(mut command: Command, extra: &[&str]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("serve.stderr");
-        let mut child = dlock(url)
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
             .stdin(Stdio::null())
@@ -109,12 +116,27 @@ fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
+    http_as(addr, Some(&addr.to_string()), method, path, headers, body)
+}
+
+/// As [`http`], with the given `Host` header (or none).
+fn http_as(
+    addr: SocketAddr,
+    host: Option<&str>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    let host = host
+        .map(|host| format!("Host: {host}\r\n"))
+        .unwrap_or_default();
     let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\n{host}Connection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (name, value) in headers {
@@ -568,6 +590,11 @@ fn bad_serve_arguments_are_refused_without_a_panic() {
         vec!["serve", "--listen", "not-an-address"],
         vec!["serve", "--break-token", "x"],
         vec!["serve", "--allow-break", "--break-token", ""],
+        vec!["serve", "--allow-host", ""],
+        vec!["serve", "--allow-host", "a b"],
+        vec!["serve", "--allow-host", "user@host"],
+        vec!["serve", "--max-locks", "0"],
+        vec!["serve", "--list-interval", "-1s"],
     ] {
         let out = dlock(&url).args(&args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -839,4 +866,276 @@ fn a_composed_semaphore_is_listed_as_one_entry() {
     );
     first.release();
     second.release();
+}
+
+/// A page of another site whose name was made to resolve to this server (DNS rebinding)
+/// sends its own name in `Host`: refused on every route, with a short text. The names the
+/// server is reached by, and those given with `--allow-host`, are answered.
+#[test]
+fn a_request_naming_another_host_is_refused_on_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let mut holder = Hold::spawn(&url, "rebind/held", "holder");
+    holder.granted();
+    let serve = Serve::start(
+        &url,
+        &[
+            "--allow-break",
+            "--break-token",
+            "right-token",
+            "--allow-host",
+            "locks.internal",
+        ],
+    );
+    let port = serve.addr.port();
+    let foreign = format!("evil.example:{port}");
+    let break_headers = [
+        ("content-type", "application/json"),
+        ("x-dlock-break-token", "right-token"),
+    ];
+    for host in [
+        Some("evil.example"),
+        Some(foreign.as_str()),
+        Some("other.internal"),
+        None,
+    ] {
+        for (method, path) in [
+            ("GET", "/"),
+            ("GET", "/page.js"),
+            ("GET", "/api/locks"),
+            ("GET", "/metrics"),
+            ("GET", "/no-such-page"),
+            ("POST", "/api/break"),
+        ] {
+            let (status, body) = http_as(
+                serve.addr,
+                host,
+                method,
+                path,
+                &break_headers,
+                r#"{"name": "rebind/held"}"#,
+            );
+            assert!(
+                status == 421 || (host.is_none() && status == 400),
+                "{method} {path} with Host {host:?}: {status} {body}"
+            );
+            assert!(
+                !body.contains("rebind/held"),
+                "{path} showed a lock: {body}"
+            );
+        }
+    }
+    // Nothing was broken by the refused break.
+    assert_eq!(serve.locks("rebind/").len(), 1);
+    let (status, body) = http_as(serve.addr, Some("evil.example"), "GET", "/", &[], "");
+    assert_eq!(status, 421);
+    assert!(body.contains("--allow-host"), "{body}");
+
+    let with_port = |name: &str| format!("{name}:{port}");
+    for host in [
+        serve.addr.to_string(),
+        "127.0.0.1".into(),
+        "localhost".into(),
+        with_port("localhost"),
+        with_port("[::1]"),
+        "locks.internal".into(),
+        with_port("Locks.Internal"),
+    ] {
+        let (status, body) = http_as(serve.addr, Some(&host), "GET", "/api/locks", &[], "");
+        assert_eq!(status, 200, "Host {host}: {body}");
+        assert!(body.contains("rebind/held"), "Host {host}: {body}");
+    }
+    holder.release();
+}
+
+/// A Redis server of the test kit without a password, or `None` when redis-server is missing
+/// and not required.
+fn redis_server() -> Option<ServerProcess> {
+    match ServerProcess::start(Redis::default()) {
+        Ok(server) => Some(server),
+        Err(e) if e.is_not_found() && !required("redis") => {
+            eprintln!("skipping the Redis case: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// How many `SCAN` commands the Redis server at `addr` has run (`INFO commandstats`).
+fn scan_calls(addr: SocketAddr) -> u64 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(b"INFO commandstats\r\n").unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    reader.read_line(&mut head).unwrap();
+    let length: usize = head
+        .trim_end()
+        .strip_prefix('$')
+        .unwrap_or_else(|| panic!("INFO answered {head:?}"))
+        .parse()
+        .unwrap();
+    let mut text = vec![0; length];
+    reader.read_exact(&mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_scan:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Requests that arrive together share one listing of the store: a burst of page, API and
+/// metrics requests makes the store run as many `SCAN`s as one listing does, and another
+/// burst within the listing interval none.
+#[test]
+fn a_burst_of_requests_is_served_by_one_store_scan() {
+    let Some(server) = redis_server() else {
+        return;
+    };
+    let url = format!("redis://{}", server.addr());
+    let mut holder = Hold::spawn(&url, "burst/held", "holder");
+    holder.granted();
+
+    // What one listing costs, on a server of its own.
+    let before_one = scan_calls(server.addr());
+    {
+        let single = Serve::start(&url, &["--list-interval", "0s"]);
+        assert_eq!(single.locks("burst/").len(), 1);
+    }
+    let one_listing = scan_calls(server.addr()) - before_one;
+    assert!(one_listing > 0, "a listing ran no SCAN");
+
+    let serve = Serve::start(&url, &["--list-interval", "10m"]);
+    let burst = |serve: &Serve| {
+        let paths = ["/api/locks", "/api/locks?prefix=burst/", "/metrics"];
+        let start = std::sync::Barrier::new(24);
+        std::thread::scope(|scope| {
+            let replies: Vec<_> = (0..24)
+                .map(|i| {
+                    let start = &start;
+                    let path = paths[i % paths.len()];
+                    scope.spawn(move || {
+                        start.wait();
+                        (path, serve.get(path))
+                    })
+                })
+                .collect();
+            for reply in replies {
+                let (path, (status, body)) = reply.join().unwrap();
+                assert_eq!(status, 200, "{path}: {body}");
+                assert!(body.contains("burst/held"), "{path}: {body}");
+            }
+        });
+    };
+    let before = scan_calls(server.addr());
+    burst(&serve);
+    let first_burst = scan_calls(server.addr()) - before;
+    assert_eq!(
+        first_burst, one_listing,
+        "24 requests arriving together ran {first_burst} SCANs; one listing runs {one_listing}"
+    );
+    let before = scan_calls(server.addr());
+    burst(&serve);
+    let second_burst = scan_calls(server.addr()) - before;
+    assert_eq!(
+        second_burst, 0,
+        "a burst within the listing interval scanned the store again"
+    );
+    holder.release();
+}
+
+/// One listing reads at most `--max-locks` locks from the store and says when it stopped
+/// short, in the JSON and in the metrics.
+#[test]
+fn a_listing_stops_at_max_locks_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let holders: Vec<Hold> = ["cap/a", "cap/b", "cap/c"]
+        .into_iter()
+        .map(|name| {
+            let mut hold = Hold::spawn(&url, name, "holder");
+            hold.granted();
+            hold
+        })
+        .collect();
+    let capped = Serve::start(&url, &["--max-locks", "2"]);
+    let (status, body) = capped.get("/api/locks");
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["truncated"], true, "{json}");
+    assert_eq!(json["locks"].as_array().unwrap().len(), 2, "{json}");
+    let (_, metrics) = capped.get("/metrics");
+    assert_eq!(
+        sample(&metrics, "dlock_store_list_truncated", &[]),
+        Some(1.0),
+        "{metrics}"
+    );
+    promtool_accepts(&metrics);
+
+    let whole = Serve::start(&url, &[]);
+    let (_, body) = whole.get("/api/locks");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["truncated"], false, "{json}");
+    assert_eq!(json["locks"].as_array().unwrap().len(), 3, "{json}");
+    for hold in holders {
+        hold.release();
+    }
+}
+
+/// `--allow-break` without a token makes one, and never prints it (logs collect the output):
+/// it is written to a file only this user can read, whose path is printed; the token in it
+/// breaks a lock, and the file is gone once the server stops.
+#[test]
+fn a_generated_break_token_is_never_printed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let runtime_dir = tempfile::tempdir().unwrap();
+    let mut holder = Hold::spawn(&url, "token/held", "holder");
+    holder.granted();
+    let mut command = dlock(&url);
+    command.env("XDG_RUNTIME_DIR", runtime_dir.path());
+    let mut serve = Serve::start_with(command, &["--allow-break"]);
+    let stderr = serve.stderr();
+    let path = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("dlock serve: break token in "))
+        .and_then(|rest| rest.split(" (").next())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no token file named on stderr: {stderr}"));
+    assert!(path.starts_with(runtime_dir.path()), "{}", path.display());
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the token file is mode {mode:o}");
+    let token = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+    assert!(token.len() >= 32, "a short token: {} bytes", token.len());
+    assert!(
+        !stderr.contains(&token),
+        "the break token was printed on stderr"
+    );
+
+    let (status, reply) = http(
+        serve.addr,
+        "POST",
+        "/api/break",
+        &[
+            ("content-type", "application/json"),
+            ("x-dlock-break-token", &token),
+        ],
+        r#"{"name": "token/held"}"#,
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert!(!holder.child.wait().unwrap().success());
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(serve.child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    serve.child.wait().unwrap();
+    assert!(!path.exists(), "the token file outlived the server");
+    assert!(
+        !serve.stderr().contains(&token),
+        "the break token was printed on stderr"
+    );
 }

@@ -3,8 +3,8 @@
 
 //! What is specific to a Redis Cluster, on six real nodes started by the test kit (three
 //! primaries, a replica each): hand-off on the lock's shard channel, a primary killed during a
-//! hold and a wait, a slot moved to another primary during a hold and a wait, and a cluster
-//! URL that names a plain server.
+//! hold and a wait, a slot moved to another primary during a hold and a wait, `min_replicas`
+//! with one shard's replica lagging, and a cluster URL that names a plain server.
 //! Everything every backend must do is in the conformance suite, which runs on this cluster as
 //! `redis-cluster`.
 
@@ -272,5 +272,69 @@ async fn a_cluster_url_naming_a_plain_server_is_a_typed_error() -> anyhow::Resul
         ),
         "an unreachable cluster"
     );
+    Ok(())
+}
+
+/// `min_replicas` waits for the replicas of the lock's own shard, not of every shard: with one
+/// shard's replica paused, a lock whose slot another primary serves is still granted and
+/// extended, and one on the paused shard is refused with a clear error and left free.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_waits_only_on_the_replicas_of_the_locks_shard() -> anyhow::Result<()> {
+    let fx = cluster_or_skip!();
+    let lagging = "acked/lagging";
+    let lagging_primary = fault(&fx, |c| c.primary_of(&lock_key(lagging)))?;
+    let mut elsewhere = None;
+    for i in 0.. {
+        let name = format!("acked/elsewhere-{i}");
+        if fault(&fx, |c| c.primary_of(&lock_key(&name)))? != lagging_primary {
+            elsewhere = Some(name);
+            break;
+        }
+    }
+    let elsewhere = elsewhere.expect("three primaries share the slots");
+    let url = format!("{}?min_replicas=1&replica_timeout=300ms", fx.url().unwrap());
+    let acked = dlock::connect(&url).await?;
+    let plain = fx.connect().await?;
+    // Every replica acknowledges: both shards grant.
+    for name in [lagging, elsewhere.as_str()] {
+        acked.mutex(name).acquire().await?.release().await?;
+    }
+
+    let paused = fault(&fx, |c| c.pause_replicas_of(&lock_key(lagging)))?;
+    // The lagging shard first: its primary then has writes of this client no replica has.
+    let refused = acked.mutex(lagging).acquire().await;
+    let granted = acked.mutex(&elsewhere).acquire().await;
+    let extended = match &granted {
+        Ok(guard) => Some(guard.extend(Duration::from_secs(30)).await),
+        Err(_) => None,
+    };
+    fault(&fx, |c| {
+        paused
+            .iter()
+            .try_for_each(|&replica| c.nodes[replica].resume())
+    })?;
+
+    let granted = granted.map_err(|e| {
+        anyhow::anyhow!("a lock on a shard whose replica keeps up was refused: {e}")
+    })?;
+    ensure!(
+        matches!(extended, Some(Ok(()))),
+        "its extension: {extended:?}"
+    );
+    match refused {
+        Err(Error::Unavailable { source, .. }) if source.to_string().contains("min_replicas") => {}
+        other => anyhow::bail!("a grant the lagging shard's replica never had: {other:?}"),
+    }
+    // Nothing of the refused grant is left held.
+    let free = plain.mutex(lagging).try_acquire().await?;
+    ensure!(
+        free.is_some(),
+        "a grant the replicas never confirmed is still held"
+    );
+    granted.release().await?;
     Ok(())
 }

@@ -30,7 +30,7 @@ function cell(row, text, cls) {
 
 async function breakLock(name) {
   if (!confirm("Break " + name + "? Its holder loses it at once.")) return;
-  const token = prompt("Break token (printed by dlock serve at start):");
+  const token = prompt("Break token (--break-token, or in the file dlock serve named at start):");
   if (!token) return;
   const reply = await fetch("api/break", {
     method: "POST",
@@ -77,7 +77,8 @@ function draw(data) {
   const status = document.getElementById("status");
   status.className = "";
   status.textContent = data.locks.length + (data.locks.length === 1 ? " lock" : " locks") +
-    " held" + (data.prefix ? " under " + data.prefix : "") + ", as of " + new Date().toLocaleTimeString();
+    " held" + (data.prefix ? " under " + data.prefix : "") + ", as of " + new Date().toLocaleTimeString() +
+    (data.truncated ? " (the listing stopped at --max-locks: start dlock serve with a narrower --prefix)" : "");
 }
 
 let timer = null;

@@ -120,6 +120,26 @@ impl RedisCluster {
         Ok(std::iter::once(owner).chain(replicas).collect())
     }
 
+    /// Pauses (SIGSTOP) every replica of the primary that serves `key`, so that shard's
+    /// replicas stop acknowledging writes (`WAIT`) while the other shards' go on. Returns
+    /// their indexes in [`nodes`](RedisCluster::nodes), for
+    /// [`ServerProcess::resume`]; resume them within the node timeout (2 s) or the cluster
+    /// marks them failed until they answer again.
+    ///
+    /// # Errors
+    ///
+    /// No node answered, the shard has no replica, or one could not be paused.
+    pub fn pause_replicas_of(&mut self, key: &str) -> Result<Vec<usize>, ServerError> {
+        let replicas = self.shard_of(key)?.split_off(1);
+        if replicas.is_empty() {
+            return Err(self.failed(&format!("the shard of {key} has no replica")));
+        }
+        for &replica in &replicas {
+            self.nodes[replica].pause()?;
+        }
+        Ok(replicas)
+    }
+
     /// Kills the primary that serves `key` (SIGKILL): the other nodes notice after the node
     /// timeout and promote its replica, with what it had. The killed node then starts again
     /// empty and rejoins as the new primary's replica. Returns when every node serves every

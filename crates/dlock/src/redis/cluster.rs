@@ -4,7 +4,7 @@
 
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
+use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use std::borrow::Cow;
 
 use super::config::RedisConfig;
@@ -171,6 +171,14 @@ pub(crate) fn to_node(addr: &str) -> Option<RoutingInfo> {
             .to_owned(),
         port: port.parse().ok()?,
     }))
+}
+
+/// Routing of a command with no key (`WAIT`) to the primary that serves `key`'s slot.
+pub(crate) fn to_slot_primary(key: &str) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+        slot(key),
+        SlotAddr::Master,
+    )))
 }
 
 #[cfg(test)]

@@ -193,19 +193,27 @@ impl Inner {
 
     /// With `min_replicas`, waits until that many replicas have every write this client sent
     /// so far (`WAIT`, on the shared command connection); `what` names the write for the
-    /// error.
-    async fn replicated(&self, what: &str) -> Result<()> {
+    /// error, `key` is a key of the lock it wrote.
+    ///
+    /// On a cluster the `WAIT` goes to the primary of `key`'s slot only: redis-rs would send
+    /// it to every primary and answer the smallest count, so one shard's lagging replica
+    /// would refuse the grants of every shard.
+    async fn replicated(&self, what: &str, key: &str) -> Result<()> {
         let wanted = self.config.min_replicas;
         if wanted == 0 {
             return Ok(());
         }
         let mut conn = self.conn();
-        let acked: u32 = ::redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(ms(self.config.replica_timeout))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.fail(e, ""))?;
+        let mut wait = ::redis::cmd("WAIT");
+        wait.arg(wanted).arg(ms(self.config.replica_timeout));
+        let acked: ::redis::RedisResult<u32> = match conn.cluster() {
+            Some(cluster) => cluster
+                .route_command(wait, cluster::to_slot_primary(key))
+                .await
+                .and_then(|value| ::redis::from_redis_value(value).map_err(Into::into)),
+            None => wait.query_async(&mut conn).await,
+        };
+        let acked = acked.map_err(|e| self.fail(e, key))?;
         if acked >= wanted {
             return Ok(());
         }
@@ -222,14 +230,16 @@ impl Inner {
 
     /// A grant that must reach `min_replicas` replicas: when it does not, it is released
     /// again and the call fails, so no caller holds a lock the replicas do not know.
+    /// `key` is a key of one of them (on a cluster they share one slot).
     async fn confirm_grants(
         &self,
         leases: Option<Vec<Arc<dyn Lease>>>,
+        key: &str,
     ) -> Result<Option<Vec<Arc<dyn Lease>>>> {
         let Some(leases) = leases else {
             return Ok(None);
         };
-        if let Err(error) = self.replicated("the grant").await {
+        if let Err(error) = self.replicated("the grant", key).await {
             for lease in &leases {
                 if let Err(release) = lease.release().await {
                     tracing::debug!(%release, "releasing a grant the replicas did not confirm failed; it expires instead");
@@ -418,9 +428,10 @@ impl Backend for RedisBackend {
             Some(shared) => shared?,
             None => self.acquire_mutex(req).await?,
         };
+        let key = self.inner.keys(req.name.as_str()).lock;
         let confirmed = self
             .inner
-            .confirm_grants(granted.map(|lease| vec![lease]))
+            .confirm_grants(granted.map(|lease| vec![lease]), &key)
             .await?;
         Ok(confirmed.and_then(|mut leases| leases.pop()))
     }
@@ -448,7 +459,11 @@ impl Backend for RedisBackend {
             Ok(granted) => granted,
             Err(error) => return Some(Err(error)),
         };
-        Some(self.inner.confirm_grants(granted).await)
+        let key = reqs
+            .first()
+            .map(|req| self.inner.keys(req.name.as_str()).lock)
+            .unwrap_or_default();
+        Some(self.inner.confirm_grants(granted, &key).await)
     }
 
     fn values(&self) -> Option<&dyn ValueStore> {
@@ -620,7 +635,9 @@ impl Lease for RedisLease {
         if owned != 1 {
             return Err(Error::not_owned(&self.name()));
         }
-        self.inner.replicated("the extension").await
+        self.inner
+            .replicated("the extension", &self.keys.lock)
+            .await
     }
 
     async fn release(&self) -> Result<()> {

@@ -230,7 +230,9 @@ impl Lease for SharedHold {
         if owned != 1 {
             return Err(Error::not_owned(&self.name));
         }
-        self.inner.replicated("the extension").await
+        self.inner
+            .replicated("the extension", &self.keys.holders)
+            .await
     }
 
     async fn release(&self) -> Result<()> {
