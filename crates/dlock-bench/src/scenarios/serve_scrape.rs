@@ -34,7 +34,17 @@ fn dlock_binary() -> Option<std::path::PathBuf> {
 
 fn start(binary: &std::path::Path, url: &str) -> anyhow::Result<Served> {
     let mut child = Command::new(binary)
-        .args(["--url", url, "serve", "--listen", "127.0.0.1:0"])
+        // Every fetch a listing of its own: what is measured is one store scan, not the cache
+        // that shares one listing among the requests of an interval.
+        .args([
+            "--url",
+            url,
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--list-interval",
+            "0s",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
