@@ -198,6 +198,54 @@ async fn a_session_wait_leaves_no_lock_timeout_on_its_pooled_connection() {
     held.release().await.unwrap();
 }
 
+/// PostgreSQL folds unquoted names to lowercase, so a table named with capitals would be
+/// created under one name and looked up under another: such a name is refused at connect,
+/// naming the option, and nothing is created.
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_name_with_capitals_is_refused_at_connect() {
+    let Some(server) = server() else { return };
+    let base = Postgres::url(&server);
+    let admin = admin(&server).await;
+    for (query, table) in [
+        ("?table=MyLocks", "MyLocks"),
+        ("?mode=session&table=Fences", "Fences"),
+    ] {
+        let result = dlock::connect(&format!("{base}{query}")).await;
+        assert!(
+            matches!(result, Err(Error::InvalidUrl { ref reason, .. }) if reason.contains("table")),
+            "{query}: expected InvalidUrl naming `table`, got {:?}",
+            result.map(|_| "a client")
+        );
+        let mode = if query.contains("session") {
+            dlock::postgres::Mode::Session
+        } else {
+            dlock::postgres::Mode::Lease
+        };
+        let built = dlock::postgres::PostgresBuilder::new(base.clone())
+            .mode(mode)
+            .table(table)
+            .build()
+            .await;
+        assert!(
+            matches!(built, Err(Error::InvalidArgument { what: "table", .. })),
+            "builder table {table:?}: expected InvalidArgument for `table`, got {:?}",
+            built.map(|_| "a backend")
+        );
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_class WHERE lower(relname) LIKE lower($1) || '%'",
+        )
+        .bind(table)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "{query}: a refused table name left a table behind");
+    }
+}
+
 #[cfg_attr(
     dlock_test_missing = "postgres",
     ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
