@@ -14,6 +14,7 @@ mod wake;
 mod worker;
 
 pub use config::{MAX_POLL, SqliteConfig};
+pub(crate) use open::temp_store_dir;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
