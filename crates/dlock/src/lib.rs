@@ -224,8 +224,12 @@ pub type LockStream = futures::stream::BoxStream<'static, Result<LockInfo>>;
 
 /// The embedded default store's URL, the one the `dlock` command uses without `--url` or
 /// `DLOCK_URL`: a SQLite file `dlock/locks.db` in the user's state directory (the local data
-/// directory where there is none, the temp directory as a last resort), created with its
-/// directory on first use. Programs that share locks with the command use the same file.
+/// directory where there is none), created with its directory on first use. Programs that
+/// share locks with the command use the same file.
+///
+/// As a last resort (no home directory) it is `dlock-UID/locks.db` in the temp directory,
+/// made private to the user; since anyone can create there, connecting refuses that
+/// directory or file when another user owns it or others may write it.
 ///
 /// # Examples
 ///
@@ -240,10 +244,10 @@ pub type LockStream = futures::stream::BoxStream<'static, Result<LockInfo>>;
 /// ```
 #[cfg(feature = "sqlite")]
 pub fn default_url() -> String {
-    let base = dirs::state_dir()
+    let path = dirs::state_dir()
         .or_else(dirs::data_local_dir)
-        .unwrap_or_else(std::env::temp_dir);
-    let path = base.join("dlock").join("locks.db");
+        .map_or_else(sqlite::temp_store_dir, |base| base.join("dlock"))
+        .join("locks.db");
     format!("sqlite://{}?create_dirs=true", path.display())
 }
 

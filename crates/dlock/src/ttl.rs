@@ -37,6 +37,21 @@ pub(crate) fn validate_ttl(what: &'static str, ttl: Duration) -> Result<Duration
     Ok(ttl)
 }
 
+/// The check every store makes of a lease length it is handed through the raw
+/// [`Backend`](crate::backend::Backend) / [`Lease`](crate::backend::Lease) API, which the
+/// builders' own checks stand in front of: at most [`MAX_TTL`] (zero, an extension's
+/// ownership check, passes), so no store's deadline arithmetic overflows, nothing panics and
+/// no store is asked for a lease it cannot keep.
+pub(crate) fn check_store_ttl(ttl: Duration) -> Result<()> {
+    if ttl > MAX_TTL {
+        return Err(Error::invalid_argument(
+            "ttl",
+            format!("{ttl:?} is above the maximum of 30 days (dlock::limits::MAX_TTL)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a hold's `max_hold`: above zero and within the clock's range. The one check of it,
 /// for mutexes and for the primitives built on them.
 pub(crate) fn validate_max_hold(max_hold: Option<Duration>) -> Result<()> {
@@ -104,6 +119,9 @@ mod tests {
         assert!(validate_ttl("ttl", MIN_TTL).is_ok());
         assert!(validate_ttl("ttl", MAX_TTL).is_ok());
         assert!(validate_ttl("ttl", MAX_TTL + Duration::from_secs(1)).is_err());
+        assert!(check_store_ttl(Duration::ZERO).is_ok());
+        assert!(check_store_ttl(MAX_TTL).is_ok());
+        assert!(check_store_ttl(Duration::MAX).is_err());
     }
 
     #[tokio::test]

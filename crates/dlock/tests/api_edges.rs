@@ -220,3 +220,50 @@ async fn a_redlock_error_names_redlock_and_every_node_with_its_error() {
         "one error per node: {shown}"
     );
 }
+
+/// The lease keeper runs as a task on the runtime of the first registration. When that
+/// runtime is dropped, holds taken from another runtime sharing the client must still be
+/// renewed: a watchdog hold from the second runtime outlives several of its leases, and
+/// nobody else gets the lock meanwhile.
+#[test]
+fn a_watchdog_hold_outlives_the_runtime_that_started_the_keeper() {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let lease = Duration::from_millis(300);
+    let (first, second) = (runtime(), runtime());
+    let (locks, rival) = first.block_on(async {
+        let locks = dlock::connect("memory://api-edges-keeper-runtimes")
+            .await
+            .unwrap()
+            .with_watchdog_lease(lease)
+            .unwrap();
+        let rival = dlock::connect("memory://api-edges-keeper-runtimes")
+            .await
+            .unwrap();
+        (locks, rival)
+    });
+    // A hold from the first runtime starts the keeper there.
+    let early = first.block_on(locks.mutex("first").acquire()).unwrap();
+    let held = second.block_on(locks.mutex("second").acquire()).unwrap();
+    first.block_on(early.release()).unwrap();
+    drop(first);
+    second.block_on(async {
+        tokio::time::sleep(lease * 5).await;
+        assert!(
+            !held.is_lost(),
+            "the hold was given up: {:?}",
+            held.lost_reason()
+        );
+        assert!(
+            rival.mutex("second").try_acquire().await.unwrap().is_none(),
+            "another client got the lock while its holder's watchdog should have renewed it: \
+             renewals stopped with the runtime that started the keeper"
+        );
+        held.release().await.unwrap();
+    });
+}

@@ -601,6 +601,51 @@ async fn bad_urls_are_invalid_url() {
     assert_clean(failures);
 }
 
+/// A Redis key prefix with `{` or `}` would put a hash tag of its own before the lock's, so
+/// the keys of one lock could land in different Cluster slots (and every lock in one slot):
+/// refused before any I/O, in the URL and in the builder, naming the option and never the
+/// password.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redis_prefix_with_a_brace_is_refused() {
+    let mut failures = Failures::new();
+    for url in [
+        "redis://u:hunter2@127.0.0.1:6379?prefix=app{1}:",
+        "redis://u:hunter2@127.0.0.1:6379?prefix=%7Bapp",
+        "redis+cluster://u:hunter2@127.0.0.1:7000?prefix=app}",
+        "redis+sentinel://u:hunter2@127.0.0.1/orders?prefix=%7D",
+    ] {
+        match tokio::time::timeout(Duration::from_secs(10), dlock::connect(url)).await {
+            Ok(Err(error @ Error::InvalidUrl { .. }))
+                if error.to_string().contains("prefix")
+                    && !format!("{error} {error:?}").contains("hunter2") => {}
+            Ok(other) => failures.push(format!(
+                "{url:?}: expected InvalidUrl naming `prefix`, redacted, got {:?}",
+                other.map(|_| "a client")
+            )),
+            Err(_) => failures.push(format!("{url:?}: still connecting after 10 s")),
+        }
+    }
+    for prefix in ["{app}:", "app:{", "}"] {
+        let built = dlock::redis::RedisBuilder::new("redis://u:hunter2@127.0.0.1:1")
+            .unwrap()
+            .prefix(prefix)
+            .build()
+            .await;
+        match built {
+            Err(Error::InvalidArgument {
+                what: "prefix",
+                reason,
+            }) if !reason.contains("hunter2") => {}
+            other => failures.push(format!(
+                "builder prefix {prefix:?}: expected InvalidArgument for `prefix`, got {:?}",
+                other.map(|_| "a backend")
+            )),
+        }
+    }
+    assert_clean(failures);
+}
+
 /// The CLI: bad arguments exit non-zero with a message naming the problem, never panic, and
 /// leave no lock. (The common cases are in `dlock-cli/tests/cli.rs`; these add the rest:
 /// arguments that are not UTF-8, bad durations and options per command, unreachable stores.)

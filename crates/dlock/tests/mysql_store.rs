@@ -172,6 +172,55 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
     }
 }
 
+/// Whether MySQL keeps a table name's case depends on the server (`lower_case_table_names`)
+/// and dlock's shape checks compare names as written, so a table named with capitals is
+/// refused at connect, naming the option, and nothing is created.
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_name_with_capitals_is_refused_at_connect() {
+    let Some(server) = server() else { return };
+    let base = Mariadb::url(&server);
+    let admin = admin(&server).await;
+    for (query, table) in [
+        ("?table=MyLocks", "MyLocks"),
+        ("?mode=session&table=Fences", "Fences"),
+    ] {
+        let result = dlock::connect(&format!("{base}{query}")).await;
+        assert!(
+            matches!(result, Err(Error::InvalidUrl { ref reason, .. }) if reason.contains("table")),
+            "{query}: expected InvalidUrl naming `table`, got {:?}",
+            result.map(|_| "a client")
+        );
+        let mode = if query.contains("session") {
+            dlock::mysql::Mode::Session
+        } else {
+            dlock::mysql::Mode::Lease
+        };
+        let built = dlock::mysql::MysqlBuilder::new(base.clone())
+            .mode(mode)
+            .table(table)
+            .build()
+            .await;
+        assert!(
+            matches!(built, Err(Error::InvalidArgument { what: "table", .. })),
+            "builder table {table:?}: expected InvalidArgument for `table`, got {:?}",
+            built.map(|_| "a backend")
+        );
+        let left: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.TABLES
+             WHERE TABLE_SCHEMA = DATABASE() AND LOWER(TABLE_NAME) LIKE CONCAT(LOWER(?), '%')",
+        )
+        .bind(table)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "{query}: a refused table name left a table behind");
+    }
+}
+
 #[cfg_attr(
     dlock_test_missing = "mariadb",
     ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"

@@ -157,6 +157,103 @@ async fn a_missing_table_is_created_and_a_foreign_one_refused() {
     }
 }
 
+/// A session-mode wait sets `lock_timeout` for its slice; the connection it waited on goes
+/// back to the pool, and the next statement run on it (here a value write, which waits for
+/// a row lock) must not inherit that timeout: a pooled connection comes back clean.
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_wait_leaves_no_lock_timeout_on_its_pooled_connection() {
+    let Some(server) = server() else { return };
+    let base = Postgres::url(&server);
+    let admin = admin(&server).await;
+    // One connection, so the value write runs on the connection the wait used.
+    let locks = dlock::connect(&format!("{base}?mode=session&max_connections=1"))
+        .await
+        .unwrap();
+    let rival = dlock::connect(&format!("{base}?mode=session"))
+        .await
+        .unwrap();
+    let counter = locks.value("counter");
+    counter.set(b"0").await.unwrap();
+    let held = rival.mutex("busy").acquire().await.unwrap();
+    let waited = locks
+        .mutex("busy")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(
+        matches!(waited, Err(Error::Timeout { .. })),
+        "{:?}",
+        waited.map(|_| "acquired")
+    );
+    // A row lock on the value, held well past the wait's slice.
+    let mut blocker = admin.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM dlock_fences_values WHERE name = 'counter' FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let write = tokio::spawn(async move { counter.set(b"1").await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    blocker.commit().await.unwrap();
+    let written = write.await.unwrap();
+    assert!(
+        written.is_ok(),
+        "a value write after a session wait failed on the wait's lock_timeout: {written:?}"
+    );
+    held.release().await.unwrap();
+}
+
+/// PostgreSQL folds unquoted names to lowercase, so a table named with capitals would be
+/// created under one name and looked up under another: such a name is refused at connect,
+/// naming the option, and nothing is created.
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_name_with_capitals_is_refused_at_connect() {
+    let Some(server) = server() else { return };
+    let base = Postgres::url(&server);
+    let admin = admin(&server).await;
+    for (query, table) in [
+        ("?table=MyLocks", "MyLocks"),
+        ("?mode=session&table=Fences", "Fences"),
+    ] {
+        let result = dlock::connect(&format!("{base}{query}")).await;
+        assert!(
+            matches!(result, Err(Error::InvalidUrl { ref reason, .. }) if reason.contains("table")),
+            "{query}: expected InvalidUrl naming `table`, got {:?}",
+            result.map(|_| "a client")
+        );
+        let mode = if query.contains("session") {
+            dlock::postgres::Mode::Session
+        } else {
+            dlock::postgres::Mode::Lease
+        };
+        let built = dlock::postgres::PostgresBuilder::new(base.clone())
+            .mode(mode)
+            .table(table)
+            .build()
+            .await;
+        assert!(
+            matches!(built, Err(Error::InvalidArgument { what: "table", .. })),
+            "builder table {table:?}: expected InvalidArgument for `table`, got {:?}",
+            built.map(|_| "a backend")
+        );
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_class WHERE lower(relname) LIKE lower($1) || '%'",
+        )
+        .bind(table)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "{query}: a refused table name left a table behind");
+    }
+}
+
 #[cfg_attr(
     dlock_test_missing = "postgres",
     ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"

@@ -854,6 +854,115 @@ async fn fences_rise_across_a_partial_loss(
     Ok(())
 }
 
+/// One hold of `kind` on `name`, released at once: its fence.
+async fn fence_of_one_hold(locks: &Locks, kind: HoldKind, name: &str) -> anyhow::Result<u64> {
+    let wait = Duration::from_secs(5);
+    Ok(match kind {
+        HoldKind::Mutex => {
+            let g = locks.mutex(name).wait(wait).acquire().await?;
+            let fence = g.fence().get();
+            g.release().await?;
+            fence
+        }
+        HoldKind::Permit => {
+            let g = locks.semaphore(name, 1).wait(wait).acquire().await?;
+            let fence = g.fence().get();
+            g.release().await?;
+            fence
+        }
+        HoldKind::Writer => {
+            let g = locks.rwlock(name).wait(wait).write().await?;
+            let fence = g.fence().get();
+            g.release().await?;
+            fence
+        }
+        HoldKind::Reader => {
+            let g = locks.rwlock(name).wait(wait).read().await?;
+            let fence = g.fence().get();
+            g.release().await?;
+            fence
+        }
+    })
+}
+
+/// Sets the last fence given out for `name` (a hold of `kind` on it was released just before,
+/// so the store still has its counter) to `fence`.
+fn set_last_fence(addr: SocketAddr, kind: HoldKind, name: &str, fence: u64) -> anyhow::Result<()> {
+    let fence = fence.to_string();
+    match kind {
+        HoldKind::Mutex => {
+            // The lock's value: layout, token, fence, holds, queued, owner (common.lua).
+            let key = format!("dlock:lock:{name}");
+            let value: Vec<u8> = query(addr, &["GET", &key])?;
+            let mut fields: Vec<&[u8]> = value.split(|b| *b == 0).collect();
+            ensure!(fields.len() >= 6, "{key}: not a lock value");
+            fields[2] = fence.as_bytes();
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(&key).arg(fields.join(&0u8)).arg("KEEPTTL");
+            let () = cmd.query(&mut admin(addr)?)?;
+        }
+        HoldKind::Permit => query(
+            addr,
+            &["HSET", &format!("dlock:pfence:{name}"), "#", &fence],
+        )?,
+        HoldKind::Writer | HoldKind::Reader => {
+            query(addr, &["HSET", &format!("dlock:rw:{name}"), "#", &fence])?
+        }
+    }
+    Ok(())
+}
+
+/// Lua numbers are doubles, exact only up to 2^53: fences and value versions past it must
+/// still rise by one each time (and the holds that get them still be released by them).
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_keep_rising_past_two_to_the_53() -> anyhow::Result<()> {
+    const NEAR: u64 = (1 << 53) - 2;
+    let fx = redis_or_skip!();
+    let locks = fx.connect().await?;
+    let addr = fx.addr();
+    let mut failures = Vec::new();
+    for kind in HOLD_KINDS {
+        let name = format!("big-fence/{kind:?}");
+        fence_of_one_hold(&locks, kind, &name).await?;
+        set_last_fence(addr, kind, &name, NEAR)?;
+        let mut last = NEAR;
+        for _ in 0..4 {
+            let fence = fence_of_one_hold(&locks, kind, &name).await?;
+            if fence <= last {
+                failures.push(format!("{kind:?}: fence {fence} after {last}"));
+                break;
+            }
+            last = fence;
+        }
+    }
+    let value = locks.value("big-version");
+    value.set(b"0").await?;
+    query::<i64>(
+        addr,
+        &[
+            "HSET",
+            "dlock:value:big-version",
+            "version",
+            &NEAR.to_string(),
+        ],
+    )?;
+    let mut last = NEAR;
+    for i in 0..4 {
+        let version = value.set(format!("{i}")).await?;
+        if version <= last {
+            failures.push(format!("value: version {version} after {last}"));
+            break;
+        }
+        last = version;
+    }
+    ensure!(failures.is_empty(), "not rising past 2^53: {failures:?}");
+    Ok(())
+}
+
 #[cfg_attr(
     dlock_test_missing = "redis",
     ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"

@@ -1164,3 +1164,159 @@ async fn leases_and_queued_waiters_of_an_earlier_boot_are_over() {
     assert!(matches!(err, Error::NotOwned { .. }), "{err:?}");
     after.release().await.unwrap();
 }
+
+/// The uids of the default-store test: users with no passwd entry, so no home directory is
+/// found and the default store falls back to the temp directory.
+const VICTIM_UID: u32 = 54_321;
+const OTHER_UID: u32 = 54_322;
+
+/// Set in the child that connects to the default store as another user.
+const PROBE: &str = "DLOCK_TEST_DEFAULT_STORE_PROBE";
+const PROBE_TEST: &str = "the_default_store_in_the_temp_dir_refuses_what_another_user_could_write";
+
+/// Connects to the default store (`dlock::default_url()`) as [`VICTIM_UID`], with `tmp` for its
+/// temp directory and no home, so the store goes to its last-resort place: this test binary
+/// (`exe`) run again as the probe. Exits 0 once connected; otherwise prints the error.
+fn default_store_probe(exe: &std::path::Path, tmp: &std::path::Path) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .arg(format!("--reuid={VICTIM_UID}"))
+        .arg(format!("--regid={VICTIM_UID}"))
+        .arg("--clear-groups")
+        .arg(exe)
+        .args(["--exact", PROBE_TEST, "--nocapture", "--test-threads=1"])
+        .env_clear()
+        .env(PROBE, "1")
+        .env("TMPDIR", tmp)
+        .output()
+        .unwrap()
+}
+
+/// The probe's side of [`default_store_probe`].
+fn probe_the_default_store() -> ! {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = dlock::default_url();
+    match runtime.block_on(dlock::connect(&url)) {
+        Ok(_) => std::process::exit(0),
+        Err(error) => {
+            eprintln!("{url}: {error}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// A temp directory as `/tmp` is: anyone may create in it, only the owner remove.
+fn shared_tmp() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    dir
+}
+
+fn chown(path: &std::path::Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+}
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// With no state directory the default store lives in the temp directory, which every user
+/// can write: a directory or an empty database file another user made there first (or one
+/// anyone may write) is refused, not used, so nobody else can read or break the user's locks.
+#[test]
+fn the_default_store_in_the_temp_dir_refuses_what_another_user_could_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if std::env::var_os(PROBE).is_some() {
+        probe_the_default_store();
+    }
+    // Running as other users needs root (`setpriv`); /proc/self is owned by our uid.
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        assert!(
+            std::env::var_os("DLOCK_TEST_REQUIRE").is_none(),
+            "the default store's ownership checks need root (to run as other users)"
+        );
+        eprintln!("not tested: the default store's ownership checks need root");
+        return;
+    }
+    // This test binary, where the other uid can run it.
+    let bin_dir = tempfile::tempdir().unwrap();
+    chmod(bin_dir.path(), 0o755);
+    let exe = bin_dir.path().join("probe");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+
+    // Where the store goes when nobody interferes: a private directory of the user's.
+    let clean = shared_tmp();
+    let out = default_store_probe(&exe, clean.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store_dir = std::fs::read_dir(clean.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.join("locks.db").is_file())
+        .expect("no default store created in the temp dir");
+    let made = std::fs::metadata(&store_dir).unwrap();
+    assert_eq!(made.uid(), VICTIM_UID, "{}", store_dir.display());
+    assert_eq!(
+        made.permissions().mode() & 0o077,
+        0,
+        "{}",
+        store_dir.display()
+    );
+    let relative = store_dir.strip_prefix(clean.path()).unwrap().to_owned();
+
+    // Each way another user could have prepared the place: (what, directory owner, its mode,
+    // a planted empty database file's owner and mode).
+    type Planted = Option<(u32, u32)>;
+    let cases: [(&str, u32, u32, Planted); 4] = [
+        ("a directory another user made", OTHER_UID, 0o777, None),
+        (
+            "a private directory of another user's",
+            OTHER_UID,
+            0o700,
+            None,
+        ),
+        (
+            "the user's directory, writable by all",
+            VICTIM_UID,
+            0o777,
+            None,
+        ),
+        (
+            "an empty database file another user made",
+            VICTIM_UID,
+            0o700,
+            Some((OTHER_UID, 0o666)),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, owner, mode, planted) in cases {
+        let tmp = shared_tmp();
+        let dir = tmp.path().join(&relative);
+        std::fs::create_dir(&dir).unwrap();
+        if let Some((file_owner, file_mode)) = planted {
+            let file = dir.join("locks.db");
+            std::fs::write(&file, b"").unwrap();
+            chown(&file, file_owner);
+            chmod(&file, file_mode);
+        }
+        chown(&dir, owner);
+        chmod(&dir, mode);
+        let out = default_store_probe(&exe, tmp.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let size = std::fs::metadata(dir.join("locks.db")).map_or(0, |m| m.len());
+        if out.status.success() || !stderr.contains(&*dir.to_string_lossy()) || size > 0 {
+            failures.push(format!(
+                "{what}: exit {:?}, database {size} bytes, stderr: {stderr}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "trusted: {failures:#?}");
+}

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use dlock::Error;
+use dlock::backend::{AcquireRequest, Wait};
 use dlock::limits::{MAX_NAME_LEN, MAX_TTL};
+use dlock::{Error, LockName, Owner};
 use futures::TryStreamExt;
 
 use super::{Ctx, Needs, cases, expect_err};
@@ -13,6 +14,7 @@ cases!["names",
     Needs::Any =>
         bad_names_are_rejected,
         bad_arguments_are_rejected_before_the_store,
+        durations_that_overflow_are_invalid_arguments_on_the_raw_api,
         names_differing_in_case_are_distinct,
         long_and_unicode_names_work;
     Needs::NotFair =>
@@ -99,6 +101,73 @@ async fn bad_arguments_are_rejected_before_the_store(cx: Ctx) -> anyhow::Result<
     );
     ensure!(!guard.is_lost());
     guard.release().await?;
+    Ok(())
+}
+
+/// The raw `Backend`/`Lease` API is not behind the builders' checks: a lease or extension
+/// too long for any clock (`Duration::MAX`) is an invalid argument there too, never a panic
+/// or a store error, and leaves no lock (nor shortens a held one); a deadline far in the
+/// future is only a long wait.
+async fn durations_that_overflow_are_invalid_arguments_on_the_raw_api(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    let (locks, other) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("raw-durations");
+    let request = |ttl: Duration, wait: Wait| -> anyhow::Result<AcquireRequest> {
+        Ok(AcquireRequest::new(
+            LockName::new(&name)?,
+            uuid::Uuid::new_v4().simple().to_string(),
+            Owner::current(),
+            ttl,
+            wait,
+        ))
+    };
+    expect_err!(
+        locks
+            .backend()
+            .acquire(&request(Duration::MAX, Wait::No)?)
+            .await,
+        Error::InvalidArgument { .. }
+    );
+    other
+        .mutex(&name)
+        .try_acquire()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("a refused acquire left the lock held"))?
+        .release()
+        .await?;
+    let lease = locks
+        .backend()
+        .acquire(&request(Duration::from_secs(30), Wait::No)?)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("not acquired"))?;
+    expect_err!(
+        lease.extend(Duration::MAX).await,
+        Error::InvalidArgument { .. }
+    );
+    ensure!(
+        !lease.lost().is_cancelled(),
+        "a refused extend lost the lease"
+    );
+    lease.extend(Duration::from_secs(30)).await?;
+    ensure!(
+        other.mutex(&name).try_acquire().await?.is_none(),
+        "a refused extend let the lock go"
+    );
+    // A waiter with a deadline a century away gets the lock once it is released.
+    let far = Wait::Until(tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400));
+    let waiting = tokio::spawn({
+        let backend = other.backend().clone();
+        let request = request(Duration::from_secs(30), far)?;
+        async move { backend.acquire(&request).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    lease.release().await?;
+    let granted = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .map_err(|_| anyhow::anyhow!("the far-deadline waiter was not granted the freed lock"))???
+        .ok_or_else(|| anyhow::anyhow!("the far-deadline waiter gave up"))?;
+    granted.release().await?;
     Ok(())
 }
 

@@ -72,7 +72,9 @@ pub trait Backend: Debug + Send + Sync + 'static {
     /// # Errors
     ///
     /// Store failures, mapped to [`Error`](crate::Error) variants; [`Error::Unsupported`](crate::Error::Unsupported)
-    /// for a request the store cannot serve (e.g. `fair` without a queue).
+    /// for a request the store cannot serve (e.g. `fair` without a queue);
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), before any store call, for a
+    /// `ttl` above [`MAX_TTL`](crate::limits::MAX_TTL).
     ///
     /// # Cancel safety
     ///
@@ -140,7 +142,9 @@ pub trait Lease: Debug + Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`Error::NotOwned`](crate::Error::NotOwned) when the hold is gone; store failures.
+    /// [`Error::NotOwned`](crate::Error::NotOwned) when the hold is gone; store failures;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), before any store call and
+    /// with the lease left as it was, for a `ttl` above [`MAX_TTL`](crate::limits::MAX_TTL).
     ///
     /// # Cancel safety
     ///

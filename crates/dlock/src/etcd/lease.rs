@@ -105,6 +105,7 @@ impl Lease for EtcdLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let (lease, granted) = self.current();
         if ttl.is_zero() {
             return self.check_owned(lease).await;

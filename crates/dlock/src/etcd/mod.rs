@@ -460,6 +460,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        crate::ttl::check_store_ttl(req.ttl)?;
         if req.reentrant {
             return Err(Error::Unsupported {
                 operation: "reentrant locks",

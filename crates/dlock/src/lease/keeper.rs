@@ -8,12 +8,15 @@
 //!
 //! One timer schedule (a `BTreeSet` ordered by due time) serves all held leases, so ten thousand
 //! held locks cost one task and one sleep, not ten thousand. The task starts with the first
-//! registration and ends when nothing is registered.
+//! registration and ends when nothing is registered. It runs on the runtime of the
+//! registration that started it; when that runtime shuts down while leases registered from
+//! other runtimes are still kept, it starts again on one of theirs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::runtime::{Handle, Id as RuntimeId};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -133,6 +136,9 @@ struct Entry {
     /// The last renewal failed with a store error (not a refusal): a deadline passing now
     /// means the store could not be reached.
     failing: bool,
+    /// The runtime the lease was registered from: where the keeper can run if its own
+    /// runtime shuts down.
+    home: Handle,
 }
 
 #[derive(Debug, Default)]
@@ -141,6 +147,11 @@ struct State {
     schedule: BTreeSet<(Instant, u64)>,
     next_id: u64,
     running: bool,
+    /// The runtime the keeper task runs on, while it runs.
+    runtime: Option<RuntimeId>,
+    /// Runtimes that shut down under the keeper task, while leases registered from them are
+    /// still kept: the keeper is not started there again.
+    dead_runtimes: Vec<RuntimeId>,
     /// When the keeper task will next wake by itself (`None`: only when notified). A new
     /// entry due later needs no notification, which saves a task wake-up per acquisition.
     wake_at: Option<Instant>,
@@ -257,6 +268,7 @@ impl Keeper {
     ) -> Registration {
         let backend = label.backend;
         held_gauge(backend).increment(1.0);
+        let home = Handle::current();
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -269,22 +281,21 @@ impl Keeper {
             due: started,
             renewing: false,
             failing: false,
+            home: home.clone(),
         };
         entry.due = next_due(&entry, started);
         let wake = state.needs_wake(entry.due);
         state.schedule.insert((entry.due, id));
         state.entries.insert(id, entry);
-        if !state.running {
+        let start_on = (!state.running).then(|| {
             state.running = true;
-            // The guard is an argument, so it is dropped (clearing `running`) even if the task
-            // is dropped before it ever runs.
-            let stopped = StopGuard {
-                keeper: self.clone(),
-                armed: true,
-            };
-            tokio::spawn(run(self.shared.clone(), stopped));
-        }
+            state.runtime = Some(home.id());
+            home
+        });
         drop(state);
+        if let Some(runtime) = start_on {
+            self.start_on(&runtime);
+        }
         if wake {
             self.shared.changed.notify_one();
         }
@@ -294,6 +305,19 @@ impl Keeper {
             backend,
             since: Instant::now(),
         }
+    }
+
+    /// Spawns the keeper task on `runtime`; `running` is already set. Called without the
+    /// state's lock: a runtime that has shut down drops the task at once, and its guard then
+    /// takes the lock to start the task elsewhere.
+    fn start_on(&self, runtime: &Handle) {
+        // The guard is an argument, so it is dropped (clearing `running`, or starting the task
+        // elsewhere) even if the task is dropped before it ever runs.
+        let stopped = StopGuard {
+            keeper: self.clone(),
+            armed: true,
+        };
+        runtime.spawn(run(self.shared.clone(), stopped));
     }
 
     /// Stops keeping every lease and hands them over, so the caller can release them; the
@@ -355,7 +379,9 @@ async fn renew_together(
 }
 
 /// Marks the keeper stopped however its task ends, including when the runtime it runs on shuts
-/// down and drops it mid-sleep: the next registration then starts a new task.
+/// down and drops it mid-sleep. Leases registered from other runtimes would then be left
+/// without renewals or lost signals until the next registration, so the task starts again on
+/// the runtime of one of them that is not known to have shut down.
 struct StopGuard {
     keeper: Keeper,
     armed: bool,
@@ -363,11 +389,45 @@ struct StopGuard {
 
 impl Drop for StopGuard {
     fn drop(&mut self) {
-        if self.armed {
-            let mut state = self.keeper.lock();
-            state.running = false;
-            state.wake_at = None;
+        if !self.armed {
+            return;
         }
+        let mut guard = self.keeper.lock();
+        let state = &mut *guard;
+        state.running = false;
+        state.wake_at = None;
+        if let Some(dead) = state.runtime.take() {
+            state.dead_runtimes.push(dead);
+        }
+        let dead = &state.dead_runtimes;
+        let next = state
+            .entries
+            .values()
+            .find(|entry| !dead.contains(&entry.home.id()))
+            .map(|entry| entry.home.clone());
+        // Only runtimes some lease came from can be asked about again.
+        let entries = &state.entries;
+        state
+            .dead_runtimes
+            .retain(|id| entries.values().any(|entry| entry.home.id() == *id));
+        let Some(next) = next else {
+            return;
+        };
+        // Renewals in flight ran on the runtime that is gone: none will answer, so those
+        // leases are due again now, not at their deadline.
+        let now = Instant::now();
+        for (&id, entry) in &mut state.entries {
+            if entry.renewing {
+                entry.renewing = false;
+                state.schedule.remove(&(entry.due, id));
+                entry.due = now;
+                state.schedule.insert((now, id));
+            }
+        }
+        state.running = true;
+        state.runtime = Some(next.id());
+        drop(guard);
+        self.keeper.start_on(&next);
     }
 }
 
@@ -460,6 +520,7 @@ async fn run(shared: Arc<Shared>, mut stopped: StopGuard) {
                 // Under the lock, so a concurrent `register` either sees a running keeper that
                 // will serve it or starts a new one.
                 state.running = false;
+                state.runtime = None;
                 state.wake_at = None;
                 stopped.armed = false;
                 return;

@@ -417,6 +417,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        crate::ttl::check_store_ttl(req.ttl)?;
         let store = &self.store;
         // However this call ends (timeout, or the future dropped), leave the queue.
         let mut leave = LeaveQueue {
@@ -583,6 +584,7 @@ impl Lease for MemoryLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let mut slots = self.store().slots();
         let now = Instant::now();
         let holder = slots

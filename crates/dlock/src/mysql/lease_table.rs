@@ -612,6 +612,7 @@ impl Lease for TableLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.
         let done = self

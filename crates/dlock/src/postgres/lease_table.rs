@@ -495,6 +495,7 @@ impl Lease for TableLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let shared = self.store();
         let done = sqlx::query(AssertSqlSafe(shared.sql.extend.clone()))
             .bind(self.name())

@@ -118,17 +118,17 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
                 .map_err(from_sqlx)?
         }
         Some(slice) => {
-            let wait = async {
-                sqlx::query("SELECT set_config('lock_timeout', $1, false)")
-                    .bind(format!("{}ms", slice.as_millis()))
-                    .execute(&mut *conn)
-                    .await?;
-                sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, $2))")
-                    .bind(req.name.as_str())
-                    .bind(KEY_SEED)
-                    .execute(&mut *conn)
-                    .await
-            };
+            // One statement, its own transaction: the timeout is set local to it (the CTE
+            // runs before the lock is asked for), so it ends with the statement, granted or
+            // timed out, and the connection goes back to the pool without it.
+            let wait = sqlx::query(
+                "WITH timeout AS MATERIALIZED (SELECT set_config('lock_timeout', $3, true)) \
+                 SELECT pg_advisory_lock(hashtextextended($1, $2)) FROM timeout",
+            )
+            .bind(req.name.as_str())
+            .bind(KEY_SEED)
+            .bind(format!("{}ms", slice.as_millis()))
+            .execute(&mut *conn);
             match tokio::time::timeout(slice + Duration::from_secs(2), wait).await {
                 Ok(Ok(_)) => true,
                 Ok(Err(e)) if is_lock_timeout(&e) => false,

@@ -27,7 +27,8 @@ pub struct RedisConfig {
     /// `rediss://…` for TLS (`#insecure` skips certificate checks). dlock's own options are
     /// not part of it.
     pub server: String,
-    /// Namespace of every key and channel dlock writes (URL `prefix`). Default: `dlock:`.
+    /// Namespace of every key and channel dlock writes (URL `prefix`), without `{` or `}`
+    /// (Redis Cluster's hash tags). Default: `dlock:`.
     pub prefix: String,
     /// A PEM file of the certificate authority that signed the server's certificate, for
     /// `rediss://` with a private CA (URL `ca`). Default: the system's roots.
@@ -438,6 +439,18 @@ impl RedisConfig {
         if self.prefix.len() > 256 {
             return Err(Error::invalid_argument("prefix", "longer than 256 bytes"));
         }
+        // Redis Cluster hashes a key by its first `{…}`: braces in the prefix would make that
+        // tag the prefix's, not the lock's, and split or pile up the keys of locks by slot.
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::invalid_argument(
+                "prefix",
+                format!(
+                    "{:?} contains `{{` or `}}`, which Redis Cluster reads as a hash tag: dlock \
+                     tags each lock's keys itself, so a prefix may not",
+                    self.prefix
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -476,6 +489,8 @@ mod tests {
                 "redis://h?timeout=0ms",
                 "redis://h?poll_max=1s",
                 "redis://h?prefix=%zz",
+                "redis://h?prefix=a{b}:",
+                "redis://h?prefix=%7D",
                 "memory://x",
             ],
         );

@@ -424,6 +424,7 @@ impl Backend for RedisBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        crate::ttl::check_store_ttl(req.ttl)?;
         let granted = match shared_holds::acquire(&self.inner, req).await {
             Some(shared) => shared?,
             None => self.acquire_mutex(req).await?,
@@ -541,6 +542,9 @@ impl RedisBackend {
 
     /// `acquire_all.lua`: every lock or none, in one script (one node holds them all).
     async fn acquire_all(&self, reqs: &[AcquireRequest]) -> Result<Option<Vec<Arc<dyn Lease>>>> {
+        for req in reqs {
+            crate::ttl::check_store_ttl(req.ttl)?;
+        }
         let (Some(first), Some(ttl)) = (reqs.first(), reqs.iter().map(|r| r.ttl).min()) else {
             return Ok(Some(Vec::new()));
         };
@@ -610,6 +614,7 @@ impl Lease for RedisLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let fence = self.core.fence().get();
         let gathered = if self.inner.is_cluster() {
             None

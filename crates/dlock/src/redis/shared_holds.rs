@@ -219,6 +219,7 @@ impl Lease for SharedHold {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let mut conn = self.inner.conn();
         let owned = self
             .run_script(

@@ -62,6 +62,7 @@ impl Lease for RedlockLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let inner = &self.inner;
         // An ownership check (a zero extension) fits in no lease: it gets the release's full
         // node timeout, where a third of a short TTL would fail it on a busy node.

@@ -634,6 +634,7 @@ impl Backend for RedlockBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        crate::ttl::check_store_ttl(req.ttl)?;
         let inner = &self.inner;
         let keys = Keys::new(inner.prefix(), req.name.as_str());
         let owner = owner_field(&req.owner);

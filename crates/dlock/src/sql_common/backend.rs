@@ -54,6 +54,7 @@ impl<T: SqlBackend> Backend for T {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        crate::ttl::check_store_ttl(req.ttl)?;
         self.parts().store.acquire(req).await
     }
 

@@ -239,16 +239,27 @@ pub(crate) fn check_driver_read<O>(url: &str, read: Result<O>) -> Result<()> {
     })
 }
 
-/// A table name is spliced into SQL, so only plain identifiers are accepted.
+/// A table name is spliced into SQL unquoted, so only plain identifiers are accepted, and
+/// only in lowercase: PostgreSQL folds unquoted names to lowercase while the shape checks look
+/// them up as written, and MySQL keeps or folds their case by server setting.
 pub(crate) fn check_identifier(name: &str) -> std::result::Result<(), String> {
     let mut chars = name.chars();
     let first_ok = chars
         .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok || name.len() > 48 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    {
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !first_ok || name.len() > 48 || !rest_ok {
+        let capitals = if name.chars().any(|c| c.is_ascii_uppercase()) {
+            " (capitals are refused: the servers fold or keep an unquoted name's case \
+             differently; write it in lowercase)"
+        } else {
+            ""
+        };
         return Err(format!(
-            "{name:?} is not a plain identifier (letters, digits and _, at most 48, not starting with a digit)"
+            "{name:?} is not a plain lowercase identifier (a-z, digits and _, at most 48, not \
+             starting with a digit){capitals}"
         ));
     }
     Ok(())
@@ -290,6 +301,7 @@ mod tests {
             "postgres://h/db?bogus=1",
             "postgres://h/db?table=x;drop",
             "postgres://h/db?table=1abc",
+            "postgres://h/db?table=MyLocks",
             "postgres://h/db?poll_min=1s&poll_max=1ms",
             "postgres://h/db?connect_timeout=soon",
             "postgres://h/db?max_connections=0",

@@ -247,6 +247,7 @@ impl Lease for SessionLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let started = Instant::now();
         self.ask(|reply| Command::Extend(ttl, started, reply)).await
     }

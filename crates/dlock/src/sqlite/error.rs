@@ -22,6 +22,9 @@ pub(crate) enum Error {
     },
     #[error("{path}: {detail}")]
     NotDlock { path: PathBuf, detail: String },
+    /// A file or directory someone else could write, where only the user's own is safe.
+    #[error("{path}: {detail}")]
+    Untrusted { path: PathBuf, detail: String },
     #[error("{path}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -60,6 +63,10 @@ impl From<Error> for DlockError {
                 backend: BACKEND,
                 key: path.display().to_string(),
                 detail: detail.clone(),
+            },
+            Error::Untrusted { .. } => DlockError::PermissionDenied {
+                backend: BACKEND,
+                source: Box::new(error),
             },
             Error::Io { ref source, .. }
                 if source.kind() == std::io::ErrorKind::PermissionDenied =>

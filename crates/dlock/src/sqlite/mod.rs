@@ -14,6 +14,7 @@ mod wake;
 mod worker;
 
 pub use config::{MAX_POLL, SqliteConfig};
+pub(crate) use open::temp_store_dir;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -237,6 +238,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        crate::ttl::check_store_ttl(req.ttl)?;
         let shared = &self.shared;
         let request = Arc::new(Request::new(req, shared.holder.clone()));
         // Whatever ends this call (timeout, error, the future dropped), leave the queue.
@@ -465,6 +467,7 @@ impl Lease for SqliteLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let (name, token, fence, ttl_ms) = (
             self.name().to_owned(),
             self.token().to_owned(),

@@ -3,8 +3,8 @@
 
 use std::cell::Cell;
 use std::io::Read;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -36,6 +36,81 @@ pub(super) fn open_both(config: &SqliteConfig) -> Result<(Connection, Connection
     }
 }
 
+/// The directory of the default store when the user has no state or data directory: in the
+/// temp directory, named by the user's id, so users do not share one (see
+/// [`crate::default_url`]). Anyone may create it first, so [`trust_temp_store`] checks it.
+pub(crate) fn temp_store_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("dlock-{}", effective_uid()))
+}
+
+fn effective_uid() -> u32 {
+    #[allow(unsafe_code)]
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe {
+        libc::geteuid()
+    }
+}
+
+/// The default store's directory in the temp directory, and its database file if there is one,
+/// must be this user's and writable by nobody else: a directory (or an empty file) another
+/// user made there first would let them read, hold or break this user's locks. Creates the
+/// directory, private, when it is missing.
+fn trust_temp_store(dir: &Path, file: &Path) -> Result<(), Error> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, source }
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(dir)(e)),
+    }
+    let uid = effective_uid();
+    // Not followed: a link there is as untrusted as what it points to.
+    let checks = [(dir, true), (file, false)];
+    for (path, is_dir) in checks {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !is_dir => continue,
+            Err(e) => return Err(io(path)(e)),
+        };
+        let kind_ok = if is_dir {
+            meta.file_type().is_dir()
+        } else {
+            meta.file_type().is_file()
+        };
+        let detail = if !kind_ok {
+            Some(format!(
+                "not a plain {}",
+                if is_dir { "directory" } else { "file" }
+            ))
+        } else if meta.uid() != uid {
+            Some(format!(
+                "owned by uid {}, not by this user (uid {uid})",
+                meta.uid()
+            ))
+        } else if meta.mode() & 0o022 != 0 {
+            Some(format!(
+                "writable by others (mode {:o})",
+                meta.mode() & 0o7777
+            ))
+        } else {
+            None
+        };
+        if let Some(detail) = detail {
+            return Err(Error::Untrusted {
+                path: path.to_owned(),
+                detail: format!(
+                    "{detail}: refused as the default store in the temp directory, where another \
+                     user could have made it to read or break this user's locks (remove it, or \
+                     name a store with --url or DLOCK_URL)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Opens the file, refusing anything that is not (or cannot become) a dlock database.
 fn open(config: &SqliteConfig) -> Result<Connection, Error> {
     let path = config.path.as_path();
@@ -43,6 +118,11 @@ fn open(config: &SqliteConfig) -> Result<Connection, Error> {
         path: path.to_owned(),
         source,
     };
+    if let Some(dir) = path.parent()
+        && dir == temp_store_dir()
+    {
+        trust_temp_store(dir, path)?;
+    }
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => return Err(Error::IsDirectory(path.to_owned())),
         Ok(meta) => {

@@ -191,6 +191,7 @@ impl Lease for ZkLease {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
         let shared = &self.shared;
         let not_owned = || Error::not_owned(&shared.name);
         let now = Instant::now();

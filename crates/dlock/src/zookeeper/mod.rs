@@ -281,6 +281,7 @@ impl Backend for ZookeeperBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
+        crate::ttl::check_store_ttl(req.ttl)?;
         if req.reentrant {
             return Err(Error::Unsupported {
                 operation: "reentrant locks",

@@ -15,11 +15,11 @@ if holder and holder ~= '' then
       -- A re-entry through the guard: one more hold.
       redis.call('SET', key, encode(holder, fence, holds + 1, queued, owner), 'KEEPTTL')
       redis.call('PEXPIRE', key, ttl, 'GT')
-      return {1, tonumber(fence), 1}
+      return {1, fence, 1}
     end
     -- A retry of this acquisition whose granting reply was lost: the grant is ours.
     redis.call('PEXPIRE', key, ttl, 'GT')
-    return {1, tonumber(fence), 0}
+    return {1, fence, 0}
   end
   if ARGV[5] == '1' then
     queue(KEYS[2], KEYS[3]).join(token, now_ms())
@@ -57,5 +57,5 @@ local still_queued = '0'
 if q and q.exists() then
   still_queued = '1'
 end
-redis.call('SET', key, encode(token, integer(next_fence), 1, still_queued, ARGV[7]), 'PX', ttl)
+redis.call('SET', key, encode(token, next_fence, 1, still_queued, ARGV[7]), 'PX', ttl)
 return {1, next_fence, 0}

@@ -37,7 +37,7 @@ for i = 1, count do
   local holder, fence, still_queued = taken[i][1], taken[i][2], taken[i][3]
   now = now or now_ms()
   local next_fence = fence_after(holder and fence or nil, now)
-  redis.call('SET', KEYS[3 * i - 2], encode(ARGV[2 + i], integer(next_fence), 1, still_queued, owner), 'PX', ttl)
+  redis.call('SET', KEYS[3 * i - 2], encode(ARGV[2 + i], next_fence, 1, still_queued, owner), 'PX', ttl)
   reply[i + 1] = next_fence
 end
 return reply

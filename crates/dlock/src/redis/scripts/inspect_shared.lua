@@ -25,8 +25,8 @@ end
 local tokens = redis.call('ZRANGEBYSCORE', holders, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1000)
 local shown, shown_fence, shown_end
 for i = 1, #tokens, 2 do
-  local fence = tonumber(redis.call('HGET', state, tokens[i]))
-  if fence and (not shown_fence or fence < shown_fence) then
+  local fence = redis.call('HGET', state, tokens[i])
+  if fence and (not shown_fence or fence_below(fence, shown_fence)) then
     shown, shown_fence, shown_end = tokens[i], fence, tonumber(tokens[i + 1])
   end
 end
@@ -37,5 +37,5 @@ local kind = 'permit'
 if ARGV[1] == 'rwlock' then
   kind = 'reader'
 end
-return {kind, shown, integer(shown_fence), integer(count),
+return {kind, shown, shown_fence, integer(count),
   redis.call('HGET', state, owner_of(shown)) or '', integer(shown_end - now), waiting}

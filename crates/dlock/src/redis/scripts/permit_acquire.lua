@@ -18,7 +18,7 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   local longest = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2])
   redis.call('PEXPIREAT', KEYS[1], longest)
   redis.call('PEXPIREAT', KEYS[2], longest)
-  return {1, tonumber(redis.call('HGET', KEYS[2], ARGV[1]))}
+  return {1, redis.call('HGET', KEYS[2], ARGV[1])}
 end
 local holders = redis.call('ZCARD', KEYS[1])
 local size = tonumber(redis.call('HGET', KEYS[2], '@') or '0')
@@ -33,7 +33,7 @@ end
 local fence = fence_after(redis.call('HGET', KEYS[2], '#') or nil, now)
 local lease_end = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], lease_end, ARGV[1])
-redis.call('HSET', KEYS[2], '#', integer(fence), '@', ARGV[3], ARGV[1], integer(fence),
+redis.call('HSET', KEYS[2], '#', fence, '@', ARGV[3], ARGV[1], fence,
   owner_of(ARGV[1]), ARGV[4])
 local longest = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2])
 redis.call('PEXPIREAT', KEYS[1], longest)

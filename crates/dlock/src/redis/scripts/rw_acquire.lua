@@ -37,7 +37,7 @@ if writer == token or redis.call('ZSCORE', readers, token) then
     redis.call('PEXPIREAT', readers, lease_end, 'GT')
   end
   redis.call('PEXPIREAT', state, lease_end, 'GT')
-  return {1, tonumber(redis.call('HGET', state, token))}
+  return {1, redis.call('HGET', state, token)}
 end
 
 local function first_reader_end()
@@ -81,7 +81,7 @@ else
     redis.call('HDEL', state, 'ww', 'wwe')
   end
 end
-redis.call('HSET', state, '#', integer(fence), token, integer(fence), owner_of(token), ARGV[6])
+redis.call('HSET', state, '#', fence, token, fence, owner_of(token), ARGV[6])
 redis.call('PEXPIREAT', state, lease_end, 'GT')
 redis.call('PEXPIREAT', state, lease_end, 'NX')
 return {1, fence}
