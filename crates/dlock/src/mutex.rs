@@ -624,53 +624,41 @@ pub(crate) fn outcome_unknown(request: &AcquireRequest, error: &Error) -> bool {
     error.is_retryable() && !request.reentrant
 }
 
-/// One more attempt with the request's own token, without waiting, after a call ended with
-/// its outcome unknown: the store's answer to "is a grant of this token there?". `Some`: the
-/// grant (the one a lost reply left, or a fresh one where the call never reached the store),
-/// for the caller to give back; `None` when the lock is busy, so nothing of this token's is
-/// held there.
-///
-/// # Errors
-///
-/// The store's error when it still cannot be heard; then a grant it made, if any, ends with
-/// its lease.
+/// Gives back the grant a call that failed with its outcome unknown may have left: one more
+/// attempt with the request's own token, without waiting, finds it (or takes the lock fresh
+/// where the call never reached the store), and it is released at once, by its token and
+/// fence, so no other holder's lock is touched. A busy answer means nothing of this token's
+/// is held. The grant is released rather than handed over, since a store's own clean-up of
+/// the failed call (by the same token, in the background) may free it at any moment. When
+/// the store still cannot be heard, a grant it made ends with its lease.
 ///
 /// # Cancel safety
 ///
-/// As [`Backend::acquire`]: a dropped attempt leaves no hold past its lease.
-pub(crate) async fn repeat_without_waiting(
-    store: &dyn Backend,
-    request: &AcquireRequest,
-) -> Result<Option<Arc<dyn Lease>>> {
+/// A dropped call leaves no hold past its lease ([`Backend::acquire`]'s contract), but may
+/// leave one until then: callers run it where the caller cannot cut it short.
+pub(crate) async fn give_back_by_token(store: &dyn Backend, request: &AcquireRequest) {
     let mut again = request.clone();
     again.wait = Wait::No;
-    store.acquire(&again).await
+    match store.acquire(&again).await {
+        Ok(Some(lease)) => {
+            if let Err(error) = lease.release().await {
+                tracing::debug!(%error, "releasing a grant whose reply was lost failed; its lease ends it");
+            }
+            lease.lost().cancel();
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::debug!(%error, "the store still fails after an acquire of unknown outcome; a grant it made ends with its lease");
+        }
+    }
 }
 
-/// Gives back the grant a call that failed with its outcome unknown may have left: one
-/// repeated attempt by its token finds it, and it is released at once, so it is not held
-/// until its lease ends while every other contender finds the lock busy. The call's error
-/// stands: the grant is released rather than handed over, since a store's own clean-up of the
-/// failed call (by the same token, in the background) may free it at any moment.
-///
-/// Awaited, so the lock is free when the error reaches the caller; on a task of its own, so a
-/// caller dropped meanwhile does not cut it short between the repeat and the release.
+/// [`give_back_by_token`], so that it is not held until its lease ends while every other
+/// contender finds the lock busy: awaited, so the lock is free when the call's error reaches
+/// its caller, and on a task of its own, so a caller dropped meanwhile does not cut it short.
 async fn give_back_unknown_grant(store: &DynBackend, request: &AcquireRequest) {
     let (store, request) = (store.clone(), request.clone());
-    let give_back = async move {
-        match repeat_without_waiting(store.as_ref(), &request).await {
-            Ok(Some(lease)) => {
-                if let Err(error) = lease.release().await {
-                    tracing::debug!(%error, "releasing a grant whose reply was lost failed; its lease ends it");
-                }
-                lease.lost().cancel();
-            }
-            Ok(None) => {}
-            Err(error) => {
-                tracing::debug!(%error, "the store still fails after an acquire of unknown outcome; a grant it made ends with its lease");
-            }
-        }
-    };
+    let give_back = async move { give_back_by_token(store.as_ref(), &request).await };
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             let _ = runtime.spawn(give_back).await;

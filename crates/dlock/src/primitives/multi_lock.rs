@@ -250,28 +250,15 @@ fn outcome_unknown(requests: &[AcquireRequest], error: &Error) -> bool {
 }
 
 /// Gives back what a one-step attempt that failed with `error` and an unknown outcome may have
-/// taken: one name at a time with each lock's own token, a lock the step took is found again
-/// (or a free one taken fresh) and released at once, by its token and fence, so no other
-/// holder's lock is touched. `error` stands. Runs on the attempt's own task, so a dropped
-/// caller does not cut it short.
+/// taken, name by name with each lock's own token ([`crate::mutex::give_back_by_token`]);
+/// `error` stands. Runs on the attempt's own task, so a dropped caller does not cut it short.
 async fn give_back_unknown_grants(
     store: &dyn Backend,
     requests: &[AcquireRequest],
     error: Error,
 ) -> AllAtOnce {
     for request in requests {
-        match crate::mutex::repeat_without_waiting(store, request).await {
-            Ok(Some(lease)) => {
-                if let Err(error) = lease.release().await {
-                    tracing::debug!(%error, "releasing a multi-lock's grant whose reply was lost failed; its lease ends it");
-                }
-                lease.lost().cancel();
-            }
-            Ok(None) => {}
-            Err(again) => {
-                tracing::debug!(%again, "the store still fails after a multi-lock step of unknown outcome; a grant it made ends with its lease");
-            }
-        }
+        crate::mutex::give_back_by_token(store, request).await;
     }
     Err(error)
 }
