@@ -286,6 +286,48 @@ mod redis {
         }
         every_case_leaves_nothing_held(&fx.url().unwrap(), fx.addr(), &cases).await
     }
+
+    /// The reported case: `dlock run --no-wait` whose acquire reply is lost fails, and the
+    /// next `--no-wait` right after must not be told "busy".
+    #[cfg_attr(
+        dlock_test_missing = "redis",
+        ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_reply_to_dlock_run_no_wait_leaves_the_lock_free() -> anyhow::Result<()> {
+        let Some(fx) = RedisFixture::start()? else {
+            return Ok(());
+        };
+        let url = fx.url().unwrap();
+        let (proxy, proxied) = proxied(&url, &[fx.addr()])?;
+        let other = dlock::connect(&url).await?;
+        let name = format!("lost-reply/cli/{}", uuid::Uuid::new_v4().simple());
+        // Warm up: the server has the scripts loaded, so the command's first request naming
+        // the lock is its acquire.
+        take(&other, Hold::Mutex, &name).await?.release().await?;
+
+        proxy.lose_reply_to(name.as_bytes());
+        let run = {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || {
+                dlock_testkit::cli::dlock_command(&proxied)?
+                    .args(["run", "--no-wait", &name, "--", "true"])
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .context("running dlock")
+            })
+            .await??
+        };
+        ensure!(proxy.replies_lost() == 1, "no reply was lost");
+        let said = String::from_utf8_lossy(&run.stderr);
+        ensure!(
+            free(&other, Hold::Mutex, &name).await?,
+            "after `dlock run --no-wait` ended ({}: {}), the lock is still held",
+            run.status,
+            said.trim()
+        );
+        Ok(())
+    }
 }
 
 /// Runs every case (each on its own lock), then reports all that failed.
