@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, HoldKind, Lease, Wait};
+use crate::backend::{AcquireRequest, Backend, DynBackend, HoldKind, Lease, Wait};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::keeper::KeepPolicy;
@@ -192,7 +192,10 @@ impl MutexBuilder {
     /// - [`Error::Timeout`] when the wait runs out (at once with [`no_wait`](Self::no_wait));
     /// - [`Error::InvalidName`] / [`Error::InvalidArgument`] for bad input, before any store call;
     /// - [`Error::Unsupported`] for `fair` or `reentrant` on a store without them;
-    /// - store errors ([`Error::Unavailable`], …).
+    /// - store errors ([`Error::Unavailable`], …). When one leaves the outcome unknown (a
+    ///   reply lost after the store may have granted), one repeated attempt with the same
+    ///   token finds the grant and releases it before the error is returned, so none is left
+    ///   held.
     ///
     /// # Cancel safety
     ///
@@ -579,11 +582,18 @@ pub(crate) async fn acquire_observed(
     let lease = {
         // Counted as waiting while the call runs, however it ends (dropped included).
         let _waiting = Waiting::new(backend);
-        locks
-            .backend()
-            .acquire(request)
-            .instrument(span.clone())
-            .await
+        let store = locks.backend();
+        async {
+            let answered = store.acquire(request).await;
+            if let Err(error) = &answered
+                && outcome_unknown(request, error)
+            {
+                give_back_unknown_grant(store, request).await;
+            }
+            answered
+        }
+        .instrument(span.clone())
+        .await
     };
     let outcome = match &lease {
         Ok(Some(_)) => "acquired",
@@ -603,6 +613,58 @@ pub(crate) async fn acquire_observed(
         span.record("fence", lease.fence().get());
     }
     lease
+}
+
+/// Whether an acquire call that failed with `error` may have left a grant in the store: its
+/// last attempt may have reached the store, been granted, and had its reply lost. A retryable
+/// error ([`Error::is_retryable`]) says the store could not be heard, so it may have; other
+/// errors are answers. A re-entry is never repeated: its token is its hold's, and a repeat
+/// would count a second hold.
+pub(crate) fn outcome_unknown(request: &AcquireRequest, error: &Error) -> bool {
+    error.is_retryable() && !request.reentrant
+}
+
+/// Gives back the grant a call that failed with its outcome unknown may have left: one more
+/// attempt with the request's own token, without waiting, finds it (or takes the lock fresh
+/// where the call never reached the store), and it is released at once, by its token and
+/// fence, so no other holder's lock is touched. A busy answer means nothing of this token's
+/// is held. The grant is released rather than handed over, since a store's own clean-up of
+/// the failed call (by the same token, in the background) may free it at any moment. When
+/// the store still cannot be heard, a grant it made ends with its lease.
+///
+/// # Cancel safety
+///
+/// A dropped call leaves no hold past its lease ([`Backend::acquire`]'s contract), but may
+/// leave one until then: callers run it where the caller cannot cut it short.
+pub(crate) async fn give_back_by_token(store: &dyn Backend, request: &AcquireRequest) {
+    let mut again = request.clone();
+    again.wait = Wait::No;
+    match store.acquire(&again).await {
+        Ok(Some(lease)) => {
+            if let Err(error) = lease.release().await {
+                tracing::debug!(%error, "releasing a grant whose reply was lost failed; its lease ends it");
+            }
+            lease.lost().cancel();
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::debug!(%error, "the store still fails after an acquire of unknown outcome; a grant it made ends with its lease");
+        }
+    }
+}
+
+/// [`give_back_by_token`], so that it is not held until its lease ends while every other
+/// contender finds the lock busy: awaited, so the lock is free when the call's error reaches
+/// its caller, and on a task of its own, so a caller dropped meanwhile does not cut it short.
+async fn give_back_unknown_grant(store: &DynBackend, request: &AcquireRequest) {
+    let (store, request) = (store.clone(), request.clone());
+    let give_back = async move { give_back_by_token(store.as_ref(), &request).await };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let _ = runtime.spawn(give_back).await;
+        }
+        Err(_) => give_back.await,
+    }
 }
 
 /// The `outcome` field of an extend or release span.

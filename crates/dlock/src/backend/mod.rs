@@ -47,8 +47,19 @@ pub(crate) use wakers::Wakers;
 ///   [`FencingToken`] strictly greater than every earlier one for the same name, across
 ///   releases, expiries, takeovers and force-releases.
 /// - **Idempotence by token**: a repeated acquire with the same token and `reentrant = false`
-///   while the lease is held is not granted twice (it is busy); the token is unique per
-///   acquisition, so a retry layer may only retry a call whose outcome it saw.
+///   while the lease is held is never granted twice. Where a grant is a record kept by token
+///   (memory, SQLite, Redis, Redlock, the SQL lease tables) the repeat takes the grant it
+///   already has, with its fence, and renews it to a full lease from the repeat (the keeper
+///   dates the lease from there); where each attempt holds its own server object (session
+///   locks, etcd, ZooKeeper) it is busy.
+/// - **Unknown outcomes**: an acquire that ends with a retryable error
+///   ([`Error::is_retryable`](crate::Error::is_retryable)) may have been granted in the store,
+///   its reply lost. [`Locks`](crate::Locks) gives such a grant back before it returns the
+///   error (a re-entry excepted: its repeat would count a second hold): one repeated attempt
+///   with the same token and [`Wait::No`] finds it, and it is released at once; a one-step
+///   multi-lock ([`try_acquire_all`](Backend::try_acquire_all)) does so name by name. A
+///   store's own clean-up of a failed call must therefore go by its token too. A caller of
+///   this trait directly does the same, or the grant lasts its lease.
 /// - **Ownership**: [`Lease::extend`] and [`Lease::release`] return
 ///   [`Error::NotOwned`](crate::Error::NotOwned) when the lease has expired or been taken over or
 ///   broken; they never silently succeed.

@@ -78,7 +78,10 @@ const IDLE_SLICE: Duration = Duration::from_secs(1);
 ///
 /// Returns `Ok(None)` when the wait ran out. While waiting, attempts that fail with a
 /// retryable error ([`Error::is_retryable`](crate::Error::is_retryable)) are retried with
-/// backoff until the deadline, and the last such error is returned if it is reached.
+/// backoff until the deadline, and the last such error is returned if it is reached. Such an
+/// attempt may have been granted with its reply lost: a retry takes that grant (the same
+/// token), and when none is left (no wait, or past the deadline) the caller gives that grant
+/// back by one repeated attempt (see the backend contract's unknown outcomes).
 ///
 /// # Cancel safety
 ///

@@ -2,8 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::backend::AcquireRequest;
-use crate::backend::Wait;
+use crate::backend::{AcquireRequest, Backend, Wait};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::locks::Locks;
@@ -116,6 +115,9 @@ impl MultiLockBuilder {
             async move {
                 match backend.try_acquire_all(&requests).await {
                     None => Ok(None),
+                    Some(Err(error)) if outcome_unknown(&requests, &error) => Ok(Some(
+                        give_back_unknown_grants(backend.as_ref(), &requests, error).await,
+                    )),
                     Some(outcome) => Ok(Some(outcome)),
                 }
             },
@@ -237,6 +239,28 @@ impl MultiLockBuilder {
     pub async fn try_acquire(self) -> Result<Option<MultiGuard>> {
         self.run(WaitSpec::No).await
     }
+}
+
+/// Whether a one-step attempt that failed with `error` may have taken the locks of `requests`
+/// (see [`crate::mutex::outcome_unknown`]).
+fn outcome_unknown(requests: &[AcquireRequest], error: &Error) -> bool {
+    requests
+        .iter()
+        .all(|request| crate::mutex::outcome_unknown(request, error))
+}
+
+/// Gives back what a one-step attempt that failed with `error` and an unknown outcome may have
+/// taken, name by name with each lock's own token ([`crate::mutex::give_back_by_token`]);
+/// `error` stands. Runs on the attempt's own task, so a dropped caller does not cut it short.
+async fn give_back_unknown_grants(
+    store: &dyn Backend,
+    requests: &[AcquireRequest],
+    error: Error,
+) -> AllAtOnce {
+    for request in requests {
+        crate::mutex::give_back_by_token(store, request).await;
+    }
+    Err(error)
 }
 
 /// Several held exclusive locks with one lost signal; made by [`MultiLockBuilder`].
