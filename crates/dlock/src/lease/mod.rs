@@ -200,7 +200,12 @@ impl DropRelease {
         while matches!(&result, Err(error) if error.is_retryable())
             && tokio::time::Instant::now() < give_up
         {
-            result = self.lease.release_elsewhere().await;
+            // A fresh connection to a store that does not answer may wait for longer than
+            // the bound: the bound ends the attempt too.
+            match tokio::time::timeout_at(give_up, self.lease.release_elsewhere()).await {
+                Ok(next) => result = next,
+                Err(_) => break,
+            }
             if matches!(&result, Err(error) if error.is_retryable()) {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(500));
@@ -293,5 +298,18 @@ pub(crate) fn release_blocking(lease: &Arc<dyn Lease>, name: &LockName) {
     if let Err(error) = outcome {
         tracing::debug!(%name, %error, "release at shutdown failed");
     }
+    // The burst lasts while releases follow one another: one that waited out the bound ends
+    // where the next begins, which must not start a burst (and a full bound) of its own.
+    end_of_shutdown_release();
     lease.lost().cancel();
+}
+
+/// Marks now as the last moment of the current burst of synchronous releases.
+fn end_of_shutdown_release() {
+    let mut burst = SHUTDOWN_BURST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, last)) = burst.as_mut() {
+        *last = std::time::Instant::now();
+    }
 }
