@@ -103,12 +103,12 @@ impl RedisSentinelSet {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let set = RedisSentinelSet {
+        let mut set = RedisSentinelSet {
             primary,
             replica,
             sentinels,
         };
-        set.settle()?;
+        set.settle(false)?;
         Ok(set)
     }
 
@@ -150,7 +150,7 @@ impl RedisSentinelSet {
             &["SENTINEL", "FAILOVER", SENTINEL_MASTER],
         )?;
         std::mem::swap(&mut self.primary, &mut self.replica);
-        self.settle()
+        self.settle(false)
     }
 
     /// Kills the primary (SIGKILL): the sentinels notice (after a second), agree and promote
@@ -169,21 +169,50 @@ impl RedisSentinelSet {
         // A synced replica keeps its copy in an RDB file: start the old primary empty.
         remove_snapshot(&self.replica)?;
         self.replica.restart()?;
-        self.settle()
+        self.settle(true)
     }
 
     /// Waits until every sentinel names the primary, knows the replica and the other two
-    /// sentinels, and the replica has every write of the primary.
-    fn settle(&self) -> Result<(), ServerError> {
+    /// sentinels, and the replica has every write of the primary. After a killed primary
+    /// (`either_way`), the sentinels can fail over once more under load (the promoted server
+    /// missed its pings for a moment) and promote the restarted one: the set then settles the
+    /// other way round, and the roles follow it. Not after a forced failover, where the set
+    /// as it was before the failover would pass for that.
+    fn settle(&mut self, either_way: bool) -> Result<(), ServerError> {
+        let swapped = std::cell::Cell::new(false);
         self.wait_until("the sentinel set settled", |set| {
-            set.every_sentinel_names_the_primary()
-                && set.is_primary(set.primary.addr())
-                && set.replica_caught_up()
-                && set.sentinels.iter().all(|s| {
-                    sentinel_field(s.addr(), "num-other-sentinels").as_deref() == Some("2")
-                        && sentinel_field(s.addr(), "num-slaves").as_deref() == Some("1")
-                })
-        })
+            if set.settled(false) {
+                swapped.set(false);
+                true
+            } else if either_way && set.settled(true) {
+                swapped.set(true);
+                true
+            } else {
+                false
+            }
+        })?;
+        if swapped.get() {
+            std::mem::swap(&mut self.primary, &mut self.replica);
+        }
+        Ok(())
+    }
+
+    /// Whether the set has settled with the roles as they are, or `swapped`.
+    fn settled(&self, swapped: bool) -> bool {
+        let (primary, replica) = if swapped {
+            (&self.replica, &self.primary)
+        } else {
+            (&self.primary, &self.replica)
+        };
+        self.sentinels
+            .iter()
+            .all(|s| master_port(s.addr()).is_ok_and(|named| named == Some(primary.port())))
+            && self.is_primary(primary.addr())
+            && caught_up(primary, replica)
+            && self.sentinels.iter().all(|s| {
+                sentinel_field(s.addr(), "num-other-sentinels").as_deref() == Some("2")
+                    && sentinel_field(s.addr(), "num-slaves").as_deref() == Some("1")
+            })
     }
 
     fn every_sentinel_names_the_primary(&self) -> bool {
@@ -195,17 +224,6 @@ impl RedisSentinelSet {
 
     fn is_primary(&self, addr: SocketAddr) -> bool {
         replication_info(addr).is_ok_and(|info| info.contains("role:master"))
-    }
-
-    fn replica_caught_up(&self) -> bool {
-        let synced = replication_info(self.replica.addr()).is_ok_and(|info| {
-            info.contains("master_link_status:up")
-                && info.contains(&format!("master_port:{}", self.primary.port()))
-        });
-        // `WAIT 1` answers how many replicas acknowledged every write so far.
-        synced
-            && redis_command(self.primary.addr(), &["WAIT", "1", "100"])
-                .is_ok_and(|reply| reply.strip_prefix(':').is_some_and(|n| n != "0"))
     }
 
     fn wait_until(
@@ -262,4 +280,16 @@ fn next_bulk(reader: &mut io::BufReader<std::net::TcpStream>) -> io::Result<Opti
     let mut line = String::new();
     reader.read_line(&mut line)?;
     bulk_body(reader, line.trim_end())
+}
+
+/// Whether `replica` follows `primary` and has acknowledged every write so far.
+fn caught_up(primary: &ServerProcess, replica: &ServerProcess) -> bool {
+    let synced = replication_info(replica.addr()).is_ok_and(|info| {
+        info.contains("master_link_status:up")
+            && info.contains(&format!("master_port:{}", primary.port()))
+    });
+    // `WAIT 1` answers how many replicas acknowledged every write so far.
+    synced
+        && redis_command(primary.addr(), &["WAIT", "1", "100"])
+            .is_ok_and(|reply| reply.strip_prefix(':').is_some_and(|n| n != "0"))
 }
