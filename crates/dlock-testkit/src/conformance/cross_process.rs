@@ -46,12 +46,23 @@ async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
                     .env("URL", &url)
                     .env("NAME", &name)
                     .env("STEP", &increment)
+                    .stderr(std::process::Stdio::piped())
                     .spawn()
             })
             .collect::<Result<_, _>>()?;
-        for mut child in children {
-            let status = child.wait()?;
-            ensure!(status.success(), "a dlock run loop failed: {status}");
+        // Every loop is waited for (and its stderr read) before any failure is reported, so
+        // the report says what dlock printed.
+        let outputs: Vec<_> = children
+            .into_iter()
+            .map(|child| child.wait_with_output())
+            .collect::<Result<_, _>>()?;
+        for output in outputs {
+            ensure!(
+                output.status.success(),
+                "a dlock run loop failed: {}; it printed: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
         }
         Ok(())
     })
