@@ -281,6 +281,12 @@ enum FaultKind {
     ServerPause,
     ProxyReset,
     ProxyLatency,
+    /// 200 ms of latency on holds of a fixed TTL that outlive it: the lease began when the
+    /// request left, so the holder must be told before the next one gets in.
+    FixedTtlLatency,
+    /// The reply to one request on the lock is lost (and its connection reset), so a grant
+    /// or a release the store made is unknown to its client.
+    ReplyLost,
     ProxyBlackhole,
     /// The holder alone cut off from the store (its own proxy blackholed) while the others go on.
     Partition,
@@ -295,7 +301,7 @@ enum FaultKind {
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 14] = [
+    const ALL: [FaultKind; 16] = [
         FaultKind::Baseline,
         FaultKind::HolderKill,
         FaultKind::HolderPause,
@@ -304,6 +310,8 @@ impl FaultKind {
         FaultKind::ServerPause,
         FaultKind::ProxyReset,
         FaultKind::ProxyLatency,
+        FaultKind::FixedTtlLatency,
+        FaultKind::ReplyLost,
         FaultKind::ProxyBlackhole,
         FaultKind::Partition,
         FaultKind::LeaderKill,
@@ -375,6 +383,8 @@ impl FaultKind {
             FaultKind::ServerPause => "server_sigstop",
             FaultKind::ProxyReset => "connections_reset",
             FaultKind::ProxyLatency => "latency_200ms",
+            FaultKind::FixedTtlLatency => "latency_200ms_fixed_ttl_outlived",
+            FaultKind::ReplyLost => "one_reply_lost",
             FaultKind::ProxyBlackhole => "blackhole",
             FaultKind::Partition => "holder_partitioned",
             FaultKind::LeaderKill => "leader_kill",
@@ -393,7 +403,9 @@ fn applies(offers: Offers, fault: FaultKind) -> bool {
         HolderKill | HolderPause => offers.holder_processes,
         ServerKill | ServerRestart => offers.crash,
         ServerPause => offers.pause,
-        ProxyReset | ProxyLatency | ProxyBlackhole | Partition => offers.proxy,
+        ProxyReset | ProxyLatency | FixedTtlLatency | ReplyLost | ProxyBlackhole | Partition => {
+            offers.proxy
+        }
         LeaderKill => offers.leader_kill,
         SnapshotRestore => offers.snapshot,
         LaggingFailover => offers.fail_over,
@@ -465,7 +477,11 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
             (backend, fault),
             ("memory", Baseline)
                 | ("sqlite", HolderPause)
-                | ("redis", ServerRestart | Partition | LaggingFailover)
+                | (
+                    "redis",
+                    ServerRestart | Partition | LaggingFailover | FixedTtlLatency | ReplyLost
+                )
+                | ("postgres" | "etcd" | "zookeeper", ReplyLost)
                 | ("redlock", ServerRestart)
                 | ("redis-sentinel" | "redis-cluster", LeaderKill)
                 | ("redis-cluster", SlotMove)
@@ -692,6 +708,15 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
         workload.holds_before = 2;
         workload.holds_after = 2;
     }
+    if fault == FaultKind::FixedTtlLatency {
+        // Holds that outlive their fixed TTL: each must be told within its lease counted from
+        // when its acquire was sent (the lag rule), before the next holder's grant (the
+        // overlap rule), although every reply comes 200 ms late.
+        workload.watchdog = false;
+        workload.hold = workload.ttl * 6 / 5;
+        workload.holds_before = 3;
+        workload.holds_after = 3;
+    }
     if matches!(
         fault,
         FaultKind::SnapshotRestore | FaultKind::LaggingFailover
@@ -747,15 +772,42 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
                 }),
             )
         }
-        FaultKind::ProxyLatency => {
+        FaultKind::ProxyLatency | FaultKind::FixedTtlLatency => {
             let stand = stand.clone();
             Fault::External(
-                "200 ms latency for 2 s",
+                if fault == FaultKind::ProxyLatency {
+                    "200 ms latency for 2 s"
+                } else {
+                    "200 ms latency for 2 s, fixed TTLs outlived"
+                },
                 Box::new(move || {
                     let proxy = stand.proxy().map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     proxy.set(NetFault::Latency(Duration::from_millis(200)));
                     std::thread::sleep(Duration::from_secs(2));
                     proxy.set(NetFault::None);
+                    Ok(())
+                }),
+            )
+        }
+        FaultKind::ReplyLost => {
+            let stand = stand.clone();
+            // Every request on the trial's lock names it (`safety/SLUG/…`; ZooKeeper encodes the
+            // slashes), and the slug keeps other trials out.
+            let pattern = fault.slug();
+            Fault::External(
+                "the reply to one request on the lock lost",
+                Box::new(move || {
+                    let proxy = stand.proxy().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    let before = proxy.replies_lost();
+                    proxy.lose_reply_to(pattern.as_bytes());
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while proxy.replies_lost() == before {
+                        anyhow::ensure!(
+                            std::time::Instant::now() < deadline,
+                            "no request on the lock within 10 s: no reply was lost"
+                        );
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
                     Ok(())
                 }),
             )
