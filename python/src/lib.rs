@@ -25,7 +25,7 @@ mod hold;
 mod runtime;
 
 use bridge::Notifier;
-use hold::{Held, Hold, timed_out_is_none};
+use hold::{Hold, timed_out_is_none};
 
 /// Runs a store call the way the caller asked: to completion (GIL released, Ctrl-C honoured)
 /// or as an asyncio awaitable.
@@ -331,7 +331,7 @@ impl Client {
             builder = builder.reentrant();
         }
         run_acquire(py, aio, &locks, &name.clone(), async move {
-            timed_out_is_none(builder.acquire().await, |g| Hold::new(name, Held::Mutex(g)))
+            timed_out_is_none(builder.acquire().await, |g| Hold::new(name, g))
         })
     }
 
@@ -358,7 +358,7 @@ impl Client {
         }
         let builder = configure!(builder, ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &name.clone(), async move {
-            timed_out_is_none(builder.read().await, |g| Hold::new(name, Held::Read(g)))
+            timed_out_is_none(builder.read().await, |g| Hold::new(name, g))
         })
     }
 
@@ -385,7 +385,7 @@ impl Client {
         }
         let builder = configure!(builder, ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &name.clone(), async move {
-            timed_out_is_none(builder.write().await, |g| Hold::new(name, Held::Write(g)))
+            timed_out_is_none(builder.write().await, |g| Hold::new(name, g))
         })
     }
 
@@ -409,7 +409,8 @@ impl Client {
         let builder = configure!(locks.semaphore(name.clone(), permits), ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &name.clone(), async move {
             timed_out_is_none(builder.acquire().await, |g| {
-                Hold::new(name, Held::Permit(g))
+                let fences = vec![(g.slot().as_str().to_owned(), g.fence().get())];
+                Hold::with_fences(name, fences, g)
             })
         })
     }
@@ -434,7 +435,11 @@ impl Client {
         let builder = configure!(locks.multi_lock(names), ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &first, async move {
             timed_out_is_none(builder.acquire().await, |g| {
-                Hold::new(label, Held::Multi(g))
+                let fences = g
+                    .fences()
+                    .map(|(name, fence)| (name.as_str().to_owned(), fence.get()))
+                    .collect();
+                Hold::with_fences(label, fences, g)
             })
         })
     }
