@@ -6,8 +6,8 @@ use dlock::Hold as _;
 use pyo3::prelude::*;
 use tokio_util::sync::CancellationToken;
 
+use crate::convert::seconds;
 use crate::runtime::is_this_process;
-use crate::seconds;
 
 struct Inner {
     /// The process that acquired it: in a forked child the hold is the parent's, never ours.
