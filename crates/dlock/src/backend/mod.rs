@@ -302,6 +302,19 @@ pub enum LockKind {
     Write,
 }
 
+impl LockKind {
+    /// The kind of hold a request of this kind takes, as listings and metric labels name it
+    /// (the queue rules are in `queue_rules.rs`).
+    pub(crate) fn hold_kind(self) -> HoldKind {
+        match self {
+            LockKind::Exclusive => HoldKind::Mutex,
+            LockKind::Permit { .. } => HoldKind::Permit,
+            LockKind::Read { .. } => HoldKind::Reader,
+            LockKind::Write => HoldKind::Writer,
+        }
+    }
+}
+
 /// How long [`Backend::acquire`] may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -484,16 +497,6 @@ pub enum HoldKind {
 }
 
 impl HoldKind {
-    /// The kind of hold a request of `kind` takes.
-    pub(crate) fn of(kind: LockKind) -> HoldKind {
-        match kind {
-            LockKind::Exclusive => HoldKind::Mutex,
-            LockKind::Permit { .. } => HoldKind::Permit,
-            LockKind::Read { .. } => HoldKind::Reader,
-            LockKind::Write => HoldKind::Writer,
-        }
-    }
-
     /// The lower-case name used in JSON and metric labels: `mutex`, `reader`, `writer`, `permit`.
     pub const fn as_str(self) -> &'static str {
         match self {

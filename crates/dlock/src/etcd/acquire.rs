@@ -22,7 +22,7 @@ use super::lease_secs;
 use super::queue_rules::{Wanted, key_base, queue_key};
 use super::revision;
 use super::{EtcdBackend, Inner, RETRY_MAX, RETRY_MIN};
-use crate::backend::queue_rules::QueueKind;
+use crate::backend::LockKind;
 
 /// Leases an acquire call has granted and not handed over yet; revoked (which deletes their
 /// keys) if the call ends without the lock, including when its future is dropped.
@@ -147,7 +147,7 @@ impl EtcdBackend {
         pending: &Pending,
     ) -> Result<Option<EtcdLease>> {
         let inner = &self.inner;
-        let shape = QueueKind::of(req.kind);
+        let shape = req.kind;
         let prefix = key_base(shape, &inner.config.prefix, req.name.as_str());
         let secs = lease_secs(req.ttl);
         let start = Instant::now();
@@ -156,7 +156,7 @@ impl EtcdBackend {
         let key = queue_key(shape, &prefix, hold);
         let put = || PutOptions::new().with_lease(hold);
 
-        if req.wait == Wait::No && matches!(shape, QueueKind::Exclusive) {
+        if req.wait == Wait::No && matches!(shape, LockKind::Exclusive) {
             // Create the key only if the lock has no key at all: a busy try leaves nothing.
             let reply = inner
                 .raw_txn(
@@ -337,7 +337,7 @@ impl EtcdBackend {
     /// starts its TTL afresh.
     async fn confirm(
         &self,
-        shape: QueueKind,
+        shape: LockKind,
         prefix: &[u8],
         key: &[u8],
         my_rev: i64,
@@ -398,7 +398,7 @@ impl EtcdBackend {
     /// keeping our queue lease alive meanwhile.
     async fn wait_turn(
         &self,
-        shape: QueueKind,
+        shape: LockKind,
         prefix: &[u8],
         my_rev: i64,
         queue_lease: i64,

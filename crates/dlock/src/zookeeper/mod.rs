@@ -24,7 +24,6 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
-use crate::backend::queue_rules::QueueKind;
 use acquire::Waiter;
 use acquire::attempt;
 use acquire::is_session_expired;
@@ -289,7 +288,7 @@ impl Backend for ZookeeperBackend {
             });
         }
         let deadline = req.wait.deadline();
-        let turn = QueueKind::of(req.kind);
+        let turn = req.kind;
         let mut waiter = Waiter {
             inner: self.inner.clone(),
             dir: self.inner.dir(&dir_name(turn, req.name.as_str())),
