@@ -36,6 +36,9 @@ pub struct Offers {
     pub fail_over: bool,
     /// The slot of a held lock can be migrated to another node (a Redis Cluster's resharding).
     pub slot_move: bool,
+    /// Holds live in client sessions of this timeout (ZooKeeper): a client cut off for longer
+    /// loses them all when the server expires its session.
+    pub sessions: Option<std::time::Duration>,
 }
 
 /// The faults of a started fixture.
@@ -73,6 +76,8 @@ pub struct Faults {
     pub slot_move: Option<Action>,
     /// Holders run in processes of their own.
     pub holder_processes: bool,
+    /// The session timeout, where holds live in client sessions.
+    pub sessions: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Faults {
@@ -96,6 +101,7 @@ impl Faults {
             snapshot: self.snapshot.is_some(),
             fail_over: self.fail_over.is_some(),
             slot_move: self.slot_move.is_some(),
+            sessions: self.sessions,
         }
     }
 }
@@ -155,6 +161,7 @@ const SERVERS: Offers = Offers {
     snapshot: false,
     fail_over: false,
     slot_move: false,
+    sessions: None,
 };
 
 /// A cluster: only its leader is struck; clients dial every member, so no proxy.
@@ -175,6 +182,7 @@ impl Offers {
         snapshot: false,
         fail_over: false,
         slot_move: false,
+        sessions: None,
     };
 }
 
@@ -258,7 +266,22 @@ macro_rules! single_server_faults {
     )*};
 }
 
-single_server_faults!(EtcdFixture, ZookeeperFixture);
+single_server_faults!(EtcdFixture);
+
+impl Strikable for ZookeeperFixture {
+    const OFFERS: Offers = Offers {
+        sessions: Some(crate::fixture::ZOOKEEPER_TEST_SESSION),
+        ..SERVERS
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        let fx = self.clone();
+        let servers: OnServers = Arc::new(move |f| f(&mut fx.server()));
+        Faults {
+            sessions: Some(crate::fixture::ZOOKEEPER_TEST_SESSION),
+            ..server_faults(&servers, vec![self.server().addr()])
+        }
+    }
+}
 
 impl Strikable for RedisFixture {
     const OFFERS: Offers = Offers {

@@ -290,6 +290,10 @@ enum FaultKind {
     ProxyBlackhole,
     /// The holder alone cut off from the store (its own proxy blackholed) while the others go on.
     Partition,
+    /// The same for two session timeouts, with a watchdog lease far longer: the session's own
+    /// budget, not the keeper's deadline, must tell the holder before the server expires the
+    /// session and the next holder gets in.
+    PartitionPastSession,
     LeaderKill,
     /// A crash, then a start from a snapshot saved two seconds earlier: the store comes back
     /// with older data (every Redlock node does).
@@ -301,7 +305,7 @@ enum FaultKind {
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 16] = [
+    const ALL: [FaultKind; 17] = [
         FaultKind::Baseline,
         FaultKind::HolderKill,
         FaultKind::HolderPause,
@@ -314,6 +318,7 @@ impl FaultKind {
         FaultKind::ReplyLost,
         FaultKind::ProxyBlackhole,
         FaultKind::Partition,
+        FaultKind::PartitionPastSession,
         FaultKind::LeaderKill,
         FaultKind::SnapshotRestore,
         FaultKind::LaggingFailover,
@@ -387,6 +392,7 @@ impl FaultKind {
             FaultKind::ReplyLost => "one_reply_lost",
             FaultKind::ProxyBlackhole => "blackhole",
             FaultKind::Partition => "holder_partitioned",
+            FaultKind::PartitionPastSession => "holder_partitioned_past_its_session",
             FaultKind::LeaderKill => "leader_kill",
             FaultKind::SnapshotRestore => "restart_from_older_snapshot",
             FaultKind::LaggingFailover => "failover_to_lagging_replica",
@@ -406,6 +412,7 @@ fn applies(offers: Offers, fault: FaultKind) -> bool {
         ProxyReset | ProxyLatency | FixedTtlLatency | ReplyLost | ProxyBlackhole | Partition => {
             offers.proxy
         }
+        PartitionPastSession => offers.proxy && offers.sessions.is_some(),
         LeaderKill => offers.leader_kill,
         SnapshotRestore => offers.snapshot,
         LaggingFailover => offers.fail_over,
@@ -491,7 +498,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("mariadb-session", ProxyBlackhole)
                 | ("etcd", ProxyBlackhole)
                 | ("etcd-cluster", LeaderKill)
-                | ("zookeeper", ServerPause)
+                | ("zookeeper", ServerPause | PartitionPastSession)
                 | ("zookeeper-ensemble", LeaderKill)
         ),
         Prim::RwLock => matches!(
@@ -708,6 +715,14 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
         workload.holds_before = 2;
         workload.holds_after = 2;
     }
+    if fault == FaultKind::PartitionPastSession {
+        // A lease the default's size (30 s), and holds that outlast the cut: only the
+        // session's budget can end them in time.
+        workload.ttl = Duration::from_secs(30);
+        workload.hold = Duration::from_secs(8);
+        workload.holds_before = 1;
+        workload.holds_after = 1;
+    }
     if fault == FaultKind::FixedTtlLatency {
         // Holds that outlive their fixed TTL: each must be told within its lease counted from
         // when its acquire was sent (the lag rule), before the next holder's grant (the
@@ -825,7 +840,11 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
                 }),
             )
         }
-        FaultKind::Partition => {
+        FaultKind::Partition | FaultKind::PartitionPastSession => {
+            let cut_for = match stand.faults.offers().sessions {
+                Some(session) if fault == FaultKind::PartitionPastSession => session * 2,
+                _ => ttl * 5 / 2,
+            };
             workload.worker_urls = stand
                 .worker_proxies
                 .iter()
@@ -833,7 +852,7 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
                 .collect();
             let stand = stand.clone();
             Fault::Partition(
-                ttl * 5 / 2,
+                cut_for,
                 Box::new(move |worker, cut| {
                     let (proxy, _) = stand
                         .worker_proxies
@@ -937,6 +956,26 @@ fn judge(stand: &Stand, fault: FaultKind, prim: Prim, report: &ScenarioReport) -
                 violations.push(format!(
                     "{FROZEN_HOLDER_RULE}: the frozen holder's guard never reported the loss"
                 ));
+            }
+        }
+        // The server may expire the cut-off client's session a timeout after it last heard
+        // from it, which can be shortly before the cut: the holder must be told well inside
+        // that, within the documented budget (two thirds of the timeout from the last answered
+        // request, which was sent before the cut), plus 200 ms for a timer on a loaded machine.
+        FaultKind::PartitionPastSession => {
+            let session = stand.faults.offers().sessions.unwrap_or_default();
+            let bound = session * 2 / 3 + Duration::from_millis(200);
+            match report.lost_after_fault_max {
+                _ if report.holds_struck.0 == 0 => {
+                    violations.push("the partition struck no hold".into());
+                }
+                Some(after) if after <= bound => {}
+                told => violations.push(format!(
+                    "session rule: the holder cut off past its {session:?} session was told {} \
+                     after the cut (bound {bound:?}: the server may expire the session a \
+                     timeout after it last heard from the client)",
+                    told.map_or("never".into(), |d| format!("{d:?}"))
+                )),
             }
         }
         // A resharding moves the lock's keys with it: the holds it struck must live on.

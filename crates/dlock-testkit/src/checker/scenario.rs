@@ -141,7 +141,7 @@ impl Fault {
             Fault::HolderKill => "holder SIGKILL",
             Fault::HolderPause(_) => "holder SIGSTOP past TTL",
             Fault::External(name, _) => name,
-            Fault::Partition(..) => "holder partitioned for 2.5 TTL",
+            Fault::Partition(..) => "holder partitioned",
             Fault::PartialLoss { name, .. } => name,
         }
     }
