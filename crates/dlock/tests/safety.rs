@@ -287,6 +287,10 @@ enum FaultKind {
     /// The reply to one request on the lock is lost (and its connection reset), so a grant
     /// or a release the store made is unknown to its client.
     ReplyLost,
+    /// The server ends its idle client sessions (`pg_terminate_backend`, `KILL`), the
+    /// holder's among them, and not the session lock watcher's: a lease lives on; a session
+    /// lock ends at once in the server, and its holder hears at its next check.
+    SessionKill,
     ProxyBlackhole,
     /// The holder alone cut off from the store (its own proxy blackholed) while the others go on.
     Partition,
@@ -305,7 +309,7 @@ enum FaultKind {
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 17] = [
+    const ALL: [FaultKind; 18] = [
         FaultKind::Baseline,
         FaultKind::HolderKill,
         FaultKind::HolderPause,
@@ -316,6 +320,7 @@ impl FaultKind {
         FaultKind::ProxyLatency,
         FaultKind::FixedTtlLatency,
         FaultKind::ReplyLost,
+        FaultKind::SessionKill,
         FaultKind::ProxyBlackhole,
         FaultKind::Partition,
         FaultKind::PartitionPastSession,
@@ -363,7 +368,10 @@ impl FaultKind {
             || (!tuning.lease
                 && matches!(
                     self,
-                    FaultKind::ServerKill | FaultKind::ServerRestart | FaultKind::ProxyReset
+                    FaultKind::ServerKill
+                        | FaultKind::ServerRestart
+                        | FaultKind::ProxyReset
+                        | FaultKind::SessionKill
                 ))
     }
 
@@ -390,6 +398,7 @@ impl FaultKind {
             FaultKind::ProxyLatency => "latency_200ms",
             FaultKind::FixedTtlLatency => "latency_200ms_fixed_ttl_outlived",
             FaultKind::ReplyLost => "one_reply_lost",
+            FaultKind::SessionKill => "idle_sessions_ended_by_the_server",
             FaultKind::ProxyBlackhole => "blackhole",
             FaultKind::Partition => "holder_partitioned",
             FaultKind::PartitionPastSession => "holder_partitioned_past_its_session",
@@ -413,6 +422,7 @@ fn applies(offers: Offers, fault: FaultKind) -> bool {
             offers.proxy
         }
         PartitionPastSession => offers.proxy && offers.sessions.is_some(),
+        SessionKill => offers.session_kill,
         LeaderKill => offers.leader_kill,
         SnapshotRestore => offers.snapshot,
         LaggingFailover => offers.fail_over,
@@ -489,6 +499,10 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                     ServerRestart | Partition | LaggingFailover | FixedTtlLatency | ReplyLost
                 )
                 | ("postgres" | "etcd" | "zookeeper", ReplyLost)
+                | (
+                    "postgres-session" | "mariadb-session" | "mariadb",
+                    SessionKill
+                )
                 | ("redlock", ServerRestart)
                 | ("redis-sentinel" | "redis-cluster", LeaderKill)
                 | ("redis-cluster", SlotMove)
@@ -723,6 +737,12 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
         workload.holds_before = 1;
         workload.holds_after = 1;
     }
+    if fault == FaultKind::SessionKill && !stand.tuning.lease {
+        // A session lock's connection ended alone is found at the holder's next check, every
+        // min(TTL / 3, check_interval): the documented window, in which the next waiter can
+        // already hold.
+        workload.fault_told_within = Some(workload.ttl / 3);
+    }
     if fault == FaultKind::FixedTtlLatency {
         // Holds that outlive their fixed TTL: each must be told within its lease counted from
         // when its acquire was sent (the lag rule), before the next holder's grant (the
@@ -803,6 +823,10 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
                     Ok(())
                 }),
             )
+        }
+        FaultKind::SessionKill => {
+            let end = stand.faults.session_kill.clone().unwrap();
+            Fault::External("idle sessions ended by the server", Box::new(move || end()))
         }
         FaultKind::ReplyLost => {
             let stand = stand.clone();
