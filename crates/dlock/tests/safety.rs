@@ -453,6 +453,16 @@ impl Prim {
         }
     }
 
+    /// What the figures call it.
+    fn label(self) -> &'static str {
+        match self {
+            Prim::Mutex => "mutex",
+            Prim::RwLock => "rwlock",
+            Prim::Semaphore => "semaphore",
+            Prim::MultiLock => "multi-lock",
+        }
+    }
+
     /// The trial name's part (none for the mutex, whose trials kept their names).
     fn prefix(self) -> &'static str {
         match self {
@@ -956,6 +966,13 @@ fn trial(backend: &'static str, fault: FaultKind, prim: Prim) -> Result<(), Fail
     let (workload, injected) = prepare(&stand, fault, prim);
     let report = run(&stand, backend, fault, &workload, injected)?;
     let violations = judge(&stand, fault, prim, &report);
+    let name = format!("{backend}::{}{}", prim.prefix(), fault.slug());
+    let result = if violations.is_empty() {
+        "pass"
+    } else {
+        "fail"
+    };
+    report_figures(&name, backend, prim.label(), result, &violations, &report);
     if violations.is_empty() {
         Ok(())
     } else {
@@ -1067,7 +1084,18 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
     let report = run(&stand, backend, fault, &workload, injected)?;
     let violations = judge(&stand, fault, canary.prim(), &report);
     let rule = canary.rule();
-    if violations.iter().any(|v| v.starts_with(rule)) {
+    let flagged = violations.iter().any(|v| v.starts_with(rule));
+    let name = format!("{backend}::{}", canary.slug());
+    let result = if flagged { "flagged" } else { "not flagged" };
+    report_figures(
+        &name,
+        backend,
+        canary.prim().label(),
+        result,
+        &violations,
+        &report,
+    );
+    if flagged {
         eprintln!("{backend}: {canary:?} canary flagged by the {rule}: {violations:?}");
         Ok(())
     } else {
@@ -1141,20 +1169,40 @@ fn soak_size() -> Option<usize> {
 }
 
 fn record(backend: &str, report: &ScenarioReport) {
-    let line = format!("{backend}: {}", report.summary());
-    eprintln!("{line}");
+    eprintln!("{backend}: {}", report.summary());
     if !report.errors.is_empty() {
         eprintln!("{backend}: first indeterminate errors: {:?}", report.errors);
     }
-    if let Some(path) = std::env::var_os("DLOCK_SAFETY_REPORT") {
-        use std::io::Write;
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(file, "{line}");
-        }
+}
+
+/// With `DLOCK_SAFETY_REPORT=FILE`, appends the trial's outcome and figures to FILE as one
+/// JSON object a line (`scripts/reliability_figures.py` makes RELIABILITY.md's tables of it).
+fn report_figures(
+    trial: &str,
+    backend: &str,
+    primitive: &str,
+    result: &str,
+    violations: &[String],
+    report: &ScenarioReport,
+) {
+    let Some(path) = std::env::var_os("DLOCK_SAFETY_REPORT") else {
+        return;
+    };
+    let line = serde_json::json!({
+        "trial": trial,
+        "backend": backend,
+        "primitive": primitive,
+        "result": result,
+        "violations": violations,
+        "figures": report.figures(),
+    });
+    use std::io::Write;
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
     }
 }
 

@@ -280,6 +280,49 @@ impl ScenarioReport {
         violations
     }
 
+    /// The run's figures, for the report RELIABILITY.md's tables are made from
+    /// (`scripts/reliability_figures.py`).
+    pub fn figures(&self) -> serde_json::Value {
+        let ms = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let a = self.acquisitions;
+        serde_json::json!({
+            "fault": self.fault,
+            "fenced": self.fenced,
+            "acquisitions": {
+                "attempted": a.attempted,
+                "ok": a.succeeded,
+                "timed_out": a.timed_out,
+                "indeterminate": a.indeterminate,
+            },
+            "holds": self.check.holds,
+            "overlaps": {
+                "unsignalled": self.overlaps_without_fault,
+                "during_fault": self.overlaps_during_fault,
+                "after_lost_signal": self.check.lost_overlaps.len(),
+            },
+            "fence_regressions": self.check.fence_regressions.len(),
+            "stale_writes_refused": self.check.rejected.len(),
+            "unsafe_writes_accepted": self.check.unsafe_writes,
+            "lost_signals": self.check.lost_holds,
+            "max_lag_ms": ms(self.lost_lag_max),
+            "struck": {
+                "open": self.holds_struck.0,
+                "told": self.holds_struck.1,
+                "last_told_after_ms": ms(self.lost_after_fault_max),
+            },
+            "frozen_holder": match self.paused_holder_lost {
+                None => serde_json::Value::Null,
+                Some(told) => serde_json::json!({
+                    "told_after_ms": ms(told),
+                    "holds_meanwhile": self.holds_during_pause,
+                }),
+            },
+            "recovery_ms": ms(self.recovery),
+            "fault_ms": ms(Some(self.fault_duration)),
+            "seconds": self.elapsed.as_secs_f64(),
+        })
+    }
+
     /// One line of figures.
     pub fn summary(&self) -> String {
         let a = self.acquisitions;
