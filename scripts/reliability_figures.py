@@ -101,11 +101,8 @@ def mutex_row(t: dict) -> str:
 
 
 def trial_label(t: dict) -> str:
-    """The fault's name for a trial, the canary's for a canary (its trial name says which)."""
-    slug = t["trial"].split("::")[-1]
-    if slug.startswith("canary_"):
-        return slug.removeprefix("canary_").replace("_", " ")
-    return t["figures"]["fault"]
+    """The trial's own name (its fault, or the canary), as the suite lists it."""
+    return t["trial"].split("::")[-1].removeprefix("canary_").replace("_", " ")
 
 
 def render(trials: list[dict], header: str) -> str:
