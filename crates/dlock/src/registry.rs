@@ -232,7 +232,11 @@ mod tests {
         let schemes = enabled_schemes();
         for scheme in &schemes {
             assert_eq!(*scheme, scheme.to_ascii_lowercase());
-            assert_eq!(schemes.iter().filter(|s| *s == scheme).count(), 1, "{scheme}");
+            assert_eq!(
+                schemes.iter().filter(|s| *s == scheme).count(),
+                1,
+                "{scheme}"
+            );
         }
         for built in &schemes {
             assert!(!NOT_BUILT.iter().any(|n| n.schemes.contains(built)));

@@ -9,5 +9,7 @@ pub(crate) const DRIVER: Driver = Driver {
     feature: Some("etcd"),
     schemes: &["etcd"],
     capabilities: Some(super::INFO.capabilities),
-    connect: |url| Box::pin(async move { Ok(Arc::new(super::EtcdBackend::connect_url(url).await?) as _) }),
+    connect: |url| {
+        Box::pin(async move { Ok(Arc::new(super::EtcdBackend::connect_url(url).await?) as _) })
+    },
 };

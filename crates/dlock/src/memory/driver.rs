@@ -17,8 +17,9 @@ pub(crate) const DRIVER: Driver = Driver {
             if url.contains('?') {
                 return Err(Error::InvalidUrl {
                     url: redact_url(url),
-                    reason: "memory:// takes no options (memory://NAME names a store of this process)"
-                        .into(),
+                    reason:
+                        "memory:// takes no options (memory://NAME names a store of this process)"
+                            .into(),
                 });
             }
             Ok(Arc::new(super::MemoryBackend::from_url(url)) as _)

@@ -10,5 +10,7 @@ pub(crate) const DRIVER: Driver = Driver {
     schemes: &["postgres", "postgresql"],
     // The lease table's or the session locks', by `?mode`.
     capabilities: None,
-    connect: |url| Box::pin(async move { Ok(Arc::new(super::PostgresBackend::connect_url(url).await?) as _) }),
+    connect: |url| {
+        Box::pin(async move { Ok(Arc::new(super::PostgresBackend::connect_url(url).await?) as _) })
+    },
 };

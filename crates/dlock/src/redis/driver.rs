@@ -7,7 +7,16 @@ use crate::registry::Driver;
 pub(crate) const DRIVER: Driver = Driver {
     name: "redis",
     feature: Some("redis"),
-    schemes: &["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"],
+    schemes: &[
+        "redis",
+        "rediss",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis+cluster",
+        "rediss+cluster",
+    ],
     capabilities: Some(super::INFO.capabilities),
-    connect: |url| Box::pin(async move { Ok(Arc::new(super::RedisBackend::connect_url(url).await?) as _) }),
+    connect: |url| {
+        Box::pin(async move { Ok(Arc::new(super::RedisBackend::connect_url(url).await?) as _) })
+    },
 };
