@@ -42,7 +42,7 @@ async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("raced");
     let (mut dropped, mut granted) = (0, 0);
-    for _ in 0..40 {
+    for _ in 0..cx.rounds(40, 15) {
         // b holds the lock and lets go at a random moment; a gives up at another random
         // moment, so a's acquire is dropped while waiting, while being woken, or while granted.
         let holder = cx

@@ -25,7 +25,7 @@ cases!["process",
 
 async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
     const PROCESSES: usize = 4;
-    const ROUNDS: usize = 10;
+    let rounds = cx.rounds(10, 4);
     let url = cx.url()?;
     let name = cx.name("counter");
     cx.pre_take(&name).await?;
@@ -40,7 +40,7 @@ async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
         c = counter.display()
     );
     let script = format!(
-        "for i in $(seq {ROUNDS}); do '{bin}' --url \"$URL\" run $ARGS --wait 60s \"$NAME\" -- sh -c \"$STEP\" || exit 1; done",
+        "for i in $(seq {rounds}); do '{bin}' --url \"$URL\" run $ARGS --wait 60s \"$NAME\" -- sh -c \"$STEP\" || exit 1; done",
         bin = dlock.display()
     );
     let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -77,9 +77,9 @@ async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
     outcome?;
     let total: usize = std::fs::read_to_string(&counter)?.trim().parse()?;
     ensure!(
-        total == PROCESSES * ROUNDS,
+        total == PROCESSES * rounds,
         "lost updates: counter is {total}, expected {}",
-        PROCESSES * ROUNDS
+        PROCESSES * rounds
     );
     Ok(())
 }

@@ -99,6 +99,17 @@ impl Ctx {
         }
     }
 
+    /// How many rounds a repeating case runs: `mutex` for the mutex, `other` for the other
+    /// primitives (their holds cost more on stores that compose them of several locks, and
+    /// the mutex's rounds already cover the loop's own logic).
+    pub(crate) fn rounds<T>(&self, mutex: T, other: T) -> T {
+        if self.primitive == Primitive::Mutex {
+            mutex
+        } else {
+            other
+        }
+    }
+
     /// Takes the permits that another client holds of `name` before the case takes it (once
     /// per name; a no-op but for [`Primitive::Semaphore3`]). [`Lock`] does it by itself; a
     /// case whose first hold is taken by another process calls it first.
