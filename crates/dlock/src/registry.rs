@@ -183,10 +183,10 @@ mod tests {
             let first = row.split(" | ").next().unwrap_or_default();
             let table = tables.last_mut().expect("pushed above");
             for piece in first.split('`').skip(1).step_by(2) {
-                if let Some((scheme, _)) = piece.split_once("://") {
-                    if !table.iter().any(|s| s == scheme) {
-                        table.push(scheme.to_owned());
-                    }
+                if let Some((scheme, _)) = piece.split_once("://")
+                    && !table.iter().any(|s| s == scheme)
+                {
+                    table.push(scheme.to_owned());
                 }
             }
         }

@@ -101,7 +101,7 @@ async fn dropping_a_multi_lock_acquire_at_any_point_leaves_nothing_held(
         }
         for name in &names {
             let next = cx
-                .lock(&b, &name)
+                .lock(&b, name)
                 .ttl(Duration::from_secs(600))
                 .wait(Duration::from_secs(10))
                 .acquire()

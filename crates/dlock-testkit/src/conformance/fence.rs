@@ -43,7 +43,7 @@ async fn fence_increases_across_takeovers(cx: Ctx) -> anyhow::Result<()> {
     for round in 0..3 {
         let client = if round % 2 == 0 { &a } else { &b };
         last = cx
-            .lock(&client, &name)
+            .lock(client, &name)
             .ttl(Duration::from_millis(150))
             .wait(Duration::from_secs(10))
             .acquire()
@@ -78,8 +78,8 @@ async fn fences_of_different_names_are_independent(cx: Ctx) -> anyhow::Result<()
     let mut fences_b = Vec::new();
     for round in 0..4 {
         let client = if round % 2 == 0 { &first } else { &second };
-        let a = cx.lock(&client, &name_a).acquire().await?;
-        let b = cx.lock(&client, &name_b).acquire().await?;
+        let a = cx.lock(client, &name_a).acquire().await?;
+        let b = cx.lock(client, &name_b).acquire().await?;
         fences_a.push(a.fence());
         fences_b.push(b.fence());
         b.release().await?;
