@@ -870,3 +870,39 @@ pub fn start_enabled(keep: impl Fn(&Starter) -> bool) -> anyhow::Result<Enabled>
 pub fn all_enabled() -> anyhow::Result<Enabled> {
     start_enabled(|_| true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::ServerKind;
+
+    /// dlock's build script cannot link the test kit, so its `SERVERS` repeats the servers the
+    /// starters need (to mark the tests of a missing one ignored): it must name each one, with
+    /// the binary its `ServerKind` looks for.
+    #[test]
+    fn the_build_script_lists_the_server_of_every_starter() {
+        // Without whitespace, so a row rustfmt broke over lines reads as one.
+        let script: String = include_str!("../../dlock/build.rs")
+            .split_whitespace()
+            .collect();
+        let kinds: [&dyn ServerKind; 4] = [
+            &Redis::default(),
+            &crate::server::Postgres::default(),
+            &crate::server::Mariadb::default(),
+            &Zookeeper::default(),
+        ];
+        for server in STARTERS.iter().filter_map(|s| s.server) {
+            let row = format!("(\"{server}\",\"");
+            assert!(script.contains(&row), "build.rs's SERVERS lacks {server}");
+        }
+        for kind in kinds {
+            let row = format!("(\"{}\",\"{}\"", kind.name(), kind.binary());
+            assert!(
+                script.contains(&row),
+                "build.rs's SERVERS lacks {} with binary {}",
+                kind.name(),
+                kind.binary()
+            );
+        }
+    }
+}
