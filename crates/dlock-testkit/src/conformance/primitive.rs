@@ -36,6 +36,15 @@ pub(crate) const EVERY: &[Primitive] = &[
     Primitive::RwlockWrite,
 ];
 
+/// The primitives of the cases that mostly wait on the clock (a wait running out, a lease
+/// renewed or extended through several TTLs): not `semaphore(1)`, which takes the same store
+/// path as `semaphore(3)` with fewer permits held, so the dimension adds less wall time.
+pub(crate) const WAITING: &[Primitive] = &[
+    Primitive::Mutex,
+    Primitive::Semaphore3,
+    Primitive::RwlockWrite,
+];
+
 /// The primitives the `dlock` CLI can take (`--permits N`; it has no flag for a write lock).
 pub(crate) const CLI: &[Primitive] = &[
     Primitive::Mutex,
