@@ -45,6 +45,9 @@ pub struct StoreTraits {
     /// Inspection reports the time left of a held lease. Not the SQL session locks: they have
     /// no expiry in the server (the holder's client keeps the TTL).
     pub reports_ttl: bool,
+    /// A grant's fence is settled over the nodes that answer (Redlock), so a repeated attempt
+    /// may see a node that granted late with a higher one.
+    pub fence_by_quorum: bool,
 }
 
 impl Default for StoreTraits {
@@ -53,6 +56,7 @@ impl Default for StoreTraits {
             counts_waiters: true,
             retry_finds_its_grant: true,
             reports_ttl: true,
+            fence_by_quorum: false,
         }
     }
 }
@@ -62,6 +66,7 @@ const OWN_OBJECT_PER_ATTEMPT: StoreTraits = StoreTraits {
     counts_waiters: true,
     retry_finds_its_grant: false,
     reports_ttl: true,
+    fence_by_quorum: false,
 };
 
 /// The in-memory backend: every client shares one process-wide named store.
@@ -538,6 +543,7 @@ impl RedlockFixture {
             let url = redlock_url(&nodes.addrs());
             let traits = StoreTraits {
                 counts_waiters: false,
+                fence_by_quorum: true,
                 ..StoreTraits::default()
             };
             ServerFixture::with_traits("redlock", traits, nodes, url)

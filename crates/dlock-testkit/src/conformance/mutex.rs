@@ -367,9 +367,9 @@ async fn a_repeated_attempt_takes_its_own_grant(cx: Ctx) -> anyhow::Result<()> {
         .acquire(&request)
         .await?
         .ok_or_else(|| anyhow::anyhow!("a retry found its own grant busy"))?;
-    // Redlock settles the fence over the nodes that answer, so a retry may see a node that
-    // granted late with a higher one; a fence below the grant's would be another grant.
-    let same = if locks.info().name == "redlock" {
+    // A fence settled over the nodes that answer may come back higher on a retry that sees a
+    // node that granted late; a fence below the grant's would be another grant.
+    let same = if cx.traits().fence_by_quorum {
         again.fence() >= first.fence()
     } else {
         again.fence() == first.fence()

@@ -5,6 +5,11 @@
 //! other two permits another client holds, and a read-write lock's write side. The native
 //! semaphores and read-write locks (Redis, etcd, ZooKeeper) have acquire, cancel and expiry
 //! paths of their own that the mutex cases reach only this way.
+//!
+//! The other areas stay on the mutex: reentrancy and fair queueing are options of a mutex
+//! only (a semaphore or read-write lock has neither), inspection, names, values, retries and
+//! multi-locks have their own cases for each primitive or none, and the `semaphore` and
+//! `rwlock` areas test what is not mutex-like (several holders, readers).
 
 use std::collections::HashMap;
 use std::sync::Arc;
