@@ -5,13 +5,13 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use dlock::Error;
 
-use super::primitive::{EVERY, WAITING};
+use super::primitive::{COSTLY, EVERY};
 use super::{Ctx, Needs, cases, expect_err};
 
 cases!["lost",
     Needs::Any, EVERY =>
         lost_fires_when_the_lease_expires;
-    Needs::Any, WAITING =>
+    Needs::Any, COSTLY =>
         lost_does_not_fire_while_the_lease_is_valid;
     // Breaking by name is a mutex's: `force_release` of a semaphore's or read-write lock's
     // name does not reach its permits or sides.

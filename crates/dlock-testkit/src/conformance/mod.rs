@@ -48,6 +48,7 @@ pub struct Ctx {
     prefix: String,
     primitive: Primitive,
     pre_taken: primitive::PreTakenCell,
+    caps: Capabilities,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -349,7 +350,7 @@ pub fn trials(fx: Arc<dyn Fixture>) -> (Vec<Trial>, Vec<Skipped>) {
         }
         let fx = fx.clone();
         trials.push(Trial::test(trial_name, move || {
-            run_case(fx, case, primitive)
+            run_case(fx, case, primitive, caps)
         }));
     }
     (trials, skipped)
@@ -377,7 +378,12 @@ fn trial_name(backend: &str, case: &Case, primitive: Primitive) -> String {
     }
 }
 
-fn run_case(fx: Arc<dyn Fixture>, case: Case, primitive: Primitive) -> Result<(), Failed> {
+fn run_case(
+    fx: Arc<dyn Fixture>,
+    case: Case,
+    primitive: Primitive,
+    caps: Capabilities,
+) -> Result<(), Failed> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -396,6 +402,7 @@ fn run_case(fx: Arc<dyn Fixture>, case: Case, primitive: Primitive) -> Result<()
         fx,
         primitive,
         pre_taken: Arc::default(),
+        caps,
     };
     let after = cx.clone();
     let outcome = rt.block_on(async {

@@ -41,10 +41,10 @@ pub(crate) const EVERY: &[Primitive] = &[
     Primitive::RwlockWrite,
 ];
 
-/// The primitives of the cases that mostly wait on the clock (a wait running out, a lease
-/// renewed or extended through several TTLs): not `semaphore(1)`, which takes the same store
-/// path as `semaphore(3)` with fewer permits held, so the dimension adds less wall time.
-pub(crate) const WAITING: &[Primitive] = &[
+/// The primitives of the cases that cost the most wall time (waiting on the clock through a
+/// wait or several TTLs, or many holds): not `semaphore(1)`, which takes the same store path
+/// as `semaphore(3)` with fewer permits held, so the dimension adds less to a run.
+pub(crate) const COSTLY: &[Primitive] = &[
     Primitive::Mutex,
     Primitive::Semaphore3,
     Primitive::RwlockWrite,
@@ -110,6 +110,17 @@ impl Ctx {
             name: name.to_owned(),
             ttl: None,
             wait: None,
+        }
+    }
+
+    /// Whether this case's primitive is composed of the store's mutexes here (no native
+    /// semaphores or read-write locks): each hold is then several store locks (a write side,
+    /// 33).
+    pub(crate) fn composed(&self) -> bool {
+        match self.primitive {
+            Primitive::Mutex => false,
+            Primitive::Semaphore1 | Primitive::Semaphore3 => !self.caps.permits,
+            Primitive::RwlockWrite => !self.caps.rwlock,
         }
     }
 
