@@ -48,7 +48,6 @@ pub struct Ctx {
     prefix: String,
     primitive: Primitive,
     pre_taken: primitive::PreTakenCell,
-    caps: Capabilities,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -332,6 +331,9 @@ pub fn trials(fx: Arc<dyn Fixture>) -> (Vec<Trial>, Vec<Skipped>) {
     let mut trials = Vec::new();
     let mut skipped = Vec::new();
     for (case, primitive) in case_runs() {
+        if !primitive::registers(case.on, primitive, &caps) {
+            continue;
+        }
         let trial_name = trial_name(backend, &case, primitive);
         if let Some(reason) = case.needs.unmet(&caps, fx.as_ref()) {
             let reason = format!("{backend}: {reason}");
@@ -350,7 +352,7 @@ pub fn trials(fx: Arc<dyn Fixture>) -> (Vec<Trial>, Vec<Skipped>) {
         }
         let fx = fx.clone();
         trials.push(Trial::test(trial_name, move || {
-            run_case(fx, case, primitive, caps)
+            run_case(fx, case, primitive)
         }));
     }
     (trials, skipped)
@@ -378,12 +380,7 @@ fn trial_name(backend: &str, case: &Case, primitive: Primitive) -> String {
     }
 }
 
-fn run_case(
-    fx: Arc<dyn Fixture>,
-    case: Case,
-    primitive: Primitive,
-    caps: Capabilities,
-) -> Result<(), Failed> {
+fn run_case(fx: Arc<dyn Fixture>, case: Case, primitive: Primitive) -> Result<(), Failed> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -402,7 +399,6 @@ fn run_case(
         fx,
         primitive,
         pre_taken: Arc::default(),
-        caps,
     };
     let after = cx.clone();
     let outcome = rt.block_on(async {

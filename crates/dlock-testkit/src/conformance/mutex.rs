@@ -39,12 +39,7 @@ cases!["mutex",
 
 async fn mutual_exclusion_with_many_tasks(cx: Ctx) -> anyhow::Result<()> {
     const TASKS: u64 = 8;
-    // A composed write side takes 33 store locks a hold: fewer rounds of it.
-    let rounds: u64 = if cx.primitive() == super::Primitive::RwlockWrite && cx.composed() {
-        2
-    } else {
-        cx.rounds(15, 5)
-    };
+    let rounds: u64 = cx.rounds(15, 5);
     let name = cx.name("counter");
     let shared = cx.locks().await?;
     let resource = Arc::new(FencedResource::new());

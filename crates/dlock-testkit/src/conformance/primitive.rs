@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
+use dlock::backend::Capabilities;
 use dlock::{FencingToken, Locks, MutexGuard, Permit, WriteGuard};
 
 use super::Ctx;
@@ -43,7 +44,8 @@ pub(crate) const EVERY: &[Primitive] = &[
 
 /// The primitives of the cases that cost the most wall time (waiting on the clock through a
 /// wait or several TTLs, or many holds): not `semaphore(1)`, which takes the same store path
-/// as `semaphore(3)` with fewer permits held, so the dimension adds less to a run.
+/// as `semaphore(3)` with fewer permits held; and the others only where the store has them
+/// natively ([`registers`]).
 pub(crate) const COSTLY: &[Primitive] = &[
     Primitive::Mutex,
     Primitive::Semaphore3,
@@ -63,6 +65,21 @@ pub(crate) const MUTEX: &[Primitive] = &[Primitive::Mutex];
 
 /// How many permits of a [`Primitive::Semaphore3`] another client holds.
 const PRE_TAKEN: u32 = 2;
+
+/// Whether a case that runs `on` these primitives is registered for `primitive` on a store
+/// with `caps`. A [`COSTLY`] case is not, for a primitive the store composes of its mutexes:
+/// each hold is then several mutexes (a write side 33), which makes it the slowest trial of a
+/// run on a SQL store, while the composition itself is the same on every store and its
+/// clock-bound behaviour has cases of its own (`semaphore::a_permit_lost_signal_…`,
+/// `rwlock::read_and_write_holds_are_kept_while_renewed`).
+pub(crate) fn registers(on: &[Primitive], primitive: Primitive, caps: &Capabilities) -> bool {
+    let composed = match primitive {
+        Primitive::Mutex => false,
+        Primitive::Semaphore1 | Primitive::Semaphore3 => !caps.permits,
+        Primitive::RwlockWrite => !caps.rwlock,
+    };
+    on.contains(&primitive) && !(composed && on == COSTLY)
+}
 
 impl Primitive {
     /// The trial name segment after the backend (`redis::semaphore1::mutex::…`); none for the
@@ -110,17 +127,6 @@ impl Ctx {
             name: name.to_owned(),
             ttl: None,
             wait: None,
-        }
-    }
-
-    /// Whether this case's primitive is composed of the store's mutexes here (no native
-    /// semaphores or read-write locks): each hold is then several store locks (a write side,
-    /// 33).
-    pub(crate) fn composed(&self) -> bool {
-        match self.primitive {
-            Primitive::Mutex => false,
-            Primitive::Semaphore1 | Primitive::Semaphore3 => !self.caps.permits,
-            Primitive::RwlockWrite => !self.caps.rwlock,
         }
     }
 
