@@ -9,11 +9,13 @@
 //! For the library: `dlock_all_backends` when every backend feature is on (code that several
 //! backends share, each using part of it, allows dead code in any other build; the full
 //! build, which CI lints, uses all of it), and `dlock_any_backend` when any backend beyond
-//! memory is on. The flags name those feature sets once.
+//! memory is on. The backend features are read from the driver table (`backend_features`).
 
 use std::path::{Path, PathBuf};
 
-/// (name, binary, env override, extra directories)
+/// The real servers the tests start, as the test kit's `ServerKind`s name them
+/// (`crates/dlock-testkit/src/server/`): (name, binary, env override, extra directories).
+/// The one list of them a build script can read; a store with a server adds its row here.
 const SERVERS: [(&str, &str, &str, &[&str]); 5] = [
     ("redis", "redis-server", "DLOCK_TEST_REDIS_BIN", &[]),
     ("postgres", "postgres", "DLOCK_TEST_POSTGRES_BIN", &[]),
@@ -60,16 +62,44 @@ fn required(name: &str) -> bool {
     })
 }
 
-/// The features of the backends other than memory, as cargo names them in the environment.
-const BACKEND_FEATURES: [&str; 6] = ["SQLITE", "REDIS", "POSTGRES", "MYSQL", "ETCD", "ZOOKEEPER"];
+/// The cargo features of the backends beyond memory, read from their entries in the driver
+/// table (`feature: Some("…")` in each `src/<backend>/driver.rs`): this script cannot link the
+/// library, and a new backend's folder then needs no line here.
+fn backend_features() -> Vec<String> {
+    let src = Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default()).join("src");
+    // A new backend folder, or a driver's feature changed.
+    println!("cargo::rerun-if-changed={}", src.display());
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&src)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    folders.sort();
+    let mut features: Vec<String> = Vec::new();
+    for driver in folders.iter().map(|folder| folder.join("driver.rs")) {
+        let Ok(text) = std::fs::read_to_string(&driver) else {
+            continue;
+        };
+        let feature = text
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("feature: Some(\""))
+            .and_then(|rest| rest.split('"').next());
+        if let Some(feature) = feature.filter(|f| !features.iter().any(|known| known == f)) {
+            features.push(feature.to_owned());
+        }
+    }
+    features
+}
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(dlock_all_backends, dlock_any_backend)");
-    let on = |feature: &&str| std::env::var_os(format!("CARGO_FEATURE_{feature}")).is_some();
-    if BACKEND_FEATURES.iter().all(on) {
+    let features = backend_features();
+    let on = |feature: &String| {
+        let var = format!("CARGO_FEATURE_{}", feature.to_uppercase().replace('-', "_"));
+        std::env::var_os(var).is_some()
+    };
+    if !features.is_empty() && features.iter().all(on) {
         println!("cargo::rustc-cfg=dlock_all_backends");
     }
-    if BACKEND_FEATURES.iter().any(on) {
+    if features.iter().any(on) {
         println!("cargo::rustc-cfg=dlock_any_backend");
     }
     let names: Vec<String> = SERVERS.iter().map(|s| format!("\"{}\"", s.0)).collect();

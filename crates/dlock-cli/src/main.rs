@@ -24,30 +24,9 @@ static VERSION: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{} (backends: {})",
         env!("CARGO_PKG_VERSION"),
-        backends().join(", ")
+        dlock::enabled_backends().join(", ")
     )
 });
-
-/// The backends this build can connect to, one name each however many URL schemes it answers
-/// to (`rediss` is Redis, `zk` is ZooKeeper), in `dlock::enabled_schemes` order.
-fn backends() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = Vec::new();
-    for scheme in dlock::enabled_schemes() {
-        let name = match scheme {
-            "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-            | "rediss+cluster" => "redis",
-            "redlocks" => "redlock",
-            "postgresql" => "postgres",
-            "mariadb" => "mysql",
-            "zk" => "zookeeper",
-            other => other,
-        };
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names
-}
 
 /// Distributed locks from the shell.
 #[derive(Debug, Parser)]

@@ -22,7 +22,52 @@ pub trait Fixture: Send + Sync + 'static {
     /// A URL other processes can use to reach the same store, for the cross-process cases;
     /// `None` when the store is process-local.
     fn url(&self) -> Option<String>;
+
+    /// What the suites must know of the store beyond its
+    /// [`Capabilities`](dlock::backend::Capabilities); most stores have the defaults.
+    fn traits(&self) -> StoreTraits {
+        StoreTraits::default()
+    }
 }
+
+/// How a store behaves where its [`Capabilities`](dlock::backend::Capabilities) do not say:
+/// the conformance suite registers cases by these, never by the backend's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreTraits {
+    /// Inspection counts a lock's waiters. Not Redlock: it keeps no queue (a waiter only
+    /// listens for releases).
+    pub counts_waiters: bool,
+    /// A repeated attempt with the same token finds its own grant. Not where each attempt
+    /// holds its own server object (a session connection, an etcd key under the attempt's
+    /// lease, a ZooKeeper sequential node): a lost reply leaves an object only its own
+    /// connection or lease can end.
+    pub retry_finds_its_grant: bool,
+    /// Inspection reports the time left of a held lease. Not the SQL session locks: they have
+    /// no expiry in the server (the holder's client keeps the TTL).
+    pub reports_ttl: bool,
+    /// A grant's fence is settled over the nodes that answer (Redlock), so a repeated attempt
+    /// may see a node that granted late with a higher one.
+    pub fence_by_quorum: bool,
+}
+
+impl Default for StoreTraits {
+    fn default() -> StoreTraits {
+        StoreTraits {
+            counts_waiters: true,
+            retry_finds_its_grant: true,
+            reports_ttl: true,
+            fence_by_quorum: false,
+        }
+    }
+}
+
+/// The traits of a store whose attempts each hold their own server object.
+const OWN_OBJECT_PER_ATTEMPT: StoreTraits = StoreTraits {
+    counts_waiters: true,
+    retry_finds_its_grant: false,
+    reports_ttl: true,
+    fence_by_quorum: false,
+};
 
 /// The in-memory backend: every client shares one process-wide named store.
 #[derive(Debug)]
@@ -285,6 +330,16 @@ impl<K: SqlServer> Fixture for SqlFixture<K> {
     fn url(&self) -> Option<String> {
         Some(self.url.clone())
     }
+
+    fn traits(&self) -> StoreTraits {
+        match self.mode {
+            SqlMode::Lease => StoreTraits::default(),
+            SqlMode::Session => StoreTraits {
+                reports_ttl: false,
+                ..OWN_OBJECT_PER_ATTEMPT
+            },
+        }
+    }
 }
 
 /// A started server, or `None` when its binary is missing and the run does not require the
@@ -318,6 +373,7 @@ fn unless_missing<T>(
 /// store; each gets its own `start`.
 pub struct ServerFixture<K, H = ServerProcess> {
     backend: &'static str,
+    traits: StoreTraits,
     servers: std::sync::Mutex<H>,
     url: String,
     store: std::marker::PhantomData<fn() -> K>,
@@ -335,8 +391,18 @@ impl<K, H: std::fmt::Debug> std::fmt::Debug for ServerFixture<K, H> {
 
 impl<K, H> ServerFixture<K, H> {
     fn new(backend: &'static str, servers: H, url: String) -> Arc<Self> {
+        Self::with_traits(backend, StoreTraits::default(), servers, url)
+    }
+
+    fn with_traits(
+        backend: &'static str,
+        traits: StoreTraits,
+        servers: H,
+        url: String,
+    ) -> Arc<Self> {
         Arc::new(ServerFixture {
             backend,
+            traits,
             servers: std::sync::Mutex::new(servers),
             url,
             store: std::marker::PhantomData,
@@ -362,6 +428,10 @@ impl<K: 'static, H: Send + 'static> Fixture for ServerFixture<K, H> {
 
     fn url(&self) -> Option<String> {
         Some(self.url.clone())
+    }
+
+    fn traits(&self) -> StoreTraits {
+        self.traits
     }
 }
 
@@ -471,7 +541,12 @@ impl RedlockFixture {
         let nodes = unless_missing("redlock", RedisNodes::start(n))?;
         Ok(nodes.map(|nodes| {
             let url = redlock_url(&nodes.addrs());
-            ServerFixture::new("redlock", nodes, url)
+            let traits = StoreTraits {
+                counts_waiters: false,
+                fence_by_quorum: true,
+                ..StoreTraits::default()
+            };
+            ServerFixture::with_traits("redlock", traits, nodes, url)
         }))
     }
 }
@@ -492,7 +567,7 @@ impl EtcdFixture {
         let server = unless_missing("etcd", ServerProcess::start(Etcd::single()?))?;
         Ok(server.map(|server| {
             let url = format!("etcd://{}", server.addr());
-            ServerFixture::new("etcd", server, url)
+            ServerFixture::with_traits("etcd", OWN_OBJECT_PER_ATTEMPT, server, url)
         }))
     }
 }
@@ -507,7 +582,7 @@ impl EtcdClusterFixture {
         let cluster = unless_missing("etcd-cluster", EtcdCluster::start(3))?;
         Ok(cluster.map(|cluster| {
             let url = cluster.url();
-            ServerFixture::new("etcd-cluster", cluster, url)
+            ServerFixture::with_traits("etcd-cluster", OWN_OBJECT_PER_ATTEMPT, cluster, url)
         }))
     }
 }
@@ -555,7 +630,7 @@ impl ZookeeperFixture {
             unless_zookeeper_missing("zookeeper", || ServerProcess::start(Zookeeper::default()))?;
         Ok(server.map(|server| {
             let url = zookeeper_url(&server.addr().to_string());
-            ServerFixture::new("zookeeper", server, url)
+            ServerFixture::with_traits("zookeeper", OWN_OBJECT_PER_ATTEMPT, server, url)
         }))
     }
 }
@@ -570,7 +645,273 @@ impl ZookeeperEnsembleFixture {
         let ensemble = unless_zookeeper_missing("zookeeper-ensemble", ZookeeperEnsemble::start)?;
         Ok(ensemble.map(|ensemble| {
             let url = zookeeper_url(&ensemble.connect_string());
-            ServerFixture::new("zookeeper-ensemble", ensemble, url)
+            ServerFixture::with_traits("zookeeper-ensemble", OWN_OBJECT_PER_ATTEMPT, ensemble, url)
         }))
+    }
+}
+
+/// One line of [`STARTERS`]: how the suites start the fixtures of one kind of store.
+#[derive(Clone, Copy, Debug)]
+pub struct Starter {
+    /// The driver they test, as [`dlock::enabled_backends`] names it; a build without it
+    /// starts nothing.
+    pub driver: &'static str,
+    /// The backend names ([`Fixture::backend`]) of the fixtures it starts, so a run
+    /// filtered to other backends need not start its servers.
+    pub backends: &'static [&'static str],
+    /// The server whose absence leaves it empty, as `DLOCK_TEST_REQUIRE` and the build script
+    /// name it; `None` for a store with no server.
+    pub server: Option<&'static str>,
+    /// It runs several servers (a Sentinel set, a cluster, an ensemble): the suites that
+    /// test each backend once, on one server, leave it out.
+    pub several_servers: bool,
+    /// Its store claims fewer capabilities than it has (the `minimal` fixture), for the
+    /// conformance cases that check the API's `Unsupported` answers; other suites leave it out.
+    pub masked: bool,
+    /// Starts them; empty when the server is not installed and not required.
+    pub start: fn() -> anyhow::Result<Vec<Arc<dyn Fixture>>>,
+}
+
+/// Boxes one optional fixture for [`Starter::start`].
+fn one<F: Fixture>(
+    started: anyhow::Result<Option<Arc<F>>>,
+) -> anyhow::Result<Vec<Arc<dyn Fixture>>> {
+    Ok(started?
+        .into_iter()
+        .map(|fx| fx as Arc<dyn Fixture>)
+        .collect())
+}
+
+/// Boxes a list of fixtures for [`Starter::start`].
+fn each<F: Fixture>(started: anyhow::Result<Vec<Arc<F>>>) -> anyhow::Result<Vec<Arc<dyn Fixture>>> {
+    Ok(started?
+        .into_iter()
+        .map(|fx| fx as Arc<dyn Fixture>)
+        .collect())
+}
+
+/// Every fixture the conformance suite and the bad-input matrix run on, one line per kind of
+/// store: a new backend adds its line here.
+pub const STARTERS: &[Starter] = &[
+    Starter {
+        driver: "memory",
+        backends: &["memory"],
+        server: None,
+        several_servers: false,
+        masked: false,
+        start: || Ok(vec![MemoryFixture::new()]),
+    },
+    // Memory with every optional capability masked.
+    Starter {
+        driver: "memory",
+        backends: &["minimal"],
+        server: None,
+        several_servers: false,
+        masked: true,
+        start: || Ok(vec![MinimalFixture::new()]),
+    },
+    Starter {
+        driver: "sqlite",
+        backends: &["sqlite"],
+        server: None,
+        several_servers: false,
+        masked: false,
+        start: || Ok(vec![SqliteFixture::new()?]),
+    },
+    Starter {
+        driver: "redis",
+        backends: &["redis"],
+        server: Some("redis"),
+        several_servers: false,
+        masked: false,
+        start: || one(RedisFixture::start()),
+    },
+    Starter {
+        driver: "redis",
+        backends: &["redis-sentinel"],
+        server: Some("redis"),
+        several_servers: true,
+        masked: false,
+        start: || one(RedisSentinelFixture::start()),
+    },
+    Starter {
+        driver: "redis",
+        backends: &["redis-cluster"],
+        server: Some("redis"),
+        several_servers: true,
+        masked: false,
+        start: || one(RedisClusterFixture::start()),
+    },
+    // Redlock needs several servers by nature; five is the usual deployment.
+    Starter {
+        driver: "redlock",
+        backends: &["redlock"],
+        server: Some("redis"),
+        several_servers: false,
+        masked: false,
+        start: || one(RedlockFixture::start(5)),
+    },
+    // One server per SQL store, shared by the fixtures of both modes (lease table, session
+    // locks).
+    Starter {
+        driver: "postgres",
+        backends: &crate::server::Postgres::BACKENDS,
+        server: Some("postgres"),
+        several_servers: false,
+        masked: false,
+        start: || each(PostgresFixture::start_both()),
+    },
+    Starter {
+        driver: "mysql",
+        backends: &crate::server::Mariadb::BACKENDS,
+        server: Some("mariadb"),
+        several_servers: false,
+        masked: false,
+        start: || each(MysqlFixture::start_both()),
+    },
+    Starter {
+        driver: "etcd",
+        backends: &["etcd"],
+        server: Some("etcd"),
+        several_servers: false,
+        masked: false,
+        start: || one(EtcdFixture::start()),
+    },
+    Starter {
+        driver: "etcd",
+        backends: &["etcd-cluster"],
+        server: Some("etcd"),
+        several_servers: true,
+        masked: false,
+        start: || one(EtcdClusterFixture::start()),
+    },
+    Starter {
+        driver: "zookeeper",
+        backends: &["zookeeper"],
+        server: Some("zookeeper"),
+        several_servers: false,
+        masked: false,
+        start: || one(ZookeeperFixture::start()),
+    },
+    Starter {
+        driver: "zookeeper",
+        backends: &["zookeeper-ensemble"],
+        server: Some("zookeeper"),
+        several_servers: true,
+        masked: false,
+        start: || one(ZookeeperEnsembleFixture::start()),
+    },
+];
+
+/// A backend [`start_enabled`] could not start: its server is not installed (and the run
+/// does not require it).
+#[derive(Clone, Debug)]
+pub struct Missing {
+    /// The backend's name, as its fixture would give it.
+    pub backend: &'static str,
+    /// The server that is missing, as the build script names it.
+    pub server: &'static str,
+}
+
+/// The fixtures [`start_enabled`] started, and the backends whose server is missing.
+#[derive(Default)]
+pub struct Enabled {
+    /// The started fixtures, in [`STARTERS`] order.
+    pub fixtures: Vec<Arc<dyn Fixture>>,
+    /// The backends not started for want of their server.
+    pub missing: Vec<Missing>,
+}
+
+impl std::fmt::Debug for Enabled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let started: Vec<&str> = self.fixtures.iter().map(|fx| fx.backend()).collect();
+        f.debug_struct("Enabled")
+            .field("fixtures", &started)
+            .field("missing", &self.missing)
+            .finish()
+    }
+}
+
+/// Starts the fixtures of every [`STARTERS`] line that this build's dlock has the driver of
+/// and `keep` accepts.
+///
+/// # Errors
+///
+/// A server could not start, or is required (`DLOCK_TEST_REQUIRE`) and missing.
+///
+/// # Examples
+///
+/// ```no_run
+/// // The bad-input matrix: each backend once, on one server.
+/// let enabled =
+///     dlock_testkit::fixture::start_enabled(|starter| !starter.several_servers && !starter.masked)?;
+/// for missing in &enabled.missing {
+///     eprintln!("{}: {} not installed", missing.backend, missing.server);
+/// }
+/// # anyhow::Ok(())
+/// ```
+pub fn start_enabled(keep: impl Fn(&Starter) -> bool) -> anyhow::Result<Enabled> {
+    let built = dlock::enabled_backends();
+    let mut enabled = Enabled::default();
+    for starter in STARTERS
+        .iter()
+        .filter(|s| built.contains(&s.driver) && keep(s))
+    {
+        let started = (starter.start)()?;
+        match starter.server {
+            Some(server) if started.is_empty() => enabled.missing.extend(
+                starter
+                    .backends
+                    .iter()
+                    .map(|&backend| Missing { backend, server }),
+            ),
+            _ => enabled.fixtures.extend(started),
+        }
+    }
+    Ok(enabled)
+}
+
+/// Every fixture of this build: [`start_enabled`] keeping every line.
+///
+/// # Errors
+///
+/// See [`start_enabled`].
+pub fn all_enabled() -> anyhow::Result<Enabled> {
+    start_enabled(|_| true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::ServerKind;
+
+    /// dlock's build script cannot link the test kit, so its `SERVERS` repeats the servers the
+    /// starters need (to mark the tests of a missing one ignored): it must name each one, with
+    /// the binary its `ServerKind` looks for.
+    #[test]
+    fn the_build_script_lists_the_server_of_every_starter() {
+        // Without whitespace, so a row rustfmt broke over lines reads as one.
+        let script: String = include_str!("../../dlock/build.rs")
+            .split_whitespace()
+            .collect();
+        let kinds: [&dyn ServerKind; 4] = [
+            &Redis::default(),
+            &crate::server::Postgres::default(),
+            &crate::server::Mariadb::default(),
+            &Zookeeper::default(),
+        ];
+        for server in STARTERS.iter().filter_map(|s| s.server) {
+            let row = format!("(\"{server}\",\"");
+            assert!(script.contains(&row), "build.rs's SERVERS lacks {server}");
+        }
+        for kind in kinds {
+            let row = format!("(\"{}\",\"{}\"", kind.name(), kind.binary());
+            assert!(
+                script.contains(&row),
+                "build.rs's SERVERS lacks {} with binary {}",
+                kind.name(),
+                kind.binary()
+            );
+        }
     }
 }

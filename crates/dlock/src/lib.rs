@@ -20,6 +20,8 @@
 //! | `memory://` or `memory://NAME` | tasks of this process; `NAME` shares one store between clients | none |
 //! | `sqlite:///abs/locks.db`, `sqlite://rel/locks.db` | one file shared by the processes of a machine (`sqlite`, default) | `busy_timeout`, `poll_min`, `poll_max`, `create_dirs` |
 //! | `redis://[user[:pass]@]host[:port][/db]`, `rediss://…` (TLS) | one Redis server (`redis`) | `prefix`, `ca`, `timeout`, `connect_timeout`, `poll_min`, `poll_max`, `protocol` |
+//! | `redis+sentinel://[user[:pass]@]s1[:p1][,s2[:p2]…]/MASTER[/db]`, `rediss+sentinel://…` (TLS) | the Redis primary the sentinels name, followed across failovers (`redis`) | those of `redis://`, `sentinel_user`, `sentinel_password`, … |
+//! | `redis+cluster://[user[:pass]@]h1:p1[,h2:p2…]`, `rediss+cluster://…` (TLS) | a Redis Cluster (`redis`) | those of `redis://` |
 //! | `redlock://[user[:pass]@]h1:p1,h2:p2,h3:p3[/db]`, `redlocks://…` (TLS) | Redlock over independent Redis servers (`redis`) | those of `redis://`, `node_timeout` |
 //! | `postgres://[user[:pass]@]host[:port]/db` (or `postgresql://`) | PostgreSQL lease table (`postgres`) | `mode=lease` (default), `table`, `connect_timeout`, `max_connections`, `check_interval`, `sslmode`, `sslrootcert`, … |
 //! | `postgres://…/db?mode=session` | PostgreSQL advisory (session) locks (`postgres`) | as above |
@@ -189,7 +191,7 @@ pub use primitives::{
     ComposedPart, MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder,
     WriteGuard,
 };
-pub use registry::enabled_schemes;
+pub use registry::{enabled_backends, enabled_schemes};
 pub use value::VersionedValue;
 
 /// The owned lost signal returned by `lost_token()` on every guard (tokio-util's
@@ -259,9 +261,17 @@ pub fn default_url() -> String {
 /// |---|---|
 /// | `memory://` or `memory://NAME` | [`memory`]: one process |
 /// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | `sqlite`: processes of one machine |
-/// | `postgres://user@host/db[?mode=session]` | `postgres`: lease table or advisory locks |
+/// | `redis://host[:port][/db]`, `rediss://…` (TLS) | `redis`: one Redis server |
+/// | `redis+sentinel://s1[:p1][,s2[:p2]…]/MASTER`, `rediss+sentinel://…` | `redis`: the primary the sentinels name |
+/// | `redis+cluster://h1:p1[,h2:p2…]`, `rediss+cluster://…` | `redis`: a Redis Cluster |
+/// | `redlock://h1:p1,h2:p2,h3:p3`, `redlocks://…` (TLS) | `redlock`: a majority of independent Redis servers |
+/// | `postgres://user@host/db[?mode=session]`, `postgresql://…` | `postgres`: lease table or advisory locks |
 /// | `mysql://user@host/db[?mode=session]`, `mariadb://…` | `mysql`: lease table or `GET_LOCK` |
 /// | `etcd://host:port[,host:port…]` | `etcd`: leases, revision-ordered hand-off |
+/// | `zk://h1[:p1][,h2[:p2]…][/chroot]`, `zookeeper://…` | `zookeeper`: ephemeral sequential nodes |
+///
+/// [`enabled_schemes`] lists the schemes of this build (each backend is behind its cargo
+/// feature, in parentheses in the crate docs' table).
 ///
 /// # Errors
 ///

@@ -1,61 +1,121 @@
 //! URL scheme → backend: the one place `connect` learns which stores this build has. A leaf:
 //! it makes backends, and `Locks::connect` wraps them.
+//!
+//! Each backend module states its own entry, a [`Driver`] in its `driver.rs` (sqlx's
+//! `URL_SCHEMES`, one per database); [`DRIVERS`] lists the built ones and [`NOT_BUILT`] the
+//! others. The scheme lists, `--version`'s backend list and the schemes in `connect`'s docs
+//! all read this table (the tests below check the docs against it).
 
-use std::sync::Arc;
+use futures::future::BoxFuture;
 
-use crate::backend::DynBackend;
+use crate::backend::{Capabilities, DynBackend};
 use crate::error::{Error, Result, redact_url, scrub_secrets};
 
-/// Every scheme dlock knows but `memory`, and the cargo feature of its backend: the schemes a
-/// build has, in the order [`enabled_schemes`] lists them, and for a build without that
-/// backend, the feature to turn on.
-const FEATURE_OF_SCHEME: &[(&str, &str)] = &[
-    ("sqlite", "sqlite"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("redis+sentinel", "redis"),
-    ("rediss+sentinel", "redis"),
-    ("redis+cluster", "redis"),
-    ("rediss+cluster", "redis"),
-    ("redlock", "redis"),
-    ("redlocks", "redis"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("mysql", "mysql"),
-    ("mariadb", "mysql"),
-    ("etcd", "etcd"),
-    ("zk", "zookeeper"),
-    ("zookeeper", "zookeeper"),
+/// One backend as `connect` finds it by the URL's scheme.
+pub(crate) struct Driver {
+    /// The backend's name, as `dlock --version` lists it (one per driver however many
+    /// schemes it answers to).
+    pub(crate) name: &'static str,
+    /// The cargo feature that builds it; `None` for memory, always built. Read by the build
+    /// script (from this file's text) and the tests, not at run time.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) feature: Option<&'static str>,
+    /// The URL schemes it serves, lowercase, the usual one first.
+    pub(crate) schemes: &'static [&'static str],
+    /// Its capabilities when every URL of it has the same ones (memory, SQLite); `None` where
+    /// they depend on the URL (a SQL server's mode). The tests check a connected backend
+    /// against it; nothing reads it at run time.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) capabilities: Option<Capabilities>,
+    /// Opens the store at a URL of one of `schemes`.
+    pub(crate) connect: fn(&str) -> BoxFuture<'_, Result<DynBackend>>,
+}
+
+/// The drivers this build has, in the order [`enabled_schemes`] and [`enabled_backends`] list
+/// them. A new backend adds its line here and one in [`NOT_BUILT`].
+const DRIVERS: &[Driver] = &[
+    crate::memory::driver::DRIVER,
+    #[cfg(feature = "sqlite")]
+    crate::sqlite::driver::DRIVER,
+    #[cfg(feature = "redis")]
+    crate::redis::driver::DRIVER,
+    #[cfg(feature = "redis")]
+    crate::redlock::driver::DRIVER,
+    #[cfg(feature = "postgres")]
+    crate::postgres::driver::DRIVER,
+    #[cfg(feature = "mysql")]
+    crate::mysql::driver::DRIVER,
+    #[cfg(feature = "etcd")]
+    crate::etcd::driver::DRIVER,
+    #[cfg(feature = "zookeeper")]
+    crate::zookeeper::driver::DRIVER,
 ];
 
-/// The schemes this build can connect to.
+/// A backend left out of this build: its cargo feature and schemes, so a URL of it is told
+/// which feature to turn on rather than that its scheme is unknown.
+struct NotBuilt {
+    feature: &'static str,
+    schemes: &'static [&'static str],
+}
+
+/// Declares [`NOT_BUILT`], each entry kept only in a build without its feature, and for the
+/// tests every entry, to compare with [`DRIVERS`] in the build that has them all.
+macro_rules! not_built {
+    ($($feature:tt => [$($scheme:literal),+ $(,)?]),+ $(,)?) => {
+        /// The backends this build lacks (a driver's schemes cannot be read from a module that
+        /// is not built, so each optional driver's feature and schemes are repeated here;
+        /// `not_built_repeats_each_optional_driver` checks them in the full build).
+        const NOT_BUILT: &[NotBuilt] = &[$(
+            #[cfg(not(feature = $feature))]
+            NotBuilt { feature: $feature, schemes: &[$($scheme),+] },
+        )+];
+
+        #[cfg(test)]
+        const EVERY_OPTIONAL: &[NotBuilt] = &[$(
+            NotBuilt { feature: $feature, schemes: &[$($scheme),+] },
+        )+];
+    };
+}
+
+not_built! {
+    "sqlite" => ["sqlite"],
+    "redis" => ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"],
+    "redis" => ["redlock", "redlocks"],
+    "postgres" => ["postgres", "postgresql"],
+    "mysql" => ["mysql", "mariadb"],
+    "etcd" => ["etcd"],
+    "zookeeper" => ["zk", "zookeeper"],
+}
+
+/// The URL schemes this build can connect to, each backend's usual scheme first.
+///
+/// # Examples
+///
+/// ```
+/// let schemes = dlock::enabled_schemes();
+/// assert_eq!(schemes[0], "memory");
+/// assert!(schemes.contains(&"sqlite") == cfg!(feature = "sqlite"));
+/// ```
 pub fn enabled_schemes() -> Vec<&'static str> {
-    let built = FEATURE_OF_SCHEME
+    DRIVERS
         .iter()
-        .filter(|(_, feature)| built_with(feature))
-        .map(|(scheme, _)| *scheme);
-    crate::memory::MEMORY_SCHEMES
-        .iter()
-        .copied()
-        .chain(built)
+        .flat_map(|driver| driver.schemes.iter().copied())
         .collect()
 }
 
-/// The cargo features of the backends beyond memory, and whether this build has each.
-const BUILT_WITH: &[(&str, bool)] = &[
-    ("sqlite", cfg!(feature = "sqlite")),
-    ("redis", cfg!(feature = "redis")),
-    ("postgres", cfg!(feature = "postgres")),
-    ("mysql", cfg!(feature = "mysql")),
-    ("etcd", cfg!(feature = "etcd")),
-    ("zookeeper", cfg!(feature = "zookeeper")),
-];
-
-/// Whether this build has the backend of cargo feature `feature`.
-fn built_with(feature: &str) -> bool {
-    BUILT_WITH
-        .iter()
-        .any(|&(name, built)| built && name == feature)
+/// The backends this build has, one name each however many URL schemes it answers to
+/// (`rediss` is `redis`, `zk` is `zookeeper`), in [`enabled_schemes`] order: what
+/// `dlock --version` lists.
+///
+/// # Examples
+///
+/// ```
+/// let backends = dlock::enabled_backends();
+/// assert_eq!(backends[0], "memory");
+/// assert!(!backends.contains(&"rediss"));
+/// ```
+pub fn enabled_backends() -> Vec<&'static str> {
+    DRIVERS.iter().map(|driver| driver.name).collect()
 }
 
 pub(crate) async fn connect(url: &str) -> Result<DynBackend> {
@@ -75,59 +135,146 @@ async fn connect_scheme(url: &str) -> Result<DynBackend> {
         url: redact_url(url),
         reason,
     };
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((scheme, _)) = url.split_once("://") else {
         return Err(invalid(
             "expected SCHEME://…, e.g. sqlite:///var/lib/app/locks.db or memory://".into(),
         ));
     };
     let scheme = scheme.to_ascii_lowercase();
-    match scheme.as_str() {
-        // Every other scheme refuses options it does not know; memory has none, and a `?…`
-        // would otherwise silently become part of the store's name.
-        "memory" if rest.contains('?') => Err(invalid(
-            "memory:// takes no options (memory://NAME names a store of this process)".into(),
-        )),
-        "memory" => Ok(Arc::new(crate::memory::MemoryBackend::from_url(url))),
+    let scheme = scheme.as_str();
+    if let Some(driver) = DRIVERS.iter().find(|d| d.schemes.contains(&scheme)) {
+        return (driver.connect)(url).await;
+    }
+    let enabled = enabled_schemes().join(", ");
+    Err(invalid(
+        match NOT_BUILT.iter().find(|n| n.schemes.contains(&scheme)) {
+            // Known, but its backend was left out of this build.
+            Some(NotBuilt { feature, .. }) => format!(
+                "the {feature} backend is not part of this build (cargo feature `{feature}`); \
+                 enabled: {enabled}"
+            ),
+            None => format!("unknown scheme {scheme:?}; enabled: {enabled}"),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every scheme named in the first column of the URL tables in `lib.rs`'s docs, per table
+    /// (a table is a run of `|` lines under one doc comment style).
+    fn doc_tables() -> Vec<Vec<String>> {
+        let mut tables: Vec<Vec<String>> = Vec::new();
+        let mut in_table = false;
+        for line in include_str!("lib.rs").lines() {
+            let row = line
+                .trim_start()
+                .strip_prefix("//! |")
+                .or_else(|| line.trim_start().strip_prefix("/// |"));
+            let Some(row) = row else {
+                in_table = false;
+                continue;
+            };
+            if !in_table {
+                tables.push(Vec::new());
+                in_table = true;
+            }
+            let first = row.split(" | ").next().unwrap_or_default();
+            let table = tables.last_mut().expect("pushed above");
+            for piece in first.split('`').skip(1).step_by(2) {
+                if let Some((scheme, _)) = piece.split_once("://")
+                    && !table.iter().any(|s| s == scheme)
+                {
+                    table.push(scheme.to_owned());
+                }
+            }
+        }
+        tables.retain(|t| !t.is_empty());
+        tables
+    }
+
+    #[test]
+    fn the_url_tables_of_the_docs_name_every_scheme_and_no_other() {
+        let tables = doc_tables();
+        // The crate docs' "Connection URLs" and `connect`'s.
+        assert_eq!(tables.len(), 2, "{tables:?}");
+        let mut every: Vec<&str> = DRIVERS
+            .iter()
+            .flat_map(|d| d.schemes.iter().copied())
+            .chain(NOT_BUILT.iter().flat_map(|n| n.schemes.iter().copied()))
+            .collect();
+        every.sort_unstable();
+        for table in tables {
+            let mut named: Vec<&str> = table.iter().map(String::as_str).collect();
+            named.sort_unstable();
+            assert_eq!(named, every, "a URL table in lib.rs's docs");
+        }
+    }
+
+    #[cfg(dlock_all_backends)]
+    #[test]
+    fn not_built_repeats_each_optional_driver() {
+        let optional: Vec<(&str, &[&str])> = DRIVERS
+            .iter()
+            .filter_map(|d| Some((d.feature?, d.schemes)))
+            .collect();
+        let repeated: Vec<(&str, &[&str])> = EVERY_OPTIONAL
+            .iter()
+            .map(|n| (n.feature, n.schemes))
+            .collect();
+        assert_eq!(optional, repeated);
+        assert!(NOT_BUILT.is_empty());
+    }
+
+    #[test]
+    fn every_scheme_has_one_driver_and_is_lowercase() {
+        let schemes = enabled_schemes();
+        for scheme in &schemes {
+            assert_eq!(*scheme, scheme.to_ascii_lowercase());
+            assert_eq!(
+                schemes.iter().filter(|s| *s == scheme).count(),
+                1,
+                "{scheme}"
+            );
+        }
+        for built in &schemes {
+            assert!(!NOT_BUILT.iter().any(|n| n.schemes.contains(built)));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_driver_with_static_capabilities_connects_with_them() {
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(
-            crate::sqlite::SqliteBackend::connect_url(url).await?,
-        )),
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-        | "rediss+cluster" => Ok(Arc::new(
-            crate::redis::RedisBackend::connect_url(url).await?,
-        )),
-        #[cfg(feature = "redis")]
-        "redlock" | "redlocks" => Ok(Arc::new(
-            crate::redlock::RedlockBackend::connect_url(url).await?,
-        )),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(
-            crate::postgres::PostgresBackend::connect_url(url).await?,
-        )),
-        #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => Ok(Arc::new(
-            crate::mysql::MysqlBackend::connect_url(url).await?,
-        )),
-        #[cfg(feature = "etcd")]
-        "etcd" => Ok(Arc::new(crate::etcd::EtcdBackend::connect_url(url).await?)),
-        #[cfg(feature = "zookeeper")]
-        "zk" | "zookeeper" => Ok(Arc::new(
-            crate::zookeeper::ZookeeperBackend::connect_url(url).await?,
-        )),
-        other => Err(invalid(
-            match FEATURE_OF_SCHEME.iter().find(|(s, _)| *s == other) {
-                // Known, but its backend was left out of this build.
-                Some((_, feature)) => format!(
-                    "the {feature} backend is not part of this build (cargo feature `{feature}`); \
-                 enabled: {}",
-                    enabled_schemes().join(", ")
-                ),
-                None => format!(
-                    "unknown scheme {other:?}; enabled: {}",
-                    enabled_schemes().join(", ")
-                ),
-            },
-        )),
+        let dir = tempfile_dir();
+        let mut checked = 0;
+        for driver in DRIVERS {
+            let Some(capabilities) = driver.capabilities else {
+                continue;
+            };
+            let url = match driver.name {
+                "memory" => "memory://registry-test".to_owned(),
+                #[cfg(feature = "sqlite")]
+                "sqlite" => format!("sqlite://{}", dir.join("locks.db").display()),
+                // A store with static capabilities and a server to connect to has no test here.
+                _ => continue,
+            };
+            let backend = (driver.connect)(&url).await.expect("connect");
+            assert_eq!(backend.info().capabilities, capabilities, "{}", driver.name);
+            assert_eq!(backend.info().name, driver.name);
+            checked += 1;
+        }
+        assert!(checked >= 1);
+    }
+
+    /// A fresh directory under the system's temp dir (the library has no tempfile dependency).
+    #[cfg(feature = "sqlite")]
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-registry-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
     }
 }

@@ -5,8 +5,8 @@
 //! lock behind (checked with `inspect` and `list` on the store afterwards). Tricky but valid
 //! names (path-like, SQL wildcards, multi-byte, exactly the maximum length) must round-trip.
 //!
-//! The API matrix runs on every backend this build enables, on real servers the test kit
-//! starts (a missing server makes its test ignored or failed, never passed:
+//! The API matrix runs on every backend this build enables (the test kit's fixture list), on
+//! real servers the test kit starts (a server missing now but found at build fails it:
 //! `dlock_testkit::require`); the CLI matrix drives the built `dlock` binary on a SQLite file.
 
 use std::ffi::OsStr;
@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use dlock::Error;
 use dlock::limits::{MAX_NAME_LEN, MAX_TTL, MIN_TTL};
-use dlock_testkit::fixture::{Fixture, MemoryFixture, SqliteFixture};
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
-use dlock_testkit::require::present;
+use dlock_testkit::fixture::{Fixture, start_enabled};
+use dlock_testkit::require::missing_now;
 use futures::TryStreamExt;
 
 dlock_testkit::fail_if_a_required_server_was_missing_at_build!();
@@ -447,87 +446,43 @@ fn assert_clean(failures: Failures) {
     );
 }
 
+/// The API matrix on every backend of this build, each on one server (the test kit's
+/// `fixture::STARTERS`), all at once. A backend whose server is missing fails the test, unless
+/// the build found that server missing too: it is then reported as not tested.
 #[tokio::test(flavor = "multi_thread")]
-async fn memory_and_sqlite_api() {
-    let mut failures = api_matrix(&*MemoryFixture::new()).await;
-    failures.extend(api_matrix(&*SqliteFixture::new().unwrap()).await);
-    assert_clean(failures);
-}
-
-#[cfg(feature = "redis")]
-#[cfg_attr(
-    dlock_test_missing = "redis",
-    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
-)]
-#[tokio::test(flavor = "multi_thread")]
-async fn redis_and_redlock_api() {
-    let redis = present("redis", dlock_testkit::fixture::RedisFixture::start()).unwrap();
-    let redlock = present("redis", dlock_testkit::fixture::RedlockFixture::start(3)).unwrap();
-    let mut failures = api_matrix(&*redis).await;
-    failures.extend(api_matrix(&*redlock).await);
-    assert_clean(failures);
-}
-
-/// The API matrix on both modes of a SQL server; a missing server fails (see `present`).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-async fn sql_api<K: dlock_testkit::fixture::SqlServer>(server: &str) {
-    let fixtures = dlock_testkit::fixture::SqlFixture::<K>::start_both().unwrap();
-    assert!(
-        !fixtures.is_empty(),
-        "{}",
-        dlock_testkit::require::missing_now(server)
-    );
+async fn every_backend_api() {
+    let enabled = tokio::task::spawn_blocking(|| {
+        start_enabled(|starter| !starter.several_servers && !starter.masked)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let missing_at_build: Vec<&str> = env!("DLOCK_TEST_MISSING_AT_BUILD").split(',').collect();
     let mut failures = Failures::new();
-    for fixture in fixtures {
-        failures.extend(api_matrix(&*fixture).await);
+    for missing in &enabled.missing {
+        if missing_at_build.contains(&missing.server) {
+            eprintln!(
+                "{}: not tested, {} is not installed",
+                missing.backend, missing.server
+            );
+        } else {
+            failures.push(format!(
+                "{}: {}",
+                missing.backend,
+                missing_now(missing.server)
+            ));
+        }
+    }
+    let tested: Vec<&str> = enabled.fixtures.iter().map(|fx| fx.backend()).collect();
+    assert!(
+        tested.contains(&"memory") && tested.contains(&"sqlite"),
+        "{tested:?}"
+    );
+    let matrices = enabled.fixtures.iter().map(|fx| api_matrix(&**fx));
+    for matrix in futures::future::join_all(matrices).await {
+        failures.extend(matrix);
     }
     assert_clean(failures);
-}
-
-#[cfg(feature = "postgres")]
-#[cfg_attr(
-    dlock_test_missing = "postgres",
-    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
-)]
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_api() {
-    sql_api::<dlock_testkit::server::Postgres>("postgres").await;
-}
-
-#[cfg(feature = "mysql")]
-#[cfg_attr(
-    dlock_test_missing = "mariadb",
-    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
-)]
-#[tokio::test(flavor = "multi_thread")]
-async fn mariadb_api() {
-    sql_api::<dlock_testkit::server::Mariadb>("mariadb").await;
-}
-
-#[cfg(feature = "etcd")]
-#[cfg_attr(
-    dlock_test_missing = "etcd",
-    ignore = "etcd not found: install etcd-server (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
-)]
-#[tokio::test(flavor = "multi_thread")]
-async fn etcd_api() {
-    let etcd = present("etcd", dlock_testkit::fixture::EtcdFixture::start()).unwrap();
-    assert_clean(api_matrix(&*etcd).await);
-}
-
-#[cfg(feature = "zookeeper")]
-#[cfg_attr(
-    dlock_test_missing = "zookeeper",
-    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
-)]
-#[tokio::test(flavor = "multi_thread")]
-async fn zookeeper_api() {
-    let zk = present(
-        "zookeeper",
-        dlock_testkit::fixture::ZookeeperFixture::start(),
-    )
-    .unwrap();
-    assert_clean(api_matrix(&*zk).await);
 }
 
 /// Every URL that cannot work is `InvalidUrl`, with any password redacted, before any I/O.

@@ -5,20 +5,22 @@ use std::time::Duration;
 use anyhow::ensure;
 use rand::Rng;
 
-use super::{Ctx, Needs, cases, spawn_waiter};
+use super::primitive::{EVERY, spawn_waiter};
+use super::{Ctx, Needs, cases};
 
 cases!["cancel",
-    Needs::Any =>
+    Needs::Any, EVERY =>
         dropping_a_waiting_acquire_leaves_nothing_held,
-        dropping_an_acquire_at_any_point_leaves_nothing_held,
+        dropping_an_acquire_at_any_point_leaves_nothing_held;
+    Needs::Any =>
         dropping_a_multi_lock_acquire_at_any_point_leaves_nothing_held
 ];
 
 async fn dropping_a_waiting_acquire_leaves_nothing_held(cx: Ctx) -> anyhow::Result<()> {
     let (a, b, c) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
     let name = cx.name("waited");
-    let holder = a.mutex(&name).acquire().await?;
-    let waiter = spawn_waiter(&b, &name, |m| m.ttl(Duration::from_secs(600)));
+    let holder = cx.lock(&a, &name).acquire().await?;
+    let waiter = spawn_waiter(&cx, &b, &name, |m| m.ttl(Duration::from_secs(600)));
     tokio::time::sleep(Duration::from_millis(100)).await;
     waiter.abort();
     ensure!(
@@ -27,8 +29,8 @@ async fn dropping_a_waiting_acquire_leaves_nothing_held(cx: Ctx) -> anyhow::Resu
     );
     holder.release().await?;
     // If the cancelled waiter had taken the lock, it would hold it for 600 s.
-    let next = c
-        .mutex(&name)
+    let next = cx
+        .lock(&c, &name)
         .wait(Duration::from_secs(10))
         .acquire()
         .await?;
@@ -40,11 +42,11 @@ async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("raced");
     let (mut dropped, mut granted) = (0, 0);
-    for _ in 0..40 {
+    for _ in 0..cx.rounds(40, 15) {
         // b holds the lock and lets go at a random moment; a gives up at another random
         // moment, so a's acquire is dropped while waiting, while being woken, or while granted.
-        let holder = b
-            .mutex(&name)
+        let holder = cx
+            .lock(&b, &name)
             .ttl(Duration::from_secs(600))
             .acquire()
             .await?;
@@ -54,7 +56,7 @@ async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow
             tokio::time::sleep(release_after).await;
             holder.release().await
         });
-        let attempt = a.mutex(&name).ttl(Duration::from_secs(600)).acquire();
+        let attempt = cx.lock(&a, &name).ttl(Duration::from_secs(600)).acquire();
         match tokio::time::timeout(give_up_after, attempt).await {
             Ok(guard) => {
                 granted += 1;
@@ -64,8 +66,8 @@ async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow
         }
         releasing.await??;
         // Whatever point the drop hit, the lock must be free again well inside its 600 s TTL.
-        let check = b
-            .mutex(&name)
+        let check = cx
+            .lock(&b, &name)
             .ttl(Duration::from_secs(600))
             .wait(Duration::from_secs(10))
             .acquire()
@@ -98,8 +100,8 @@ async fn dropping_a_multi_lock_acquire_at_any_point_leaves_nothing_held(
             None => dropped += 1,
         }
         for name in &names {
-            let next = b
-                .mutex(name)
+            let next = cx
+                .lock(&b, name)
                 .ttl(Duration::from_secs(600))
                 .wait(Duration::from_secs(10))
                 .acquire()

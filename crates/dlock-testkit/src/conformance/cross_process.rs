@@ -7,23 +7,29 @@ use anyhow::{Context, ensure};
 
 use crate::cli::{Holder, dlock_binary};
 
+use super::primitive::{CLI, Primitive};
 use super::{Ctx, Needs, cases};
 
 cases!["process",
-    Needs::CrossProcess =>
+    // The other process is the `dlock` CLI: the primitives it can take (it has no flag for a
+    // read-write lock's write side).
+    Needs::CrossProcess, CLI =>
         mutual_exclusion_across_processes,
         lock_held_by_another_process_is_busy,
         killed_holder_process_is_recovered_within_its_lease,
-        holder_process_releases_on_exit,
+        holder_process_releases_on_exit;
+    Needs::CrossProcess =>
         permits_are_counted_across_processes,
         killed_permit_holder_process_returns_its_permit
 ];
 
 async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
     const PROCESSES: usize = 4;
-    const ROUNDS: usize = 10;
+    let rounds = cx.rounds(10, 4);
     let url = cx.url()?;
     let name = cx.name("counter");
+    cx.pre_take(&name).await?;
+    let args = cx.primitive().cli_args().join(" ");
     let dir = tempfile::tempdir()?;
     let counter = dir.path().join("counter");
     std::fs::write(&counter, "0")?;
@@ -34,7 +40,7 @@ async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
         c = counter.display()
     );
     let script = format!(
-        "for i in $(seq {ROUNDS}); do '{bin}' --url \"$URL\" run --wait 60s \"$NAME\" -- sh -c \"$STEP\" || exit 1; done",
+        "for i in $(seq {rounds}); do '{bin}' --url \"$URL\" run $ARGS --wait 60s \"$NAME\" -- sh -c \"$STEP\" || exit 1; done",
         bin = dlock.display()
     );
     let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -45,6 +51,7 @@ async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
                     .arg(&script)
                     .env("URL", &url)
                     .env("NAME", &name)
+                    .env("ARGS", &args)
                     .env("STEP", &increment)
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -70,9 +77,9 @@ async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
     outcome?;
     let total: usize = std::fs::read_to_string(&counter)?.trim().parse()?;
     ensure!(
-        total == PROCESSES * ROUNDS,
+        total == PROCESSES * rounds,
         "lost updates: counter is {total}, expected {}",
-        PROCESSES * ROUNDS
+        PROCESSES * rounds
     );
     Ok(())
 }
@@ -80,17 +87,20 @@ async fn mutual_exclusion_across_processes(cx: Ctx) -> anyhow::Result<()> {
 async fn lock_held_by_another_process_is_busy(cx: Ctx) -> anyhow::Result<()> {
     let url = cx.url()?;
     let name = cx.name("held");
+    cx.pre_take(&name).await?;
+    let args = cx.primitive().cli_args();
     let holder = tokio::task::spawn_blocking({
-        let (url, name) = (url.clone(), name.clone());
-        move || Holder::start(&url, &name, &[])
+        let (url, name, args) = (url.clone(), name.clone(), args.clone());
+        move || Holder::start(&url, &name, &strs(&args))
     })
     .await??;
     let locks = cx.locks().await?;
     ensure!(
-        locks.mutex(&name).try_acquire().await?.is_none(),
+        cx.lock(&locks, &name).try_acquire().await?.is_none(),
         "got a lock held by another process"
     );
-    if locks.info().capabilities.monitor {
+    // What `inspect` shows of a semaphore's name is the mutex area's business.
+    if locks.info().capabilities.monitor && cx.primitive() == Primitive::Mutex {
         let info = locks
             .inspect(&name)
             .await?
@@ -107,7 +117,9 @@ async fn lock_held_by_another_process_is_busy(cx: Ctx) -> anyhow::Result<()> {
         let (url, name) = (url.clone(), name.clone());
         move || {
             crate::cli::dlock_command(&url)?
-                .args(["run", "--no-wait", &name, "--", "true"])
+                .arg("run")
+                .args(&args)
+                .args(["--no-wait", &name, "--", "true"])
                 .status()
                 .context("dlock run")
         }
@@ -125,16 +137,19 @@ async fn lock_held_by_another_process_is_busy(cx: Ctx) -> anyhow::Result<()> {
 async fn killed_holder_process_is_recovered_within_its_lease(cx: Ctx) -> anyhow::Result<()> {
     let url = cx.url()?;
     let name = cx.name("abandoned");
+    cx.pre_take(&name).await?;
+    let mut args = cx.primitive().cli_args();
+    args.extend(["--ttl".into(), "1s".into()]);
     let mut holder = tokio::task::spawn_blocking({
         let name = name.clone();
-        move || Holder::start(&url, &name, &["--ttl", "1s"])
+        move || Holder::start(&url, &name, &strs(&args))
     })
     .await??;
     holder.kill()?;
     let locks = cx.locks().await?;
     let start = std::time::Instant::now();
-    let next = locks
-        .mutex(&name)
+    let next = cx
+        .lock(&locks, &name)
         .wait(Duration::from_secs(10))
         .acquire()
         .await?;
@@ -154,16 +169,19 @@ async fn killed_holder_process_is_recovered_within_its_lease(cx: Ctx) -> anyhow:
 async fn holder_process_releases_on_exit(cx: Ctx) -> anyhow::Result<()> {
     let url = cx.url()?;
     let name = cx.name("released");
+    cx.pre_take(&name).await?;
+    let mut args = cx.primitive().cli_args();
+    args.extend(["--ttl".into(), "600s".into()]);
     let holder = tokio::task::spawn_blocking({
         let name = name.clone();
-        move || Holder::start(&url, &name, &["--ttl", "600s"])
+        move || Holder::start(&url, &name, &strs(&args))
     })
     .await??;
     let code = tokio::task::spawn_blocking(move || holder.finish()).await??;
     ensure!(code == 0, "dlock hold exited {code}");
     let locks = cx.locks().await?;
     ensure!(
-        locks.mutex(&name).try_acquire().await?.is_some(),
+        cx.lock(&locks, &name).try_acquire().await?.is_some(),
         "lock still held after the holder exited"
     );
     Ok(())
@@ -232,4 +250,9 @@ async fn killed_permit_holder_process_returns_its_permit(cx: Ctx) -> anyhow::Res
     );
     permit.release().await?;
     Ok(())
+}
+
+/// The `&str`s of owned arguments, for [`Holder::start`].
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }

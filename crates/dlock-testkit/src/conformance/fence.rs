@@ -5,15 +5,17 @@ use std::time::Duration;
 use anyhow::ensure;
 use dlock::FencingToken;
 
+use super::primitive::{EVERY, Held};
 use super::{Ctx, Needs, cases};
 use crate::checker::FencedResource;
 
 cases!["fence",
-    Needs::Any =>
+    Needs::Any, EVERY =>
         fence_increases_across_holders,
         fence_increases_across_takeovers,
         fences_of_different_names_are_independent,
         stale_holder_writes_are_rejected_by_the_fence;
+    // Breaking by name is a mutex's (see `lost.rs`).
     Needs::Monitor =>
         fence_increases_after_force_release
 ];
@@ -23,7 +25,7 @@ async fn fence_increases_across_holders(cx: Ctx) -> anyhow::Result<()> {
     let name = cx.name("fenced");
     let mut fences: Vec<FencingToken> = Vec::new();
     for round in 0..9 {
-        let guard = clients[round % 3].mutex(&name).acquire().await?;
+        let guard = cx.lock(&clients[round % 3], &name).acquire().await?;
         fences.push(guard.fence());
         guard.release().await?;
     }
@@ -34,14 +36,14 @@ async fn fence_increases_across_holders(cx: Ctx) -> anyhow::Result<()> {
 async fn fence_increases_across_takeovers(cx: Ctx) -> anyhow::Result<()> {
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("taken");
-    let mut last = a.mutex(&name).acquire().await?;
+    let mut last = cx.lock(&a, &name).acquire().await?;
     last.release().await.map_err(|e| anyhow::anyhow!(e))?;
     let mut previous = FencingToken::new(0);
-    let mut held: Vec<dlock::MutexGuard> = Vec::new();
+    let mut held: Vec<Held> = Vec::new();
     for round in 0..3 {
         let client = if round % 2 == 0 { &a } else { &b };
-        last = client
-            .mutex(&name)
+        last = cx
+            .lock(client, &name)
             .ttl(Duration::from_millis(150))
             .wait(Duration::from_secs(10))
             .acquire()
@@ -76,8 +78,8 @@ async fn fences_of_different_names_are_independent(cx: Ctx) -> anyhow::Result<()
     let mut fences_b = Vec::new();
     for round in 0..4 {
         let client = if round % 2 == 0 { &first } else { &second };
-        let a = client.mutex(&name_a).acquire().await?;
-        let b = client.mutex(&name_b).acquire().await?;
+        let a = cx.lock(client, &name_a).acquire().await?;
+        let b = cx.lock(client, &name_b).acquire().await?;
         fences_a.push(a.fence());
         fences_b.push(b.fence());
         b.release().await?;
@@ -91,9 +93,9 @@ async fn fences_of_different_names_are_independent(cx: Ctx) -> anyhow::Result<()
 async fn fence_increases_after_force_release(cx: Ctx) -> anyhow::Result<()> {
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("broken");
-    let broken = a.mutex(&name).acquire().await?;
+    let broken = cx.lock(&a, &name).acquire().await?;
     ensure!(b.force_release(&name).await?, "force_release found nothing");
-    let next = b.mutex(&name).no_wait().acquire().await?;
+    let next = cx.lock(&b, &name).no_wait().acquire().await?;
     ensure!(next.fence() > broken.fence());
     Ok(())
 }
@@ -104,16 +106,16 @@ async fn stale_holder_writes_are_rejected_by_the_fence(cx: Ctx) -> anyhow::Resul
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("paused");
     let resource = FencedResource::new();
-    let paused = a
-        .mutex(&name)
+    let paused = cx
+        .lock(&a, &name)
         .ttl(Duration::from_millis(200))
         .acquire()
         .await?;
     resource
         .write(paused.fence())
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let next = b
-        .mutex(&name)
+    let next = cx
+        .lock(&b, &name)
         .wait(Duration::from_secs(10))
         .acquire()
         .await?;

@@ -5,12 +5,16 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use dlock::Error;
 
+use super::primitive::{COSTLY, EVERY};
 use super::{Ctx, Needs, cases, expect_err};
 
 cases!["lost",
-    Needs::Any =>
-        lost_fires_when_the_lease_expires,
+    Needs::Any, EVERY =>
+        lost_fires_when_the_lease_expires;
+    Needs::Any, COSTLY =>
         lost_does_not_fire_while_the_lease_is_valid;
+    // Breaking by name is a mutex's: `force_release` of a semaphore's or read-write lock's
+    // name does not reach its permits or sides.
     Needs::Monitor =>
         lost_fires_when_the_lock_is_broken,
         a_fixed_ttl_lock_is_told_of_a_break_while_its_lease_has_time_left
@@ -18,8 +22,8 @@ cases!["lost",
 
 async fn lost_fires_when_the_lease_expires(cx: Ctx) -> anyhow::Result<()> {
     let locks = cx.locks().await?;
-    let guard = locks
-        .mutex(cx.name("x"))
+    let guard = cx
+        .lock(&locks, &cx.name("x"))
         .ttl(Duration::from_millis(200))
         .acquire()
         .await?;
@@ -34,8 +38,8 @@ async fn lost_fires_when_the_lease_expires(cx: Ctx) -> anyhow::Result<()> {
 
 async fn lost_does_not_fire_while_the_lease_is_valid(cx: Ctx) -> anyhow::Result<()> {
     let locks = cx.locks().await?;
-    let guard = locks
-        .mutex(cx.name("x"))
+    let guard = cx
+        .lock(&locks, &cx.name("x"))
         .ttl(Duration::from_secs(5))
         .acquire()
         .await?;
@@ -56,7 +60,7 @@ async fn lost_fires_when_the_lock_is_broken(cx: Ctx) -> anyhow::Result<()> {
         .with_watchdog_lease(Duration::from_millis(600))?;
     let b = cx.locks().await?;
     let name = cx.name("broken");
-    let guard = a.mutex(&name).acquire().await?;
+    let guard = cx.lock(&a, &name).acquire().await?;
     ensure!(b.force_release(&name).await?);
     // Within one lease: the next renewal is refused (or the store says so at once).
     tokio::time::timeout(Duration::from_secs(5), guard.lost())
@@ -80,7 +84,7 @@ async fn a_fixed_ttl_lock_is_told_of_a_break_while_its_lease_has_time_left(
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("fixed-broken");
     let asked = tokio::time::Instant::now();
-    let guard = a.mutex(&name).ttl(TTL).acquire().await?;
+    let guard = cx.lock(&a, &name).ttl(TTL).acquire().await?;
     ensure!(b.force_release(&name).await?);
     // The first check comes a third of the TTL after the request: allow a sixth more for its
     // round trip on a loaded machine. A check only at half the TTL, or at its end, misses this.

@@ -3,6 +3,8 @@
 //!
 //! Trials are named `<backend>::<area>::<case>`, so
 //! `cargo test -p dlock-rs --test conformance -- sqlite::mutex::` runs one area of one backend.
+//! The mutex cases run again on the other primitives ([`Primitive`]), named
+//! `<backend>::<primitive>::<area>::<case>` (`redis::semaphore3::fence::…`).
 //! A case a backend cannot support is registered as ignored with kind `unsupported` (and
 //! fails if forced to run), and the reason is printed in a table before the run; a separate
 //! case then checks that the API answers [`dlock::Error::Unsupported`].
@@ -17,6 +19,7 @@ mod monitor;
 mod multi_lock;
 mod mutex;
 mod names;
+mod primitive;
 mod reentrant;
 mod retry;
 mod rwlock;
@@ -31,7 +34,9 @@ use dlock::backend::Capabilities;
 use futures::future::BoxFuture;
 use libtest_mimic::{Arguments, Failed, Trial};
 
-use crate::fixture::Fixture;
+use crate::fixture::{Fixture, Starter};
+
+pub use primitive::Primitive;
 
 /// A case fails if it runs longer than this (a hang is a failure, not a stuck CI).
 const CASE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -41,6 +46,8 @@ const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Ctx {
     fx: Arc<dyn Fixture>,
     prefix: String,
+    primitive: Primitive,
+    pre_taken: primitive::PreTakenCell,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -48,6 +55,7 @@ impl std::fmt::Debug for Ctx {
         f.debug_struct("Ctx")
             .field("backend", &self.fx.backend())
             .field("prefix", &self.prefix)
+            .field("primitive", &self.primitive)
             .finish()
     }
 }
@@ -66,6 +74,16 @@ impl Ctx {
     /// The backend under test, as its fixture names it (`postgres-session`, …).
     pub fn backend(&self) -> &'static str {
         self.fx.backend()
+    }
+
+    /// The kind of hold this run of the case takes where it would take a mutex.
+    pub fn primitive(&self) -> Primitive {
+        self.primitive
+    }
+
+    /// What the suite knows of the store beyond its capabilities.
+    pub fn traits(&self) -> crate::fixture::StoreTraits {
+        self.fx.traits()
     }
 
     /// This case's name prefix.
@@ -166,10 +184,10 @@ impl Needs {
                 (!caps.monitor || caps.list).then_some("not a store that inspects without listing")
             }
             Needs::MonitorWaiters => {
-                if fx.backend().starts_with("redlock") {
-                    Some("Redlock keeps no queue of waiters to count")
-                } else {
+                if fx.traits().counts_waiters {
                     Needs::List.unmet(caps, fx)
+                } else {
+                    Some("the store keeps no queue of waiters to count")
                 }
             }
             Needs::MonitorNativeShared => (!(caps.list && caps.permits && caps.rwlock))
@@ -179,11 +197,7 @@ impl Needs {
             Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())
                 .then_some("locks are local to one process"),
             Needs::RetryFindsItsGrant => {
-                let backend = fx.backend();
-                (backend.ends_with("-session")
-                    || backend.starts_with("etcd")
-                    || backend.starts_with("zookeeper"))
-                .then_some(
+                (!fx.traits().retry_finds_its_grant).then_some(
                     "each attempt holds its own server object (session, lease key, sequential node): a retry cannot find the earlier grant",
                 )
             }
@@ -208,22 +222,47 @@ pub struct Case {
     pub name: &'static str,
     /// What the backend must support.
     pub needs: Needs,
+    /// The primitives it runs on (once each); most cases, the mutex only.
+    pub on: &'static [Primitive],
     /// The case.
     pub run: CaseFn,
 }
 
-/// Builds a [`Case`] list: `cases![area, needs => fn_a, fn_b; needs => fn_c]`.
+/// Builds a [`Case`] list: `cases![area, needs => fn_a, fn_b; needs, primitives => fn_c]`,
+/// where `primitives` (default: the mutex only) lists the primitives the cases run on.
 macro_rules! cases {
-    ($area:literal, $($needs:expr => $($case:ident),+);+ $(;)?) => {
+    ($area:literal, $($needs:expr $(, $on:expr)? => $($case:ident),+);+ $(;)?) => {
         pub(crate) fn cases() -> Vec<$crate::conformance::Case> {
-            vec![$($($crate::conformance::Case {
-                area: $area,
-                name: stringify!($case),
-                needs: $needs,
-                run: |cx| Box::pin($case(cx)),
-            },)+)+]
+            [$($crate::conformance::group(
+                $area,
+                $needs,
+                $crate::conformance::cases!(@on $($on)?),
+                &[$((stringify!($case), |cx| Box::pin($case(cx))),)+],
+            ),)+]
+            .concat()
         }
     };
+    (@on) => { $crate::conformance::primitive::MUTEX };
+    (@on $on:expr) => { $on };
+}
+
+/// The cases of one `needs` group of [`cases!`].
+pub(crate) fn group(
+    area: &'static str,
+    needs: Needs,
+    on: &'static [Primitive],
+    cases: &[(&'static str, CaseFn)],
+) -> Vec<Case> {
+    cases
+        .iter()
+        .map(|&(name, run)| Case {
+            area,
+            name,
+            needs,
+            on,
+            run,
+        })
+        .collect()
 }
 pub(crate) use cases;
 
@@ -291,8 +330,11 @@ pub fn trials(fx: Arc<dyn Fixture>) -> (Vec<Trial>, Vec<Skipped>) {
     };
     let mut trials = Vec::new();
     let mut skipped = Vec::new();
-    for case in all_cases() {
-        let trial_name = format!("{backend}::{}::{}", case.area, case.name);
+    for (case, primitive) in case_runs() {
+        if !primitive::registers(case.on, primitive, &caps) {
+            continue;
+        }
+        let trial_name = trial_name(backend, &case, primitive);
         if let Some(reason) = case.needs.unmet(&caps, fx.as_ref()) {
             let reason = format!("{backend}: {reason}");
             skipped.push(Skipped {
@@ -309,7 +351,9 @@ pub fn trials(fx: Arc<dyn Fixture>) -> (Vec<Trial>, Vec<Skipped>) {
             continue;
         }
         let fx = fx.clone();
-        trials.push(Trial::test(trial_name, move || run_case(fx, case)));
+        trials.push(Trial::test(trial_name, move || {
+            run_case(fx, case, primitive)
+        }));
     }
     (trials, skipped)
 }
@@ -321,7 +365,22 @@ fn probe_capabilities(fx: &Arc<dyn Fixture>) -> anyhow::Result<Capabilities> {
     rt.block_on(async { Ok(fx.connect().await?.info().capabilities) })
 }
 
-fn run_case(fx: Arc<dyn Fixture>, case: Case) -> Result<(), Failed> {
+/// Every case with each primitive it runs on.
+fn case_runs() -> impl Iterator<Item = (Case, Primitive)> {
+    all_cases()
+        .into_iter()
+        .flat_map(|case| case.on.iter().map(move |&primitive| (case, primitive)))
+}
+
+/// `<backend>::[<primitive>::]<area>::<case>`: the mutex's trials keep their names.
+fn trial_name(backend: &str, case: &Case, primitive: Primitive) -> String {
+    match primitive.segment() {
+        Some(segment) => format!("{backend}::{segment}::{}::{}", case.area, case.name),
+        None => format!("{backend}::{}::{}", case.area, case.name),
+    }
+}
+
+fn run_case(fx: Arc<dyn Fixture>, case: Case, primitive: Primitive) -> Result<(), Failed> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -329,14 +388,26 @@ fn run_case(fx: Arc<dyn Fixture>, case: Case) -> Result<(), Failed> {
         .map_err(|e| Failed::from(e.to_string()))?;
     let cx = Ctx {
         prefix: format!(
-            "conformance/{}/{}/{}",
+            "conformance/{}{}/{}/{}",
+            primitive
+                .segment()
+                .map_or(String::new(), |s| format!("{s}/")),
             case.area,
             case.name,
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         ),
         fx,
+        primitive,
+        pre_taken: Arc::default(),
     };
-    let outcome = rt.block_on(async { tokio::time::timeout(CASE_TIMEOUT, (case.run)(cx)).await });
+    let after = cx.clone();
+    let outcome = rt.block_on(async {
+        tokio::time::timeout(CASE_TIMEOUT, async move {
+            (case.run)(cx).await?;
+            after.release_pre_taken().await
+        })
+        .await
+    });
     rt.shutdown_timeout(Duration::from_secs(5));
     match outcome {
         Ok(Ok(())) => Ok(()),
@@ -390,10 +461,48 @@ pub fn main_with_missing(fixtures: Vec<Arc<dyn Fixture>>, missing: Vec<(String, 
 
 /// Every trial name of `backend`'s cases, supported or not.
 fn trial_names(backend: &str) -> Vec<String> {
-    all_cases()
-        .iter()
-        .map(|case| format!("{backend}::{}::{}", case.area, case.name))
+    case_runs()
+        .map(|(case, primitive)| trial_name(backend, &case, primitive))
         .collect()
+}
+
+/// Runs the suite as a test binary's `main` on every fixture this build has
+/// ([`crate::fixture::STARTERS`]), starting only the servers of the backends the filter
+/// selects; a backend whose server is missing gets one ignored trial saying so.
+pub fn main_enabled() -> ! {
+    let args = Arguments::from_args();
+    if args.list {
+        // Listing starts nothing: the names come from the starters' backend names.
+        let built = dlock::enabled_backends();
+        let all: Vec<Trial> = crate::fixture::STARTERS
+            .iter()
+            .filter(|s| built.contains(&s.driver))
+            .flat_map(|s| s.backends.iter())
+            .flat_map(|backend| trial_names(backend))
+            .map(|name| Trial::test(name, || Ok(())))
+            .collect();
+        libtest_mimic::run(&args, all).exit()
+    }
+    let wanted = |starter: &Starter| {
+        starter.backends.iter().any(|backend| {
+            trial_names(backend)
+                .iter()
+                .any(|name| selected(&args, name))
+        })
+    };
+    let enabled = match crate::fixture::start_enabled(wanted) {
+        Ok(enabled) => enabled,
+        Err(error) => {
+            eprintln!("conformance: could not start the fixtures: {error:#}");
+            std::process::exit(101)
+        }
+    };
+    let missing = enabled
+        .missing
+        .iter()
+        .map(|m| (m.backend.to_owned(), format!("{} not installed", m.server)))
+        .collect();
+    main_with_missing(enabled.fixtures, missing)
 }
 
 /// Whether libtest's filter and skip arguments keep the trial `name`.

@@ -8,6 +8,8 @@
 //! it (the call that sent it was dropped, or the store failed the batch) gets `None` and asks
 //! alone, so a failure is reported exactly as an unbatched request would report it.
 
+#![cfg_attr(not(dlock_all_backends), allow(dead_code, unused_imports))]
+
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

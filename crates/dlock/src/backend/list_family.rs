@@ -2,6 +2,8 @@
 //! (Redis, etcd): mutexes, then native semaphores, then native read-write locks. A page's
 //! cursor is the family's letter followed by the store's own position within it.
 
+#![cfg_attr(not(dlock_all_backends), allow(dead_code, unused_imports))]
+
 /// One kind of lock in a listing, in listing order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ListFamily {

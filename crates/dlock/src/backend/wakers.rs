@@ -1,6 +1,8 @@
 //! The in-process wake-ups of the stores that wake their own waiters when a lock is freed
 //! (SQLite and the SQL lease tables).
 
+#![cfg_attr(not(dlock_all_backends), allow(dead_code, unused_imports))]
+
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 

@@ -1,5 +1,7 @@
 #![doc = include_str!("docs.md")]
 
+pub(crate) mod driver;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::ops::{Deref, DerefMut};

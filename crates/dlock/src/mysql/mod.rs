@@ -2,6 +2,7 @@
 
 mod bell;
 mod config;
+pub(crate) mod driver;
 mod error;
 mod lease_table;
 mod schema;

@@ -1,6 +1,7 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
+pub(crate) mod driver;
 mod error;
 mod lease_table;
 mod schema;

@@ -11,7 +11,7 @@ use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::ComposedPart;
-use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
+use crate::primitives::guard_set::{GuardSet, hold_methods, release_all, release_part};
 use crate::primitives::options::{base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
@@ -157,14 +157,14 @@ impl RwLockBuilder {
                 Ok(None) => slots::wait_any(&self.locks, &terms, &places, terms.deadline).await,
                 Err(error) => Err(error),
             };
-            match gate.release().await {
+            match release_part(gate).await {
                 // The gate was lost while this reader entered (its lease ran out, or the
                 // store lost it): a writer may have taken it since with a higher fence, so
                 // the gate's fence no longer orders this reader after it. Start again.
                 Err(Error::NotOwned { .. }) => {
                     tracing::debug!(lock = %base, "the read-write gate was lost while entering");
                     if let Ok(Some(place)) = place {
-                        let _ = place.release().await;
+                        let _ = release_part(place).await;
                     }
                     continue;
                 }

@@ -9,7 +9,7 @@ use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::ComposedPart;
-use crate::primitives::guard_set::hold_methods;
+use crate::primitives::guard_set::{hold_methods, release_part};
 use crate::primitives::options::{base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
@@ -101,7 +101,7 @@ impl SemaphoreBuilder {
             return Ok(None);
         };
         let permit = slots::wait_any(&self.locks, &terms, &slots, terms.deadline).await;
-        if let Err(error) = gate.release().await {
+        if let Err(error) = release_part(gate).await {
             tracing::debug!(%error, "releasing a semaphore gate failed");
         }
         match permit? {
@@ -143,7 +143,7 @@ impl SemaphoreBuilder {
         let Some(held_with) = other else {
             return Ok(Permit { guard });
         };
-        if let Err(error) = guard.release().await {
+        if let Err(error) = release_part(guard).await {
             tracing::debug!(%error, "returning a permit of the wrong size failed");
         }
         Err(Error::SizeMismatch {

@@ -3,6 +3,7 @@
 mod cluster;
 mod config;
 pub(crate) mod conn;
+pub(crate) mod driver;
 pub(crate) mod error;
 pub(crate) mod monitor;
 pub(crate) mod node;

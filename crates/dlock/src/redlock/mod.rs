@@ -1,6 +1,7 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
+pub(crate) mod driver;
 mod lease;
 mod monitor;
 

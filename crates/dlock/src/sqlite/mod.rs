@@ -3,6 +3,7 @@
 mod client;
 mod clock;
 mod config;
+pub(crate) mod driver;
 mod error;
 mod fork_gate;
 mod holders;

@@ -2,6 +2,7 @@
 
 mod acquire;
 mod config;
+pub(crate) mod driver;
 mod error;
 mod lease;
 mod monitor;

@@ -1,0 +1,15 @@
+//! The etcd backend's entry in the driver table (`registry.rs`): how `connect` finds it.
+
+use std::sync::Arc;
+
+use crate::registry::Driver;
+
+pub(crate) const DRIVER: Driver = Driver {
+    name: "etcd",
+    feature: Some("etcd"),
+    schemes: &["etcd"],
+    capabilities: Some(super::INFO.capabilities),
+    connect: |url| {
+        Box::pin(async move { Ok(Arc::new(super::EtcdBackend::connect_url(url).await?) as _) })
+    },
+};
