@@ -45,6 +45,8 @@
 //! - Beyond the mutex: read-write locks ([`Locks::rwlock`]), counting semaphores with leased
 //!   permits ([`Locks::semaphore`]), all-or-nothing multi-locks ([`Locks::multi_lock`]) and
 //!   versioned values with atomic compare-and-set ([`Locks::value`]).
+//! - Leader election with fenced terms ([`Locks::election`]: campaign, proclaim, resign,
+//!   leader, observe), and [`run_while_held`] to run a task only while a hold lasts.
 //! - A blocking facade with the same names: [`blocking`].
 //!
 //! # Quick start
@@ -134,6 +136,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+pub mod election;
 mod error;
 mod fence;
 mod hold;
@@ -179,7 +182,8 @@ pub mod blocking;
 pub use backend::{HoldKind, LockInfo, Versioned};
 pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
-pub use hold::Hold;
+pub use election::{Election, Leader, Leadership};
+pub use hold::{Hold, run_while_held};
 pub use lease::Lost;
 pub use lease::keeper::LostReason;
 pub use locks::Locks;

@@ -33,10 +33,12 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+mod election;
 mod held;
 mod primitives;
 
 use held::{Held, blocking_hold_methods};
+pub use election::{Election, Leadership, Observe};
 pub use primitives::{
     MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
 };
