@@ -2,6 +2,7 @@
 //! its process group if leadership is lost; `dlock leader NAME [--watch] [--json]`: who leads.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -145,12 +146,15 @@ fn to_text(name: &str, leader: Option<&dlock::Leader>) -> String {
     )
 }
 
-fn show(args: &LeaderArgs, leader: Option<&dlock::Leader>) {
-    if args.json {
-        println!("{}", to_json(&args.name, leader));
+/// Prints the leader; false when stdout is closed (`dlock leader --watch | head -1`).
+fn show(args: &LeaderArgs, leader: Option<&dlock::Leader>) -> bool {
+    let line = if args.json {
+        to_json(&args.name, leader).to_string()
     } else {
-        println!("{}", to_text(&args.name, leader));
-    }
+        to_text(&args.name, leader)
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
 pub(crate) async fn leader(url: &str, args: LeaderArgs) -> i32 {
@@ -171,7 +175,11 @@ pub(crate) async fn leader(url: &str, args: LeaderArgs) -> i32 {
     let mut changes = election.observe();
     while let Some(change) = changes.next().await {
         match change {
-            Ok(leader) => show(&args, leader.as_ref()),
+            Ok(leader) => {
+                if !show(&args, leader.as_ref()) {
+                    return 0;
+                }
+            }
             Err(e @ (dlock::Error::Unsupported { .. } | dlock::Error::InvalidName { .. })) => {
                 return fail(&e.into());
             }
