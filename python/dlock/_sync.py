@@ -220,6 +220,23 @@ class Locks:
         """The versioned value ``name`` (bytes), changed only by atomic compare-and-set."""
         return VersionedValue(self, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
 
+    def election(
+        self, name: Union[str, bytes], *, ttl: Optional[Number] = None, wait: Optional[Number] = None, interval: Optional[Number] = None
+    ) -> "Election":
+        """The leader election ``name``: ``campaign(value)`` (a ``Leadership`` with ``term``,
+        ``proclaim``, ``resign``), ``leader()``, ``observe()``. See ``dlock.Election``.
+
+        >>> election = dlock.connect("memory://").election("scheduler")
+        >>> with election.campaign(b"node-a") as leading:
+        ...     election.leader().value, election.leader().term == leading.term
+        (b'node-a', True)
+        >>> election.leader() is None
+        True
+        """
+        from ._election import Election
+
+        return Election(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
+
     def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         """Who holds ``name`` now, or ``None`` when nobody does."""
         found = self._client.inspect(_args.lock_name(name))

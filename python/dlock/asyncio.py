@@ -223,6 +223,15 @@ class Locks:
     def value(self, name: Union[str, bytes], *, max_attempts: int = DEFAULT_UPDATE_ATTEMPTS) -> "VersionedValue":
         return VersionedValue(self, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
 
+    def election(
+        self, name: Union[str, bytes], *, ttl: Optional[Number] = None, wait: Optional[Number] = None, interval: Optional[Number] = None
+    ) -> "AsyncElection":
+        """See ``dlock.Locks.election``: ``await campaign(value)``, ``await leader()``,
+        ``async for leader in observe()``."""
+        from ._election import AsyncElection
+
+        return AsyncElection(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
+
     async def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         found = await self._client.inspect(_args.lock_name(name), aio=_bridge())
         return None if found is None else LockInfo(*found)

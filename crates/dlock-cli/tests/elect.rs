@@ -34,7 +34,11 @@ impl Env {
 
     /// `dlock leader --json NAME`: the leader's object, or `None` when nobody leads.
     fn leader(&self, name: &str) -> Option<serde_json::Value> {
-        let out = self.cmd().args(["leader", "--json", name]).output().unwrap();
+        let out = self
+            .cmd()
+            .args(["leader", "--json", name])
+            .output()
+            .unwrap();
         let json: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         match out.status.code() {
@@ -104,14 +108,18 @@ fn term_of(path: &Path, limit: Duration) -> u64 {
 
 fn pids_of(path: &Path) -> Vec<i32> {
     let mut pids = Vec::new();
-    eventually(Duration::from_secs(10), "the command never started its workers", || {
-        pids = std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect();
-        pids.len() >= 3
-    });
+    eventually(
+        Duration::from_secs(10),
+        "the command never started its workers",
+        || {
+            pids = std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            pids.len() >= 3
+        },
+    );
     pids
 }
 
@@ -137,9 +145,11 @@ fn a_killed_leader_is_replaced_by_the_other_elector_with_a_greater_term() {
     a.wait().unwrap();
     let term_b = term_of(&env.path("b.term"), Duration::from_secs(15));
     assert!(term_b > term_a, "term {term_b} after {term_a}");
-    eventually(Duration::from_secs(10), "a killed leader's command kept running", || {
-        a_pids.iter().all(|&pid| is_dead(pid))
-    });
+    eventually(
+        Duration::from_secs(10),
+        "a killed leader's command kept running",
+        || a_pids.iter().all(|&pid| is_dead(pid)),
+    );
     let now = env.leader("jobs").expect("a leader");
     assert_eq!(now["value"], "node-b");
     assert_eq!(now["term"], term_b);
@@ -149,9 +159,11 @@ fn a_killed_leader_is_replaced_by_the_other_elector_with_a_greater_term() {
     )
     .unwrap();
     wait_with_timeout(&mut b, Duration::from_secs(10));
-    eventually(Duration::from_secs(10), "the resigned leader is still shown", || {
-        env.leader("jobs").is_none()
-    });
+    eventually(
+        Duration::from_secs(10),
+        "the resigned leader is still shown",
+        || env.leader("jobs").is_none(),
+    );
 }
 
 #[test]
@@ -160,13 +172,27 @@ fn lost_leadership_stops_the_commands_whole_process_group() {
     let mut elector = env.elector("fragile", "v", "e", &["--ttl", "300ms"]);
     term_of(&env.path("e.term"), Duration::from_secs(10));
     let pids = pids_of(&env.path("e.pids"));
-    let out = env.cmd().args(["break", "--yes", "fragile"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env
+        .cmd()
+        .args(["break", "--yes", "fragile"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let status = wait_with_timeout(&mut elector, Duration::from_secs(10));
-    assert_eq!(status.code(), Some(128 + 15), "the command should die of SIGTERM");
-    eventually(Duration::from_secs(10), "a worker outlived lost leadership", || {
-        pids.iter().all(|&pid| is_dead(pid))
-    });
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "the command should die of SIGTERM"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "a worker outlived lost leadership",
+        || pids.iter().all(|&pid| is_dead(pid)),
+    );
     let mut err = String::new();
     std::io::Read::read_to_string(&mut elector.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("was lost while the command ran"), "{err}");
@@ -190,13 +216,28 @@ fn leader_json_has_value_term_owner_and_ttl_left_and_watch_follows_changes() {
         }
     });
     let next = || -> serde_json::Value {
-        let line = lines.recv_timeout(Duration::from_secs(15)).expect("no change seen");
+        let line = lines
+            .recv_timeout(Duration::from_secs(15))
+            .expect("no change seen");
         serde_json::from_str(&line).unwrap()
     };
-    assert!(next().is_null(), "the first item is the current leader: none");
+    assert!(
+        next().is_null(),
+        "the first item is the current leader: none"
+    );
     let mut elector = env
         .cmd()
-        .args(["--label", "svc", "elect", "--value", "10.0.0.7:80", "w", "--", "sleep", "300"])
+        .args([
+            "--label",
+            "svc",
+            "elect",
+            "--value",
+            "10.0.0.7:80",
+            "w",
+            "--",
+            "sleep",
+            "300",
+        ])
         .spawn()
         .unwrap();
     let seen = next();
@@ -215,7 +256,10 @@ fn leader_json_has_value_term_owner_and_ttl_left_and_watch_follows_changes() {
     )
     .unwrap();
     wait_with_timeout(&mut elector, Duration::from_secs(10));
-    assert!(next().is_null(), "the leader that resigned is still observed");
+    assert!(
+        next().is_null(),
+        "the leader that resigned is still observed"
+    );
     watch.kill().unwrap();
     watch.wait().unwrap();
 }

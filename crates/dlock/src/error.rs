@@ -151,7 +151,9 @@ impl std::fmt::Display for Error {
                 write!(f, "invalid lock name {name:?}: {reason}")
             }
             Error::InvalidArgument { what, reason } => write!(f, "invalid {what}: {reason}"),
-            Error::Lost { reason } => write!(f, "the hold was lost ({reason}); the task was stopped"),
+            Error::Lost { reason } => {
+                write!(f, "the hold was lost ({reason}); the task was stopped")
+            }
             Error::InvalidUrl { url, reason } => write!(f, "invalid URL {url:?}: {reason}"),
             Error::Unsupported { operation, backend } => {
                 write!(f, "{operation} is not supported by the {backend} backend")

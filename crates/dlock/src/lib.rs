@@ -180,9 +180,9 @@ pub mod zookeeper;
 pub mod blocking;
 
 pub use backend::{HoldKind, LockInfo, Versioned};
+pub use election::{Election, Leader, Leadership};
 pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
-pub use election::{Election, Leader, Leadership};
 pub use hold::{Hold, run_while_held};
 pub use lease::Lost;
 pub use lease::keeper::LostReason;

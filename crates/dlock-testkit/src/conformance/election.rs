@@ -37,7 +37,11 @@ const LONG: Duration = Duration::from_secs(10);
 /// `value`, or nothing on a store without versioned values (where only an empty value can be
 /// published; `publishing_a_value_without_versioned_values_is_unsupported` checks that).
 fn value<'a>(locks: &Locks, value: &'a [u8]) -> &'a [u8] {
-    if locks.info().capabilities.values { value } else { b"" }
+    if locks.info().capabilities.values {
+        value
+    } else {
+        b""
+    }
 }
 
 async fn one_leader_at_a_time_across_clients_with_rising_terms(cx: Ctx) -> anyhow::Result<()> {
@@ -152,7 +156,10 @@ async fn cancelling_a_campaign_leaves_nothing_behind(cx: Ctx) -> anyhow::Result<
         let _ = drop_after_polls(campaign, polls, Duration::ZERO).await;
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
-    ensure!(b.kept_leases() == 0, "a dropped campaign still keeps a lease");
+    ensure!(
+        b.kept_leases() == 0,
+        "a dropped campaign still keeps a lease"
+    );
     let next = c
         .election(&name)
         .wait(LONG)
@@ -169,8 +176,14 @@ async fn cancelling_a_campaign_leaves_nothing_behind(cx: Ctx) -> anyhow::Result<
 
 async fn bad_election_input_gives_a_typed_error_and_no_state(cx: Ctx) -> anyhow::Result<()> {
     let locks = cx.locks().await?;
-    expect_err!(locks.election("").campaign(b"x").await, Error::InvalidName { .. });
-    expect_err!(locks.election("a\0b").campaign(b"x").await, Error::InvalidName { .. });
+    expect_err!(
+        locks.election("").campaign(b"x").await,
+        Error::InvalidName { .. }
+    );
+    expect_err!(
+        locks.election("a\0b").campaign(b"x").await,
+        Error::InvalidName { .. }
+    );
     expect_err!(locks.election("").leader().await, Error::InvalidName { .. });
     let first = locks.election("").observe().next().await;
     ensure!(
@@ -180,7 +193,10 @@ async fn bad_election_input_gives_a_typed_error_and_no_state(cx: Ctx) -> anyhow:
     // Too long for the record's name beside the lock, though a valid lock name.
     let long = format!("{}/{}", cx.prefix(), "n".repeat(600 - cx.prefix().len()));
     let long = &long[..512];
-    expect_err!(locks.election(long).campaign(b"x").await, Error::InvalidName { .. });
+    expect_err!(
+        locks.election(long).campaign(b"x").await,
+        Error::InvalidName { .. }
+    );
     let name = cx.name("oversize");
     let oversize = vec![7u8; MAX_ELECTION_VALUE_LEN + 1];
     expect_err!(
@@ -188,7 +204,11 @@ async fn bad_election_input_gives_a_typed_error_and_no_state(cx: Ctx) -> anyhow:
         Error::InvalidArgument { .. }
     );
     expect_err!(
-        locks.election(&name).ttl(Duration::ZERO).campaign(b"").await,
+        locks
+            .election(&name)
+            .ttl(Duration::ZERO)
+            .campaign(b"")
+            .await,
         Error::InvalidArgument { .. }
     );
     for free in [long, name.as_str()] {
@@ -201,22 +221,41 @@ async fn bad_election_input_gives_a_typed_error_and_no_state(cx: Ctx) -> anyhow:
     }
     let ok = value(&locks, b"ok");
     let leading = locks.election(&name).campaign(ok).await?;
-    expect_err!(leading.proclaim(&oversize).await, Error::InvalidArgument { .. });
+    expect_err!(
+        leading.proclaim(&oversize).await,
+        Error::InvalidArgument { .. }
+    );
     ensure!(leading.value() == ok);
     Ok(())
 }
 
 async fn leader_reports_the_holder_and_nobody_after_resign(cx: Ctx) -> anyhow::Result<()> {
-    let (a, b) = (cx.locks().await?.with_label("elector-a")?, cx.locks().await?);
+    let (a, b) = (
+        cx.locks().await?.with_label("elector-a")?,
+        cx.locks().await?,
+    );
     let election = b.election(cx.name("who"));
-    ensure!(election.leader().await?.is_none(), "a leader before any campaign");
+    ensure!(
+        election.leader().await?.is_none(),
+        "a leader before any campaign"
+    );
     let leading = a.election(election.name()).campaign(b"").await?;
-    let now = election.leader().await?.context("no leader while one leads")?;
+    let now = election
+        .leader()
+        .await?
+        .context("no leader while one leads")?;
     ensure!(now.term == leading.term(), "term {:?}", now.term);
-    ensure!(now.owner.label.as_deref() == Some("elector-a"), "owner {:?}", now.owner);
+    ensure!(
+        now.owner.label.as_deref() == Some("elector-a"),
+        "owner {:?}",
+        now.owner
+    );
     ensure!(now.owner.pid == std::process::id());
     leading.resign().await?;
-    ensure!(election.leader().await?.is_none(), "a leader after the resign");
+    ensure!(
+        election.leader().await?.is_none(),
+        "a leader after the resign"
+    );
     Ok(())
 }
 
@@ -242,7 +281,10 @@ async fn observe_until(
 }
 
 async fn a_broken_leader_is_told_and_never_observed_after(cx: Ctx) -> anyhow::Result<()> {
-    let a = cx.locks().await?.with_watchdog_lease(Duration::from_millis(600))?;
+    let a = cx
+        .locks()
+        .await?
+        .with_watchdog_lease(Duration::from_millis(600))?;
     let (b, c) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("broken");
     let mut stream = c
@@ -252,10 +294,19 @@ async fn a_broken_leader_is_told_and_never_observed_after(cx: Ctx) -> anyhow::Re
     let mut seen = Vec::new();
     let leading = a.election(&name).campaign(b"").await?;
     let old = leading.term();
-    observe_until(&mut stream, &mut seen, |l| l.as_ref().is_some_and(|l| l.term == old)).await?;
-    ensure!(b.force_release(&name).await?, "the leader's lock was not held");
+    observe_until(&mut stream, &mut seen, |l| {
+        l.as_ref().is_some_and(|l| l.term == old)
+    })
+    .await?;
+    ensure!(
+        b.force_release(&name).await?,
+        "the leader's lock was not held"
+    );
     let now = b.election(&name).leader().await?;
-    ensure!(now.is_none_or(|l| l.term != old), "leader() reports the broken leader");
+    ensure!(
+        now.is_none_or(|l| l.term != old),
+        "leader() reports the broken leader"
+    );
     tokio::time::timeout(LONG, leading.lost())
         .await
         .context("the broken leader was not told")?;
@@ -273,11 +324,18 @@ async fn a_broken_leader_is_told_and_never_observed_after(cx: Ctx) -> anyhow::Re
     let next = b.election(&name).campaign(b"").await?;
     ensure!(next.term() > old);
     let new = next.term();
-    observe_until(&mut stream, &mut seen, |l| l.as_ref().is_some_and(|l| l.term == new)).await?;
-    let gone = seen.iter().position(|l| l.as_ref().is_none_or(|l| l.term != old));
+    observe_until(&mut stream, &mut seen, |l| {
+        l.as_ref().is_some_and(|l| l.term == new)
+    })
+    .await?;
+    let gone = seen
+        .iter()
+        .position(|l| l.as_ref().is_none_or(|l| l.term != old));
     let after = &seen[gone.context("never saw the broken leader go")?..];
     ensure!(
-        after.iter().all(|l| l.as_ref().is_none_or(|l| l.term != old)),
+        after
+            .iter()
+            .all(|l| l.as_ref().is_none_or(|l| l.term != old)),
         "observe showed the broken leader again: {seen:?}"
     );
     expect_err!(run_after_loss(&leading).await, Error::Lost { .. });
@@ -303,8 +361,10 @@ async fn observe_reports_every_term_in_rising_order(cx: Ctx) -> anyhow::Result<(
         let leading = locks.election(&name).campaign([who]).await?;
         let term = leading.term();
         terms.push(term);
-        observe_until(&mut stream, &mut seen, |l| l.as_ref().is_some_and(|l| l.term == term))
-            .await?;
+        observe_until(&mut stream, &mut seen, |l| {
+            l.as_ref().is_some_and(|l| l.term == term)
+        })
+        .await?;
         leading.resign().await?;
     }
     let observed: Vec<FencingToken> = seen.iter().flatten().map(|l| l.term).collect();
@@ -312,26 +372,41 @@ async fn observe_reports_every_term_in_rising_order(cx: Ctx) -> anyhow::Result<(
         observed.windows(2).all(|pair| pair[0] <= pair[1]),
         "observed terms went back: {observed:?}"
     );
-    ensure!(terms.iter().all(|t| observed.contains(t)), "missed a term: {seen:?}");
+    ensure!(
+        terms.iter().all(|t| observed.contains(t)),
+        "missed a term: {seen:?}"
+    );
     Ok(())
 }
 
 async fn proclaim_is_visible_to_leader_and_observe(cx: Ctx) -> anyhow::Result<()> {
     let (a, b) = (cx.locks().await?, cx.locks().await?);
     let name = cx.name("proclaimed");
-    let election = b.election(&name).observe_interval(Duration::from_millis(20));
+    let election = b
+        .election(&name)
+        .observe_interval(Duration::from_millis(20));
     let mut stream = election.observe();
     let mut seen = Vec::new();
     let leading = a.election(&name).campaign(b"starting").await?;
     let now = election.leader().await?.context("no leader")?;
-    ensure!(now.value == b"starting" && now.term == leading.term(), "{now:?}");
-    observe_until(&mut stream, &mut seen, |l| l.as_ref().is_some_and(|l| l.value == b"starting"))
-        .await?;
+    ensure!(
+        now.value == b"starting" && now.term == leading.term(),
+        "{now:?}"
+    );
+    observe_until(&mut stream, &mut seen, |l| {
+        l.as_ref().is_some_and(|l| l.value == b"starting")
+    })
+    .await?;
     leading.proclaim(b"ready").await?;
     let now = election.leader().await?.context("no leader")?;
-    ensure!(now.value == b"ready" && now.term == leading.term(), "{now:?}");
-    observe_until(&mut stream, &mut seen, |l| l.as_ref().is_some_and(|l| l.value == b"ready"))
-        .await?;
+    ensure!(
+        now.value == b"ready" && now.term == leading.term(),
+        "{now:?}"
+    );
+    observe_until(&mut stream, &mut seen, |l| {
+        l.as_ref().is_some_and(|l| l.value == b"ready")
+    })
+    .await?;
     // A deposed leader's proclaim is refused, and its value never shows for its successor.
     ensure!(b.force_release(&name).await?);
     expect_err!(leading.proclaim(b"stale").await, Error::NotOwned { .. });
@@ -343,13 +418,17 @@ async fn proclaim_is_visible_to_leader_and_observe(cx: Ctx) -> anyhow::Result<()
     Ok(())
 }
 
-async fn publishing_a_value_without_versioned_values_is_unsupported(
-    cx: Ctx,
-) -> anyhow::Result<()> {
+async fn publishing_a_value_without_versioned_values_is_unsupported(cx: Ctx) -> anyhow::Result<()> {
     let locks = cx.locks().await?;
     let name = cx.name("no-values");
-    expect_err!(locks.election(&name).campaign(b"v").await, Error::Unsupported { .. });
-    ensure!(locks.mutex(&name).try_acquire().await?.is_some(), "left held");
+    expect_err!(
+        locks.election(&name).campaign(b"v").await,
+        Error::Unsupported { .. }
+    );
+    ensure!(
+        locks.mutex(&name).try_acquire().await?.is_some(),
+        "left held"
+    );
     let leading = locks.election(&name).campaign(b"").await?;
     expect_err!(leading.proclaim(b"v").await, Error::Unsupported { .. });
     ensure!(!leading.is_lost());
@@ -361,7 +440,13 @@ async fn leader_and_observe_without_inspection_are_unsupported(cx: Ctx) -> anyho
     let election = locks.election(cx.name("blind"));
     expect_err!(election.leader().await, Error::Unsupported { .. });
     let mut stream = election.observe();
-    ensure!(matches!(stream.next().await, Some(Err(Error::Unsupported { .. }))));
-    ensure!(stream.next().await.is_none(), "the stream went on after Unsupported");
+    ensure!(matches!(
+        stream.next().await,
+        Some(Err(Error::Unsupported { .. }))
+    ));
+    ensure!(
+        stream.next().await.is_none(),
+        "the stream went on after Unsupported"
+    );
     Ok(())
 }

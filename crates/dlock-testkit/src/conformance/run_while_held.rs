@@ -21,18 +21,30 @@ cases!["run_while_held",
 ];
 
 /// One hold of each kind, with a fixed lease of `ttl` (or the watchdog's with `None`).
-async fn every_kind(locks: &Locks, cx: &Ctx, ttl: Option<Duration>) -> anyhow::Result<Vec<Box<dyn Hold>>> {
+async fn every_kind(
+    locks: &Locks,
+    cx: &Ctx,
+    ttl: Option<Duration>,
+) -> anyhow::Result<Vec<Box<dyn Hold>>> {
     let ttl = ttl.unwrap_or(locks.watchdog_lease());
     let fixed = ttl != locks.watchdog_lease();
     let mut holds: Vec<Box<dyn Hold>> = Vec::new();
     let mutex = locks.mutex(cx.name("mutex"));
-    holds.push(Box::new(if fixed { mutex.ttl(ttl) } else { mutex }.acquire().await?));
+    holds.push(Box::new(
+        if fixed { mutex.ttl(ttl) } else { mutex }.acquire().await?,
+    ));
     let rw = locks.rwlock(cx.name("read"));
     holds.push(Box::new(if fixed { rw.ttl(ttl) } else { rw }.read().await?));
     let rw = locks.rwlock(cx.name("write"));
-    holds.push(Box::new(if fixed { rw.ttl(ttl) } else { rw }.write().await?));
+    holds.push(Box::new(
+        if fixed { rw.ttl(ttl) } else { rw }.write().await?,
+    ));
     let permits = locks.semaphore(cx.name("permit"), 2);
-    holds.push(Box::new(if fixed { permits.ttl(ttl) } else { permits }.acquire().await?));
+    holds.push(Box::new(
+        if fixed { permits.ttl(ttl) } else { permits }
+            .acquire()
+            .await?,
+    ));
     let election = locks.election(cx.name("leader"));
     let election = if fixed { election.ttl(ttl) } else { election };
     holds.push(Box::new(election.campaign(b"").await?));
@@ -79,12 +91,16 @@ async fn a_lost_hold_drops_the_task_and_returns_lost_for_every_kind_of_hold(
             let _flag = flag;
             std::future::pending::<()>().await;
         };
-        let outcome = tokio::time::timeout(Duration::from_secs(10), dlock::run_while_held(hold, task))
-            .await
-            .with_context(|| format!("the task outlived its lost hold {hold:?}"))?;
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(10), dlock::run_while_held(hold, task))
+                .await
+                .with_context(|| format!("the task outlived its lost hold {hold:?}"))?;
         match outcome {
             Err(Error::Lost { reason }) => {
-                ensure!(reason == LostReason::Expired, "reason {reason:?} for {hold:?}");
+                ensure!(
+                    reason == LostReason::Expired,
+                    "reason {reason:?} for {hold:?}"
+                );
                 ensure!(Some(reason) == hold.lost_reason());
             }
             other => anyhow::bail!("{other:?} for {hold:?}"),
@@ -103,14 +119,29 @@ async fn a_hold_already_lost_never_starts_the_task(cx: Ctx) -> anyhow::Result<()
         .await?;
     guard.lost().await;
     let started = AtomicBool::new(false);
-    let outcome = dlock::run_while_held(&guard, async { started.store(true, Ordering::SeqCst) }).await;
-    ensure!(matches!(outcome, Err(Error::Lost { reason: LostReason::Expired })), "{outcome:?}");
-    ensure!(!started.load(Ordering::SeqCst), "the task ran on a lost hold");
+    let outcome =
+        dlock::run_while_held(&guard, async { started.store(true, Ordering::SeqCst) }).await;
+    ensure!(
+        matches!(
+            outcome,
+            Err(Error::Lost {
+                reason: LostReason::Expired
+            })
+        ),
+        "{outcome:?}"
+    );
+    ensure!(
+        !started.load(Ordering::SeqCst),
+        "the task ran on a lost hold"
+    );
     Ok(())
 }
 
 async fn a_broken_hold_drops_the_task_within_one_lease(cx: Ctx) -> anyhow::Result<()> {
-    let locks = cx.locks().await?.with_watchdog_lease(Duration::from_millis(600))?;
+    let locks = cx
+        .locks()
+        .await?
+        .with_watchdog_lease(Duration::from_millis(600))?;
     let breaker = cx.locks().await?;
     let name = cx.name("broken");
     let guard = locks.mutex(&name).acquire().await?;
@@ -124,9 +155,10 @@ async fn a_broken_hold_drops_the_task_within_one_lease(cx: Ctx) -> anyhow::Resul
         let _flag = flag;
         std::future::pending::<()>().await;
     };
-    let outcome = tokio::time::timeout(Duration::from_secs(10), dlock::run_while_held(&guard, task))
-        .await
-        .context("the task outlived its broken hold")?;
+    let outcome =
+        tokio::time::timeout(Duration::from_secs(10), dlock::run_while_held(&guard, task))
+            .await
+            .context("the task outlived its broken hold")?;
     ensure!(breaking.await??, "the lock was not held when broken");
     ensure!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
     ensure!(dropped.load(Ordering::SeqCst), "the task was not dropped");

@@ -37,8 +37,8 @@ mod election;
 mod held;
 mod primitives;
 
-use held::{Held, blocking_hold_methods};
 pub use election::{Election, Leadership, Observe};
+use held::{Held, blocking_hold_methods};
 pub use primitives::{
     MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
 };

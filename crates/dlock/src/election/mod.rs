@@ -246,7 +246,10 @@ impl Election {
         let key = record::record_name(&name)?;
         let monitor = self.monitor()?;
         let Some(values) = self.values() else {
-            return Ok(monitor.inspect(&name).await?.map(|info| Leader::of(info, Vec::new())));
+            return Ok(monitor
+                .inspect(&name)
+                .await?
+                .map(|info| Leader::of(info, Vec::new())));
         };
         let backend = self.locks.info().name;
         // The record first, then the holder: a leader reported was holding at the last read.

@@ -82,10 +82,8 @@ pub(super) fn observe(election: Election) -> LeaderStream {
                     }
                 }
                 Err(error) => {
-                    state.done = matches!(
-                        error,
-                        Error::Unsupported { .. } | Error::InvalidName { .. }
-                    );
+                    state.done =
+                        matches!(error, Error::Unsupported { .. } | Error::InvalidName { .. });
                     state.started = true;
                     return Some((Err(error), state));
                 }
