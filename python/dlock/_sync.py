@@ -13,6 +13,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._election import Election
 from ._dlock import DEFAULT_UPDATE_ATTEMPTS as _RUST_DEFAULT_UPDATE_ATTEMPTS
 from ._dlock import Client, Hold
 from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
@@ -233,8 +234,6 @@ class Locks:
         >>> election.leader() is None
         True
         """
-        from ._election import Election
-
         return Election(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
 
     def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:

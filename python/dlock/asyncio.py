@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._election import AsyncElection
 from ._dlock import Ask, Client, Hold, Notifier, Task
 from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _SharedHold, _ThreadHold
 from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
@@ -228,8 +229,6 @@ class Locks:
     ) -> "AsyncElection":
         """See ``dlock.Locks.election``: ``await campaign(value)``, ``await leader()``,
         ``async for leader in observe()``."""
-        from ._election import AsyncElection
-
         return AsyncElection(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
 
     async def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:

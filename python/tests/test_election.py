@@ -24,7 +24,7 @@ def test_campaign_leader_proclaim_and_resign(locks, name):
     assert now is not None
     assert (now.term, now.value) == (leading.term, b"node-a")
     assert now.pid > 0 and now.ttl_left is not None and now.ttl_left > 0
-    leading.proclaim("node-a:ready")
+    leading.proclaim(b"node-a:ready")
     assert election.leader().value == b"node-a:ready"
     with pytest.raises(LockTimeoutError):
         locks.election(name, wait=0.05).campaign(b"b")

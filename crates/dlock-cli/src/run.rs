@@ -105,6 +105,18 @@ pub(crate) struct Supervised<'a> {
     pub(crate) envs: Vec<(&'static str, String)>,
 }
 
+/// Reports a command that could not be started; its exit code.
+fn not_run(program: &OsString, e: &std::io::Error) -> i32 {
+    eprintln!(
+        "dlock: cannot run {}: {e}",
+        shown(&program.to_string_lossy())
+    );
+    match e.kind() {
+        std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+        _ => exit::NOT_EXECUTABLE,
+    }
+}
+
 /// Runs the command while `guard` holds, stopping its process group on loss (`run`, `elect`);
 /// releases the hold after and returns the exit code.
 pub(crate) async fn supervise(guard: Held, what: Supervised<'_>, mut signals: Signals) -> i32 {
@@ -132,14 +144,7 @@ pub(crate) async fn supervise(guard: Held, what: Supervised<'_>, mut signals: Si
         Ok(job) => job,
         Err(e) => {
             let _ = guard.release().await;
-            eprintln!(
-                "dlock: cannot run {}: {e}",
-                shown(&program.to_string_lossy())
-            );
-            return match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::NOT_EXECUTABLE,
-            };
+            return not_run(program, &e);
         }
     };
     let mut lost = false;
@@ -191,6 +196,17 @@ pub(crate) async fn supervise(guard: Held, what: Supervised<'_>, mut signals: Si
         }
     };
     job.finish();
+    settle(guard, status, lost, &shown_name).await
+}
+
+/// The exit code once the command ended: its own, or 76 for a success after a loss (found
+/// now by the release, if not told before).
+async fn settle(
+    guard: Held,
+    status: std::io::Result<std::process::ExitStatus>,
+    mut lost: bool,
+    shown_name: &str,
+) -> i32 {
     let code = match status {
         Ok(status) => status
             .code()

@@ -72,6 +72,25 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Leader election and run-under-a-hold
+//!
+//! [`Locks::election`] elects one leader among the clients that campaign under a name, on
+//! every store: the term is the leader's fence, its value is published with the term, and
+//! [`run_while_held`] runs a task only while a hold (leadership included) lasts.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> dlock::Result<()> {
+//! let locks = dlock::connect("memory://crate-election-doc").await?;
+//! let election = locks.election("scheduler");
+//! let leading = election.campaign(b"node-a:8080").await?;
+//! assert_eq!(election.leader().await?.unwrap().term, leading.term());
+//! let served = dlock::run_while_held(&leading, async { "served one round as leader" }).await?;
+//! assert_eq!(served, "served one round as leader");
+//! leading.resign().await?; // the next campaigner is elected
+//! # Ok(()) }
+//! ```
+//!
 //! # Backends
 //!
 //! * [`memory`]: tasks of one process; the reference backend.

@@ -358,7 +358,8 @@ async fn observe_reports_every_term_in_rising_order(cx: Ctx) -> anyhow::Result<(
     let mut terms = Vec::new();
     for who in 0..3u8 {
         let locks = cx.locks().await?;
-        let leading = locks.election(&name).campaign([who]).await?;
+        let mine = [who];
+        let leading = locks.election(&name).campaign(value(&locks, &mine)).await?;
         let term = leading.term();
         terms.push(term);
         observe_until(&mut stream, &mut seen, |l| {

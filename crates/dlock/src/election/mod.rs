@@ -8,6 +8,7 @@ mod leadership;
 mod observe;
 mod record;
 
+use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::backend::{MonitorStore, ValueStore};
@@ -173,7 +174,8 @@ impl Election {
     /// # Cancel safety
     ///
     /// Cancel safe: a campaign dropped while it waits leaves nothing queued, and one dropped
-    /// once elected releases the hold (as a dropped guard does).
+    /// once elected releases the hold (as a dropped guard does). The future owns what it
+    /// needs (`'static`), so it can be spawned.
     ///
     /// # Examples
     ///
@@ -191,8 +193,17 @@ impl Election {
     /// assert!(second.term() > first_term);
     /// # Ok(()) }
     /// ```
-    pub async fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership> {
-        let value = value.as_ref();
+    pub fn campaign(
+        &self,
+        value: impl AsRef<[u8]>,
+    ) -> impl Future<Output = Result<Leadership>> + Send + 'static {
+        // Owned, as every acquire future is: a campaign can be spawned.
+        let election = self.clone();
+        let value = value.as_ref().to_vec();
+        async move { election.elect(&value).await }
+    }
+
+    async fn elect(&self, value: &[u8]) -> Result<Leadership> {
         let name = self.lock_name()?;
         let key = record::record_name(&name)?;
         record::check_value(value)?;
