@@ -29,7 +29,9 @@ cases!["election",
     Needs::NotValues =>
         publishing_a_value_without_versioned_values_is_unsupported;
     Needs::NotMonitor =>
-        leader_and_observe_without_inspection_are_unsupported
+        leader_and_observe_without_inspection_are_unsupported;
+    Needs::CrossProcess =>
+        the_blocking_election_hands_over_and_reports_its_leader
 ];
 
 const LONG: Duration = Duration::from_secs(10);
@@ -450,4 +452,60 @@ async fn leader_and_observe_without_inspection_are_unsupported(cx: Ctx) -> anyho
         "the stream went on after Unsupported"
     );
     Ok(())
+}
+
+/// The blocking facade's election, on a plain thread (it refuses a runtime's threads): the
+/// same hand-over, rising terms and leader as the async one; a dropped leadership has resigned
+/// when `drop` returns.
+async fn the_blocking_election_hands_over_and_reports_its_leader(cx: Ctx) -> anyhow::Result<()> {
+    let (url, name) = (cx.url()?, cx.name("blocking"));
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = done.send((|| -> anyhow::Result<()> {
+            let a = dlock::blocking::Locks::connect(&url)?;
+            let b = dlock::blocking::Locks::connect(&url)?;
+            let caps = a.info().capabilities;
+            let v =
+                |bytes: &'static [u8]| -> &'static [u8] { if caps.values { bytes } else { b"" } };
+            let first = a.election(&name).campaign(v(b"a"))?;
+            let late = b
+                .election(&name)
+                .wait(Duration::from_millis(50))
+                .campaign(v(b"b"));
+            expect_err!(late, Error::Timeout { .. });
+            if caps.monitor {
+                let now = b.election(&name).leader()?.context("no leader")?;
+                ensure!(now.term == first.term() && now.value == v(b"a"), "{now:?}");
+                let mut changes = b
+                    .election(&name)
+                    .observe_interval(Duration::from_millis(20))
+                    .observe();
+                let seen = changes.next().context("no item")??.context("no leader")?;
+                ensure!(seen.term == first.term(), "{seen:?}");
+            }
+            let first_term = first.term();
+            first.resign()?;
+            let second = b.election(&name).wait(LONG).campaign(v(b"b"))?;
+            ensure!(second.term() > first_term, "the term did not rise");
+            if caps.values {
+                second.proclaim(b"b2")?;
+                ensure!(second.value() == b"b2");
+            }
+            if caps.monitor && caps.values {
+                let now = a.election(&name).leader()?.context("no leader")?;
+                ensure!(now.value == b"b2" && now.term == second.term(), "{now:?}");
+            }
+            drop(second);
+            let third = a
+                .election(&name)
+                .wait(Duration::from_secs(1))
+                .campaign(v(b"c"));
+            ensure!(
+                third.is_ok(),
+                "the dropped leadership had not resigned: {third:?}"
+            );
+            Ok(())
+        })());
+    });
+    result.await.context("the blocking thread panicked")?
 }
