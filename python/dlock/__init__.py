@@ -19,6 +19,7 @@ releases the GIL while it talks to the store, and Ctrl-C interrupts a blocking a
 from __future__ import annotations
 
 from ._dlock import default_url, enabled_schemes
+from ._election import Election, Leader, Leadership
 from ._sync import (
     DEFAULT_UPDATE_ATTEMPTS,
     Guard,
@@ -51,6 +52,9 @@ __all__ = [
     "Locks",
     "Lock",
     "Guard",
+    "Election",
+    "Leadership",
+    "Leader",
     "Mutex",
     "RwLock",
     "Semaphore",

@@ -13,6 +13,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._election import Election
 from ._dlock import DEFAULT_UPDATE_ATTEMPTS as _RUST_DEFAULT_UPDATE_ATTEMPTS
 from ._dlock import Client, Hold
 from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
@@ -219,6 +220,21 @@ class Locks:
     def value(self, name: Union[str, bytes], *, max_attempts: int = DEFAULT_UPDATE_ATTEMPTS) -> "VersionedValue":
         """The versioned value ``name`` (bytes), changed only by atomic compare-and-set."""
         return VersionedValue(self, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
+
+    def election(
+        self, name: Union[str, bytes], *, ttl: Optional[Number] = None, wait: Optional[Number] = None, interval: Optional[Number] = None
+    ) -> "Election":
+        """The leader election ``name``: ``campaign(value)`` (a ``Leadership`` with ``term``,
+        ``proclaim``, ``resign``), ``leader()``, ``observe()``. See ``dlock.Election``.
+
+        >>> election = dlock.connect("memory://").election("scheduler")
+        >>> with election.campaign(b"node-a") as leading:
+        ...     election.leader().value, election.leader().term == leading.term
+        (b'node-a', True)
+        >>> election.leader() is None
+        True
+        """
+        return Election(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
 
     def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         """Who holds ``name`` now, or ``None`` when nobody does."""

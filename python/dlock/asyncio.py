@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._election import AsyncElection
 from ._dlock import Ask, Client, Hold, Notifier, Task
 from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _SharedHold, _ThreadHold
 from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
@@ -222,6 +223,13 @@ class Locks:
 
     def value(self, name: Union[str, bytes], *, max_attempts: int = DEFAULT_UPDATE_ATTEMPTS) -> "VersionedValue":
         return VersionedValue(self, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
+
+    def election(
+        self, name: Union[str, bytes], *, ttl: Optional[Number] = None, wait: Optional[Number] = None, interval: Optional[Number] = None
+    ) -> "AsyncElection":
+        """See ``dlock.Locks.election``: ``await campaign(value)``, ``await leader()``,
+        ``async for leader in observe()``."""
+        return AsyncElection(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
 
     async def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         found = await self._client.inspect(_args.lock_name(name), aio=_bridge())

@@ -75,6 +75,32 @@ impl Hold {
     fn forked(&self) -> bool {
         !is_this_process(self.inner.pid)
     }
+
+    /// `Leadership::proclaim` on the hold, when it is an election's leadership.
+    pub(crate) fn proclaim(
+        &self,
+        value: Vec<u8>,
+    ) -> impl std::future::Future<Output = dlock::Result<()>> + Send + 'static {
+        let inner = self.inner.clone();
+        let forked = self.forked().then(|| self.not_owned());
+        async move {
+            if let Some(error) = forked {
+                return Err(error);
+            }
+            let guard = inner.guard.lock().await;
+            let held: Option<&dyn std::any::Any> = guard.as_deref().map(|held| held as _);
+            match held.map(<dyn std::any::Any>::downcast_ref::<dlock::Leadership>) {
+                Some(Some(leading)) => leading.proclaim(value).await,
+                Some(None) => Err(dlock::Error::InvalidArgument {
+                    what: "proclaim",
+                    reason: "only an election's leadership can proclaim".into(),
+                }),
+                None => Err(dlock::Error::NotOwned {
+                    name: inner.name.clone(),
+                }),
+            }
+        }
+    }
 }
 
 #[pymethods]

@@ -20,6 +20,7 @@ use pyo3::types::PyBytes;
 
 mod bridge;
 mod convert;
+mod election;
 mod errors;
 mod hold;
 mod runtime;
@@ -518,6 +519,11 @@ fn _dlock(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Notifier>()?;
     module.add_class::<bridge::Task>()?;
     module.add_class::<bridge::Ask>()?;
+    module.add_class::<election::Observer>()?;
+    module.add_function(wrap_pyfunction!(election::election_campaign, module)?)?;
+    module.add_function(wrap_pyfunction!(election::election_leader, module)?)?;
+    module.add_function(wrap_pyfunction!(election::election_proclaim, module)?)?;
+    module.add_function(wrap_pyfunction!(election::election_observe, module)?)?;
     module.add(
         "DEFAULT_UPDATE_ATTEMPTS",
         dlock::limits::DEFAULT_UPDATE_ATTEMPTS,

@@ -3,6 +3,7 @@
 
 mod composed;
 mod demo;
+mod elect;
 mod exit;
 mod hold;
 mod inspect;
@@ -50,6 +51,10 @@ struct Cli {
 enum Command {
     /// Hold a lock while a command runs; the lock is renewed, the fence is passed in DLOCK_FENCE.
     Run(run::RunArgs),
+    /// Campaign to lead NAME; while leader, run a command (stopped if leadership is lost).
+    Elect(elect::ElectArgs),
+    /// Show who leads the election NAME (its value, term, owner, lease left); --watch follows.
+    Leader(elect::LeaderArgs),
     /// Take a lock, print `acquired <fence>`, and hold it until stdin closes or a signal.
     Hold(hold::HoldArgs),
     /// List held locks (name, kind, owner, host, pid, fence, held for, TTL left, waiters).
@@ -210,6 +215,8 @@ fn main() {
         match cli.command {
             Command::Run(args) => run::run(&cli.url, cli.label, args).await,
             Command::Hold(args) => hold::hold(&cli.url, cli.label, args).await,
+            Command::Elect(args) => elect::elect(&cli.url, cli.label, args).await,
+            Command::Leader(args) => elect::leader(&cli.url, args).await,
             Command::Ls(args) => inspect::ls(&cli.url, args).await,
             Command::Inspect(args) => inspect::inspect(&cli.url, args).await,
             Command::Break(args) => inspect::break_lock(&cli.url, args).await,

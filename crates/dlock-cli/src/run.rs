@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use crate::job::Job;
 use crate::shown::shown;
 use crate::signals::{self, Signals};
-use crate::take::{LockArgs, take};
+use crate::take::{Held, LockArgs, take};
 use crate::{exit, fail};
 
 #[derive(Debug, Args)]
@@ -40,7 +40,7 @@ enum Event {
 
 /// What to send the command when the lock is lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum OnLost {
+pub(crate) enum OnLost {
     /// SIGTERM.
     Term,
     /// SIGINT.
@@ -52,7 +52,7 @@ enum OnLost {
 }
 
 impl OnLost {
-    fn signal(self) -> Option<Signal> {
+    pub(crate) fn signal(self) -> Option<Signal> {
         match self {
             OnLost::Term => Some(Signal::SIGTERM),
             OnLost::Int => Some(Signal::SIGINT),
@@ -85,30 +85,66 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
             return signals::exit_code(sig);
         }
     };
+    let what = Supervised {
+        name,
+        on_lost: args.on_lost,
+        kill_after: args.kill_after,
+        command: &args.command,
+        envs: Vec::new(),
+    };
+    supervise(guard, what, signals).await
+}
+
+/// What `supervise` runs, and how it treats a loss.
+pub(crate) struct Supervised<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) on_lost: OnLost,
+    pub(crate) kill_after: std::time::Duration,
+    pub(crate) command: &'a [OsString],
+    /// Environment beyond DLOCK_FENCE and DLOCK_NAME.
+    pub(crate) envs: Vec<(&'static str, String)>,
+}
+
+/// Reports a command that could not be started; its exit code.
+fn not_run(program: &OsString, e: &std::io::Error) -> i32 {
+    eprintln!(
+        "dlock: cannot run {}: {e}",
+        shown(&program.to_string_lossy())
+    );
+    match e.kind() {
+        std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+        _ => exit::NOT_EXECUTABLE,
+    }
+}
+
+/// Runs the command while `guard` holds, stopping its process group on loss (`run`, `elect`);
+/// releases the hold after and returns the exit code.
+pub(crate) async fn supervise(guard: Held, what: Supervised<'_>, mut signals: Signals) -> i32 {
+    let Supervised {
+        name,
+        on_lost,
+        kill_after,
+        command,
+        envs: extra,
+    } = what;
     let fence = guard.fence();
     let shown_name = shown(name);
-    let (program, rest) = match args.command.split_first() {
+    let (program, rest) = match command.split_first() {
         Some(split) => split,
         None => return fail(&anyhow::anyhow!("no command given")),
     };
-    let envs = [
+    let mut envs = vec![
         ("DLOCK_FENCE", fence.to_string()),
         ("DLOCK_NAME", name.to_owned()),
     ];
+    envs.extend(extra);
     // If dlock itself dies (SIGKILL, OOM), its lock expires: treat that as a loss too.
-    let on_dlock_death = args.on_lost.signal().map(|sig| (sig, args.kill_after));
+    let on_dlock_death = on_lost.signal().map(|sig| (sig, kill_after));
     let mut job = match Job::spawn(program, rest, &envs, on_dlock_death) {
         Ok(job) => job,
         Err(e) => {
             let _ = guard.release().await;
-            eprintln!(
-                "dlock: cannot run {}: {e}",
-                shown(&program.to_string_lossy())
-            );
-            return match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::NOT_EXECUTABLE,
-            };
+            return not_run(program, &e);
         }
     };
     let mut lost = false;
@@ -131,14 +167,14 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
             Event::Exited(status) => break status,
             Event::Lost => {
                 lost = true;
-                match args.on_lost.signal() {
+                match on_lost.signal() {
                     Some(sig) => {
                         eprintln!(
                             "dlock: lock {shown_name} (fence {fence}) was lost while the command ran; sending {sig}"
                         );
                         job.signal(sig);
                         if sig != Signal::SIGKILL {
-                            kill_at = Some(tokio::time::Instant::now() + args.kill_after);
+                            kill_at = Some(tokio::time::Instant::now() + kill_after);
                         }
                     }
                     None => eprintln!(
@@ -149,7 +185,7 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
             Event::Escalate => {
                 eprintln!(
                     "dlock: the command still runs {} after losing the lock; sending SIGKILL",
-                    humantime::format_duration(args.kill_after)
+                    humantime::format_duration(kill_after)
                 );
                 job.signal(Signal::SIGKILL);
                 kill_at = None;
@@ -160,6 +196,17 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
         }
     };
     job.finish();
+    settle(guard, status, lost, &shown_name).await
+}
+
+/// The exit code once the command ended: its own, or 76 for a success after a loss (found
+/// now by the release, if not told before).
+async fn settle(
+    guard: Held,
+    status: std::io::Result<std::process::ExitStatus>,
+    mut lost: bool,
+    shown_name: &str,
+) -> i32 {
     let code = match status {
         Ok(status) => status
             .code()

@@ -50,6 +50,7 @@ pub(crate) struct LockArgs {
 pub(crate) enum Held {
     Lock(dlock::MutexGuard),
     Permit(dlock::Permit),
+    Leader(dlock::Leadership),
 }
 
 impl Held {
@@ -57,6 +58,7 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.fence(),
             Held::Permit(permit) => permit.fence(),
+            Held::Leader(leading) => leading.term(),
         }
     }
 
@@ -64,6 +66,7 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.lost(),
             Held::Permit(permit) => permit.lost(),
+            Held::Leader(leading) => leading.lost(),
         }
     }
 
@@ -71,6 +74,7 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.release().await,
             Held::Permit(permit) => permit.release().await,
+            Held::Leader(leading) => leading.resign().await,
         }
     }
 }
@@ -144,7 +148,7 @@ pub(crate) async fn take(url: &str, label: Option<String>, args: &LockArgs) -> R
 }
 
 /// Reports a failed wait or a dlock error; returns the exit code.
-fn report_failure(name: &str, error: dlock::Error) -> i32 {
+pub(crate) fn report_failure(name: &str, error: dlock::Error) -> i32 {
     match error {
         dlock::Error::Timeout { waited, .. } => {
             eprintln!(

@@ -119,6 +119,12 @@ pub enum Error {
         /// The store's own error.
         source: BoxError,
     },
+    /// The hold a task ran under was lost before the task finished
+    /// ([`run_while_held`](crate::run_while_held)); the task was dropped.
+    Lost {
+        /// Why the hold was lost.
+        reason: crate::LostReason,
+    },
     /// Any other store error.
     Backend {
         /// The backend's scheme name.
@@ -145,6 +151,9 @@ impl std::fmt::Display for Error {
                 write!(f, "invalid lock name {name:?}: {reason}")
             }
             Error::InvalidArgument { what, reason } => write!(f, "invalid {what}: {reason}"),
+            Error::Lost { reason } => {
+                write!(f, "the hold was lost ({reason}); the task was stopped")
+            }
             Error::InvalidUrl { url, reason } => write!(f, "invalid URL {url:?}: {reason}"),
             Error::Unsupported { operation, backend } => {
                 write!(f, "{operation} is not supported by the {backend} backend")

@@ -47,6 +47,8 @@
 //! - Beyond the mutex: read-write locks ([`Locks::rwlock`]), counting semaphores with leased
 //!   permits ([`Locks::semaphore`]), all-or-nothing multi-locks ([`Locks::multi_lock`]) and
 //!   versioned values with atomic compare-and-set ([`Locks::value`]).
+//! - Leader election with fenced terms ([`Locks::election`]: campaign, proclaim, resign,
+//!   leader, observe), and [`run_while_held`] to run a task only while a hold lasts.
 //! - A blocking facade with the same names: [`blocking`].
 //!
 //! # Quick start
@@ -69,6 +71,25 @@
 //!     () = async { let _ = token; /* the work */ } => {}
 //! }
 //! guard.release().await?;            // dropping the guard releases too
+//! # Ok(()) }
+//! ```
+//!
+//! # Leader election and run-under-a-hold
+//!
+//! [`Locks::election`] elects one leader among the clients that campaign under a name, on
+//! every store: the term is the leader's fence, its value is published with the term, and
+//! [`run_while_held`] runs a task only while a hold (leadership included) lasts.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> dlock::Result<()> {
+//! let locks = dlock::connect("memory://crate-election-doc").await?;
+//! let election = locks.election("scheduler");
+//! let leading = election.campaign(b"node-a:8080").await?;
+//! assert_eq!(election.leader().await?.unwrap().term, leading.term());
+//! let served = dlock::run_while_held(&leading, async { "served one round as leader" }).await?;
+//! assert_eq!(served, "served one round as leader");
+//! leading.resign().await?; // the next campaigner is elected
 //! # Ok(()) }
 //! ```
 //!
@@ -136,6 +157,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+pub mod election;
 mod error;
 mod fence;
 mod hold;
@@ -179,9 +201,10 @@ pub mod zookeeper;
 pub mod blocking;
 
 pub use backend::{HoldKind, LockInfo, Versioned};
+pub use election::{Election, Leader, Leadership};
 pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
-pub use hold::Hold;
+pub use hold::{Hold, run_while_held};
 pub use lease::Lost;
 pub use lease::keeper::LostReason;
 pub use locks::Locks;

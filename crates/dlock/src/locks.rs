@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::backend::{Backend, BackendInfo, DynBackend, ListQuery, LockInfo, MonitorStore};
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::lease::keeper::Keeper;
 use crate::mutex::MutexBuilder;
@@ -332,6 +333,23 @@ impl Locks {
     /// ```
     pub fn value(&self, name: impl Into<String>) -> VersionedValue {
         VersionedValue::new(self.clone(), name.into())
+    }
+
+    /// The leader election `name`: campaign to lead, publish a value, follow the leader. See
+    /// [`Election`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://election-method-doc").await?;
+    /// let leading = locks.election("scheduler").campaign(b"node-a").await?;
+    /// assert_eq!(locks.election("scheduler").leader().await?.unwrap().term, leading.term());
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.clone(), name.into())
     }
 
     /// The backend behind this client: the implementor side, for layers and for tests of the

@@ -35,6 +35,9 @@ fn the_client_builders_and_guards_are_owned_send_and_sync() {
     owned::<WriteGuard>();
     owned::<MultiGuard>();
     owned::<Box<dyn Hold>>();
+    owned::<dlock::Election>();
+    owned::<dlock::Leadership>();
+    owned::<dlock::Leader>();
     owned::<dlock::LockInfo>();
     owned::<dlock::Error>();
 }
@@ -53,6 +56,8 @@ fn the_blocking_client_and_guards_are_owned_send_and_sync() {
     owned::<blocking::ReadGuard>();
     owned::<blocking::WriteGuard>();
     owned::<blocking::MultiGuard>();
+    owned::<blocking::Election>();
+    owned::<blocking::Leadership>();
 }
 
 /// The futures that take a hold own their builder: `'static`.
@@ -68,6 +73,8 @@ fn acquire_futures_are_send_and_static(locks: &Locks) {
     send_static(&locks.multi_lock(["a", "b"]).acquire());
     send_static(&locks.multi_lock(["a", "b"]).try_acquire());
     send_static(&locks.list(""));
+    send_static(&locks.election("e").campaign(b"v"));
+    send_static(&locks.election("e").observe());
 }
 
 /// The futures a guard or the client makes borrow it: `Send`.
@@ -83,6 +90,17 @@ fn guard_and_client_futures_are_send(locks: &Locks, guard: &MutexGuard, hold: &d
     send(&locks.force_release("a"));
     send(&locks.close());
     send(&dlock::connect("memory://"));
+    send(&locks.election("e").leader());
+    send(&dlock::run_while_held(guard, async {}));
+    send(&dlock::run_while_held(hold, async {}));
+}
+
+/// What a leader's guard makes: `Send`, and `'static` where it consumes the guard.
+fn leadership_futures_are_send(leading: &dlock::Leadership, owned: dlock::Leadership) {
+    send(&leading.proclaim(b"v"));
+    send(&leading.lost());
+    send(&leading.is_owned());
+    send_static(&owned.resign());
 }
 
 /// Releasing consumes the guard: `'static`.

@@ -12,6 +12,7 @@
 mod blocking;
 mod cancel;
 mod cross_process;
+mod election;
 mod fair;
 mod fence;
 mod lost;
@@ -22,6 +23,7 @@ mod names;
 mod primitive;
 mod reentrant;
 mod retry;
+mod run_while_held;
 mod rwlock;
 mod semaphore;
 mod values;
@@ -145,6 +147,8 @@ pub enum Needs {
     Values,
     /// A backend *without* versioned values (to check the unsupported error).
     NotValues,
+    /// Inspection and versioned values both (an election's leader with its value).
+    MonitorValues,
     /// A repeated attempt with the same token finds its own grant in the store. Not on the
     /// stores whose attempts each hold their own server object (a session connection, an
     /// etcd key under the attempt's lease, a ZooKeeper sequential node): a lost reply there
@@ -194,6 +198,9 @@ impl Needs {
                 .then_some("no native semaphores and read-write locks to inspect"),
             Needs::Values => (!caps.values).then_some("no versioned values"),
             Needs::NotValues => caps.values.then_some("versioned values are supported"),
+            Needs::MonitorValues => Needs::Monitor
+                .unmet(caps, fx)
+                .or_else(|| Needs::Values.unmet(caps, fx)),
             Needs::CrossProcess => (!caps.cross_process || fx.url().is_none())
                 .then_some("locks are local to one process"),
             Needs::RetryFindsItsGrant => {
@@ -304,6 +311,8 @@ pub fn all_cases() -> Vec<Case> {
         retry::cases(),
         values::cases(),
         blocking::cases(),
+        election::cases(),
+        run_while_held::cases(),
     ]
     .concat()
 }

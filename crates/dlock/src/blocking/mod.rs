@@ -33,9 +33,11 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+mod election;
 mod held;
 mod primitives;
 
+pub use election::{Election, Leadership, Observe};
 use held::{Held, blocking_hold_methods};
 pub use primitives::{
     MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,

@@ -4,6 +4,9 @@
 
 pub(crate) mod acquire;
 pub(crate) mod options;
+mod run;
+
+pub use run::run_while_held;
 
 use std::time::Duration;
 
@@ -152,6 +155,7 @@ hold_impl!(crate::MutexGuard, |guard| guard.fence());
 hold_impl!(crate::Permit, |permit| permit.fence());
 hold_impl!(crate::ReadGuard, |guard| guard.fence());
 hold_impl!(crate::WriteGuard, |guard| guard.fence());
+hold_impl!(crate::Leadership, |leading| leading.term());
 hold_impl!(crate::MultiGuard, |guard| guard
     .fences()
     .map(|(_, fence)| fence)
