@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+pub(crate) mod abandon;
 pub(crate) mod caller_thread;
 #[cfg(any(feature = "redis", feature = "sqlite"))]
 pub(crate) mod gather;
@@ -334,6 +335,24 @@ impl Wait {
             Wait::No => Wait::No,
             Wait::Until(own) => Wait::Until(own.min(at)),
             Wait::Forever => Wait::Until(at),
+        }
+    }
+
+    /// The wait that ends at `deadline`, or never without one.
+    pub(crate) fn until(deadline: Option<Instant>) -> Wait {
+        deadline.map_or(Wait::Forever, Wait::Until)
+    }
+
+    /// Sleeps for `d`, or until the deadline if that comes first.
+    pub(crate) async fn sleep_at_most(self, d: Duration) {
+        tokio::time::sleep(self.remaining().map_or(d, |left| left.min(d))).await;
+    }
+
+    /// Sleeps until the deadline passes; forever without one.
+    pub(crate) async fn ended(self) {
+        match self.deadline() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
         }
     }
 

@@ -10,6 +10,7 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
+use crate::backend::wait::Backoff;
 use crate::backend::{AcquireRequest, Wait};
 use crate::error::{Error, Result};
 
@@ -25,7 +26,8 @@ use super::{EtcdBackend, Inner, RETRY_MAX, RETRY_MIN};
 use crate::backend::queue_rules::QueueKind;
 
 /// Leases an acquire call has granted and not handed over yet; revoked (which deletes their
-/// keys) if the call ends without the lock, including when its future is dropped.
+/// keys) if the call ends without the lock, including when its future is dropped (the call
+/// keeps it in an [`Abandon`](crate::backend::abandon::Abandon) that revokes them all).
 pub(super) struct Pending {
     pub(super) inner: Arc<Inner>,
     pub(super) leases: Mutex<Vec<i64>>,
@@ -74,12 +76,6 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.revoke_all();
-    }
-}
-
 /// The waiter's place in the queue was lost (its lease ran out while it waited, for example
 /// because the process was paused): retryable, the waiter queues again.
 fn place_lost() -> Error {
@@ -89,18 +85,10 @@ fn place_lost() -> Error {
     }
 }
 
-pub(super) fn pause_after(failures: u32) -> Duration {
-    RETRY_MIN
-        .saturating_mul(1 << failures.min(6))
-        .min(RETRY_MAX)
-}
-
-/// Sleeps until `deadline`, or forever without one.
-async fn until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// The pause after each failure in a row while waiting, doubling from twice
+/// [`RETRY_MIN`] to [`RETRY_MAX`].
+pub(super) fn retry_backoff() -> Backoff {
+    Backoff::steady(RETRY_MIN.saturating_mul(2), RETRY_MAX)
 }
 
 /// How the confirmation of a turn ended.
@@ -406,11 +394,10 @@ impl EtcdBackend {
         wait: Wait,
     ) -> Result<Turn> {
         let inner = &self.inner;
-        let deadline = wait.deadline();
         let every = Duration::from_secs(u64::try_from(queue_secs).unwrap_or(1)) / 4;
         let mut keep_alive = tokio::time::interval_at(Instant::now() + every, every);
         keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failures = 0u32;
+        let mut backoff = retry_backoff();
         loop {
             let step = async {
                 let (wanted, _) = inner.wanted(shape, prefix, my_rev).await?;
@@ -463,7 +450,7 @@ impl EtcdBackend {
             };
             let found: Result<Option<Option<etcd_client::WatchStream>>> = tokio::select! {
                 found = step => found,
-                () = until(deadline) => return Ok(Turn::TimedOut),
+                () = wait.ended() => return Ok(Turn::TimedOut),
             };
             let mut stream = match found {
                 Ok(None) => return Ok(Turn::First),
@@ -471,16 +458,15 @@ impl EtcdBackend {
                 Ok(Some(None)) => continue,
                 Ok(Some(Some(stream))) => stream,
                 Err(error) if error.is_retryable() => {
-                    failures = failures.saturating_add(1);
-                    tracing::debug!(%error, failures, "etcd wait step failed; retrying");
+                    tracing::debug!(%error, "etcd wait step failed; retrying");
                     tokio::select! {
-                        () = tokio::time::sleep(pause_after(failures)) => continue,
-                        () = until(deadline) => return Ok(Turn::TimedOut),
+                        () = tokio::time::sleep(backoff.next()) => continue,
+                        () = wait.ended() => return Ok(Turn::TimedOut),
                     }
                 }
                 Err(error) => return Err(error),
             };
-            failures = 0;
+            backoff.reset();
             loop {
                 tokio::select! {
                     message = stream.message() => match message {
@@ -505,7 +491,7 @@ impl EtcdBackend {
                         // Unreachable for now: the lease has seconds left; try at the next tick.
                         Err(error) => tracing::debug!(%error, "keep-alive of a waiter failed"),
                     },
-                    () = until(deadline) => return Ok(Turn::TimedOut),
+                    () = wait.ended() => return Ok(Turn::TimedOut),
                 }
             }
         }

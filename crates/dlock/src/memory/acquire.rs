@@ -13,6 +13,16 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 
 impl Store {
+    /// Takes `req`'s waiter out of the queue: its acquire call gave up. Whoever queued behind
+    /// it may be next now.
+    pub(super) fn leave_queue(&self, req: &AcquireRequest) {
+        let mut slots = self.slots();
+        if let Some(slot) = slots.get_mut(req.name.as_str()) {
+            slot.leave_queue(&req.token);
+            slots.settle(req.name.as_str());
+        }
+    }
+
     pub(super) fn try_once(self: &Arc<Self>, req: &AcquireRequest) -> Result<Attempt> {
         let mut slots = self.slots();
         let attempt = Self::try_slot(self, &mut slots, req);
@@ -77,24 +87,5 @@ impl Store {
             req.token.clone(),
             LeaseCore::with_signal(FencingToken::new(fence), lost_parent.child(), now),
         ))))
-    }
-}
-
-pub(super) struct LeaveQueue<'a> {
-    pub(super) store: &'a Arc<Store>,
-    pub(super) req: &'a AcquireRequest,
-    pub(super) armed: bool,
-}
-
-impl Drop for LeaveQueue<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let mut slots = self.store.slots();
-        if let Some(slot) = slots.get_mut(self.req.name.as_str()) {
-            slot.leave_queue(&self.req.token);
-            slots.settle(self.req.name.as_str());
-        }
     }
 }

@@ -15,13 +15,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::backend::abandon::Abandon;
 use crate::backend::wait::acquire_loop;
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, MonitorStore, StoreLease, ValueStore,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, MonitorStore, StoreLease,
+    ValueStore, Wait,
 };
 use crate::error::Result;
 
-use acquire::LeaveQueue;
 use store::Store;
 
 /// URL schemes served by this backend: `memory://` (the process-wide store) and
@@ -91,12 +92,13 @@ impl Backend for MemoryBackend {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         crate::ttl::check_store_ttl(req.ttl)?;
         let store = &self.store;
+        let waits = req.wait != Wait::No;
         // However this call ends (timeout, or the future dropped), leave the queue.
-        let mut leave = LeaveQueue {
-            store,
-            req,
-            armed: req.wait != crate::backend::Wait::No,
-        };
+        let leave = Abandon::on_drop(|| {
+            if waits {
+                store.leave_queue(req);
+            }
+        });
         let acquired = acquire_loop(
             req.wait,
             None,
@@ -112,7 +114,11 @@ impl Backend for MemoryBackend {
         )
         .await;
         // A grant already took it out of the queue; only a waiter that gave up must leave.
-        leave.armed &= !matches!(acquired, Ok(Some(_)));
+        if matches!(acquired, Ok(Some(_))) {
+            leave.disarm();
+        } else {
+            leave.undo_now();
+        }
         acquired
     }
 

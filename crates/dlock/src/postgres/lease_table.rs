@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backend::wait::{Attempt, acquire_loop};
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
     AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
 };
@@ -353,7 +353,7 @@ impl Shared {
 /// of that name. After any gap (connecting, reconnecting) it wakes every waiter, since
 /// notifications may have been missed; the waiters' own timers cover the rest.
 async fn listen(pool: PgPool, channel: String, wakers: Weak<Wakers>, stop: CancellationToken) {
-    let mut pause = Duration::from_millis(50);
+    let mut backoff = Backoff::steady(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         let connected = async {
             let mut listener = PgListener::connect_with(&pool).await?;
@@ -368,14 +368,13 @@ async fn listen(pool: PgPool, channel: String, wakers: Weak<Wakers>, stop: Cance
                     tracing::debug!(%error, "LISTEN failed; waiters poll until it is back");
                     tokio::select! {
                         () = stop.cancelled() => return,
-                        () = tokio::time::sleep(pause) => {}
+                        () = tokio::time::sleep(backoff.next()) => {}
                     }
-                    pause = (pause * 2).min(Duration::from_secs(2));
                     continue;
                 }
             },
         };
-        pause = Duration::from_millis(50);
+        backoff.reset();
         let Some(w) = wakers.upgrade() else { return };
         w.wake_all();
         drop(w);

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::backend::wait::Backoff;
 use crate::backend::{Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -128,7 +129,7 @@ async fn watch_connections<W: SessionWatch>(
     stop: CancellationToken,
 ) {
     let ring = || bell.send_modify(|rung| *rung = rung.wrapping_add(1));
-    let mut pause = WATCH_RETRY_MIN;
+    let mut backoff = Backoff::steady(WATCH_RETRY_MIN, WATCH_RETRY_MAX);
     // Whether the watcher was without a connection (a connect failed, or its connection did);
     // every connection ends in a failure, so it is set again before the next connect.
     let mut gap = false;
@@ -141,9 +142,8 @@ async fn watch_connections<W: SessionWatch>(
             gap = true;
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(backoff.next()) => {}
             }
-            pause = (pause * 2).min(WATCH_RETRY_MAX);
             continue;
         };
         // Connections may have failed while the watcher had none.
@@ -159,7 +159,7 @@ async fn watch_connections<W: SessionWatch>(
                 ) => slept,
             };
             match slept {
-                Ok(Ok(())) => pause = WATCH_RETRY_MIN,
+                Ok(Ok(())) => backoff.reset(),
                 failed => {
                     let error = match failed {
                         Ok(Err(error)) => error.to_string(),
@@ -175,9 +175,8 @@ async fn watch_connections<W: SessionWatch>(
         drop(conn);
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep(backoff.next()) => {}
         }
-        pause = (pause * 2).min(WATCH_RETRY_MAX);
     }
 }
 

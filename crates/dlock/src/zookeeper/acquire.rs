@@ -7,7 +7,9 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, SessionState, WatchedEvent};
 
-use crate::backend::{AcquireRequest, Lease};
+use crate::backend::abandon::spawn_cleanup;
+use crate::backend::wait::Backoff;
+use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
 
 use super::error::{BACKEND, map, session_lost};
@@ -18,7 +20,6 @@ use super::queue_rules::queue;
 use super::queue_rules::sequence;
 use super::queue_rules::unix_ms;
 use super::session::Session;
-use super::session::sleep_until_opt;
 use super::{Inner, NODE_INFIX, NODE_PREFIX, RETRY_MAX, RETRY_MIN};
 use crate::backend::queue_rules::Decision;
 use crate::backend::queue_rules::QueueKind;
@@ -27,7 +28,7 @@ use crate::backend::queue_rules::QueueKind;
 /// session. A session this client gave up on (suspended past the safe window) may come back
 /// alive with the node: it is deleted then, so a lock reported lost is never left held.
 pub(super) async fn delete_until_done(session: &Session, path: &str) {
-    let mut pause = RETRY_MIN;
+    let mut backoff = Backoff::steady(RETRY_MIN, RETRY_MAX);
     let give_up = Instant::now() + session.client.session_timeout() * 4;
     loop {
         let over = matches!(
@@ -40,8 +41,7 @@ pub(super) async fn delete_until_done(session: &Session, path: &str) {
                 if map(error.clone(), path).is_retryable() && !over && Instant::now() < give_up =>
             {
                 tracing::debug!(%error, path, "deleting a lock node failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
+                tokio::time::sleep(backoff.next()).await;
             }
             Err(error) => {
                 tracing::debug!(%error, path, "deleting a lock node failed; the session's end removes it");
@@ -118,19 +118,23 @@ impl Waiter {
     }
 }
 
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        let node = self.node.take();
-        let uncertain = self.uncertain.take();
+impl Waiter {
+    /// The acquire call ended (granted, timed out, failed or dropped): removes whatever of
+    /// its own it left in the store. A grant has taken its node already.
+    pub(super) fn abandon(self) {
+        let Waiter {
+            node,
+            uncertain,
+            dir,
+            tag,
+            ..
+        } = self;
         if node.is_none() && uncertain.is_none() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // ephemeral: the session's end removes the node
-        };
-        let dir = self.dir.clone();
-        let mine = format!("{NODE_PREFIX}{}{NODE_INFIX}", self.tag);
-        runtime.spawn(async move {
+        let mine = format!("{NODE_PREFIX}{tag}{NODE_INFIX}");
+        // Without a runtime: ephemeral, the session's end removes the node.
+        spawn_cleanup(move || async move {
             if let Some(node) = node {
                 delete_until_done(&node.session, &node.path).await;
             }
@@ -346,7 +350,7 @@ async fn attempt_in(
         };
         tokio::select! {
             _ = watch_fired(watched) => {}
-            () = sleep_until_opt(deadline) => {
+            () = Wait::until(deadline).ended() => {
                 waiter.leave().await;
                 return Ok(None);
             }

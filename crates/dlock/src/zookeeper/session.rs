@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, SessionState};
 
+use crate::backend::Wait;
 use crate::error::{Error, Result};
 
 use super::config::ZookeeperConfig;
@@ -77,7 +78,7 @@ impl Session {
                             return;
                         }
                     },
-                    () = sleep_until_opt(give_up) => {
+                    () = Wait::until(give_up).ended() => {
                         tracing::debug!(?budget, "ZooKeeper connection suspended past the session's safe window");
                         watch_gone.cancel();
                         return;
@@ -111,12 +112,5 @@ impl Drop for Session {
     fn drop(&mut self) {
         // Stops the state task; the client closes the session when its last handle drops.
         self.gone.cancel();
-    }
-}
-
-pub(super) async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
