@@ -32,8 +32,8 @@ pub enum Attempt {
 /// Polling schedule for stores whose wake-up does not cover every case (for SQLite: other
 /// processes). Delays double from `min` to `max`, each with ±50 % jitter so waiters spread out.
 ///
-/// It is also the crate's one retry pause: [`next`](Self::next) gives the next delay and
-/// doubles the one after it, [`reset`](Self::reset) starts again at `min`.
+/// It is also the crate's one retry pause: `next` gives the next delay and doubles the one
+/// after it, `reset` starts again at `min`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Backoff {

@@ -36,7 +36,7 @@ impl RedisBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] as for [`RedisConfig::from_url`].
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) as for [`RedisConfig::from_url`].
     pub fn new(url: &str) -> Result<RedisBuilder> {
         Ok(RedisBuilder {
             config: RedisConfig::from_url(url)?,
@@ -84,9 +84,9 @@ impl RedisBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidArgument`]: a bad option, or a CA file that cannot be read;
-    /// - [`Error::Unauthenticated`]: wrong user or password;
-    /// - [`Error::Unavailable`]: the server cannot be reached or the TLS handshake fails.
+    /// - [`Error::InvalidArgument`](crate::Error::InvalidArgument): a bad option, or a CA file that cannot be read;
+    /// - [`Error::Unauthenticated`](crate::Error::Unauthenticated): wrong user or password;
+    /// - [`Error::Unavailable`](crate::Error::Unavailable): the server cannot be reached or the TLS handshake fails.
     ///
     /// # Cancel safety
     ///

@@ -36,7 +36,7 @@ impl RedlockBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidUrl`] as for [`RedlockConfig::from_url`].
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) as for [`RedlockConfig::from_url`].
     pub fn new(url: &str) -> Result<RedlockBuilder> {
         Ok(RedlockBuilder {
             config: RedlockConfig::from_url(url)?,
@@ -59,8 +59,8 @@ impl RedlockBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] / [`Error::InvalidUrl`] for bad options;
-    /// [`Error::Unauthenticated`] when a node refuses the credentials; [`Error::Unavailable`]
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) / [`Error::InvalidUrl`](crate::Error::InvalidUrl) for bad options;
+    /// [`Error::Unauthenticated`](crate::Error::Unauthenticated) when a node refuses the credentials; [`Error::Unavailable`](crate::Error::Unavailable)
     /// when fewer than a quorum of nodes answer.
     ///
     /// # Cancel safety
