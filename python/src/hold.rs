@@ -1,88 +1,13 @@
 //! `Hold`: one acquired lock, permit or lock set, as the Python layer sees it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use dlock::Hold as _;
 use pyo3::prelude::*;
 use tokio_util::sync::CancellationToken;
 
+use crate::convert::seconds;
 use crate::runtime::is_this_process;
-use crate::seconds;
-
-/// The guard types of the Rust API behind one `Hold`.
-pub(crate) enum Held {
-    Mutex(dlock::MutexGuard),
-    Read(dlock::ReadGuard),
-    Write(dlock::WriteGuard),
-    Permit(dlock::Permit),
-    Multi(dlock::MultiGuard),
-}
-
-impl Held {
-    fn lost_token(&self) -> CancellationToken {
-        match self {
-            Held::Mutex(g) => g.lost_token(),
-            Held::Read(g) => g.lost_token(),
-            Held::Write(g) => g.lost_token(),
-            Held::Permit(g) => g.lost_token(),
-            Held::Multi(g) => g.lost_token(),
-        }
-    }
-
-    fn fences(&self) -> Vec<(String, u64)> {
-        match self {
-            Held::Mutex(g) => vec![(g.name().as_str().to_owned(), g.fence().get())],
-            Held::Read(g) => vec![(String::new(), g.fence().get())],
-            Held::Write(g) => vec![(String::new(), g.fence().get())],
-            Held::Permit(g) => vec![(g.slot().as_str().to_owned(), g.fence().get())],
-            Held::Multi(g) => g
-                .fences()
-                .map(|(name, fence)| (name.as_str().to_owned(), fence.get()))
-                .collect(),
-        }
-    }
-
-    fn is_lost(&self) -> bool {
-        match self {
-            Held::Mutex(g) => g.is_lost(),
-            Held::Read(g) => g.is_lost(),
-            Held::Write(g) => g.is_lost(),
-            Held::Permit(g) => g.is_lost(),
-            Held::Multi(g) => g.is_lost(),
-        }
-    }
-
-    async fn extend(&self, ttl: Duration) -> dlock::Result<()> {
-        match self {
-            Held::Mutex(g) => g.extend(ttl).await,
-            Held::Read(g) => g.extend(ttl).await,
-            Held::Write(g) => g.extend(ttl).await,
-            Held::Permit(g) => g.extend(ttl).await,
-            Held::Multi(g) => g.extend(ttl).await,
-        }
-    }
-
-    /// Asks the store where the Rust API can (mutexes and multi-locks); the composed read,
-    /// write and permit holds answer from their lost signal, which the keeper fires within one
-    /// lease of a loss.
-    async fn is_owned(&self) -> dlock::Result<bool> {
-        match self {
-            Held::Mutex(g) => g.is_owned().await,
-            Held::Multi(g) => g.is_owned().await,
-            other => Ok(!other.is_lost()),
-        }
-    }
-
-    async fn release(self) -> dlock::Result<()> {
-        match self {
-            Held::Mutex(g) => g.release().await,
-            Held::Read(g) => g.release().await,
-            Held::Write(g) => g.release().await,
-            Held::Permit(g) => g.release().await,
-            Held::Multi(g) => g.release().await,
-        }
-    }
-}
 
 struct Inner {
     /// The process that acquired it: in a forked child the hold is the parent's, never ours.
@@ -92,7 +17,7 @@ struct Inner {
     lost: CancellationToken,
     /// `None` once released. An async mutex: extend and release await the store while holding it,
     /// so a release waits for an extend in flight instead of racing it.
-    guard: tokio::sync::Mutex<Option<Held>>,
+    guard: tokio::sync::Mutex<Option<Box<dyn dlock::Hold>>>,
 }
 
 impl Drop for Inner {
@@ -116,20 +41,26 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn new(name: String, held: Held) -> Hold {
-        // Read and write holds report their fence under the read-write lock's own name.
-        let fences = held
-            .fences()
-            .into_iter()
-            .map(|(part, fence)| (if part.is_empty() { name.clone() } else { part }, fence))
-            .collect();
+    /// A hold of one store lock, reported under `name`.
+    pub(crate) fn new(name: String, guard: impl dlock::Hold) -> Hold {
+        let fences = vec![(name.clone(), guard.fence().get())];
+        Hold::with_fences(name, fences, guard)
+    }
+
+    /// A hold whose store locks have names of their own (a permit's slot, a multi-lock's
+    /// locks).
+    pub(crate) fn with_fences(
+        name: String,
+        fences: Vec<(String, u64)>,
+        guard: impl dlock::Hold,
+    ) -> Hold {
         Hold {
             inner: Arc::new(Inner {
                 pid: std::process::id(),
                 name,
                 fences,
-                lost: held.lost_token(),
-                guard: tokio::sync::Mutex::new(Some(held)),
+                lost: guard.lost_token(),
+                guard: tokio::sync::Mutex::new(Some(Box::new(guard))),
             }),
         }
     }
@@ -263,12 +194,13 @@ impl Hold {
                 return Err(error);
             }
             let guard = inner.guard.lock().await;
-            match guard.as_ref() {
-                Some(Held::Mutex(held)) => {
+            let held: Option<&dyn std::any::Any> = guard.as_deref().map(|held| held as _);
+            match held.map(<dyn std::any::Any>::downcast_ref::<dlock::MutexGuard>) {
+                Some(Some(held)) => {
                     let again = held.reenter().await?;
-                    Ok(Hold::new(inner.name.clone(), Held::Mutex(again)))
+                    Ok(Hold::new(inner.name.clone(), again))
                 }
-                Some(_) => Err(dlock::Error::InvalidArgument {
+                Some(None) => Err(dlock::Error::InvalidArgument {
                     what: "reenter",
                     reason: "only a mutex hold can be re-entered".into(),
                 }),

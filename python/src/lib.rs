@@ -11,21 +11,22 @@
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use pyo3::IntoPyObjectExt;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 mod bridge;
+mod convert;
 mod errors;
 mod hold;
 mod runtime;
 
 use bridge::Notifier;
-use hold::{Held, Hold, timed_out_is_none};
+use convert::{Bytes, WaitFor, configure, info_tuple, seconds, versioned, written_bytes};
+use hold::{Hold, timed_out_is_none};
 
 /// Runs a store call the way the caller asked: to completion (GIL released, Ctrl-C honoured)
 /// or as an asyncio awaitable.
@@ -82,101 +83,6 @@ where
             value.into_bound_py_any(py)
         }
     }
-}
-
-/// Seconds from Python as a `Duration`: a clear `ValueError` for negative, NaN or huge values.
-pub(crate) fn seconds(what: &str, value: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(value).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{what} must be a finite, non-negative number of seconds, not {value}"
-        ))
-    })
-}
-
-/// How long an acquisition waits.
-#[derive(Clone, Copy)]
-enum WaitFor {
-    Forever,
-    No,
-    For(Duration),
-}
-
-impl WaitFor {
-    /// `None`: until acquired; `0`: one try; otherwise at most that many seconds.
-    fn from_py(wait: Option<f64>) -> PyResult<WaitFor> {
-        Ok(match wait {
-            None => WaitFor::Forever,
-            Some(s) => match seconds("wait", s)? {
-                d if d.is_zero() => WaitFor::No,
-                d => WaitFor::For(d),
-            },
-        })
-    }
-}
-
-/// Applies the lease and wait options shared by every builder of the Rust API.
-macro_rules! configure {
-    ($builder:expr, $ttl:expr, $wait:expr, $max_hold:expr) => {{
-        let mut builder = $builder;
-        if let Some(ttl) = $ttl {
-            builder = builder.ttl(ttl);
-        }
-        if let Some(max) = $max_hold {
-            builder = builder.max_hold(max);
-        }
-        match $wait {
-            WaitFor::Forever => builder.wait_forever(),
-            WaitFor::No => builder.no_wait(),
-            WaitFor::For(d) => builder.wait(d),
-        }
-    }};
-}
-
-/// Bytes that become a Python `bytes` (a `Vec<u8>` would become a list).
-struct Bytes(Vec<u8>);
-
-impl<'py> IntoPyObject<'py> for Bytes {
-    type Target = PyBytes;
-    type Output = Bound<'py, PyBytes>;
-    type Error = std::convert::Infallible;
-
-    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
-        Ok(PyBytes::new(py, &self.0))
-    }
-}
-
-/// A lock as `inspect` and `list` describe it: name, fence, label, host, pid, acquired at
-/// (Unix seconds), lease seconds left (`None` for a session), hold count, waiters (`None` when
-/// the store cannot count them).
-type InfoTuple = (
-    String,
-    u64,
-    Option<String>,
-    String,
-    u32,
-    f64,
-    Option<f64>,
-    u32,
-    Option<u32>,
-);
-
-fn info_tuple(info: dlock::LockInfo) -> InfoTuple {
-    let acquired = info
-        .acquired_at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    (
-        info.name,
-        info.fence.get(),
-        info.owner.label,
-        info.owner.host,
-        info.owner.pid,
-        acquired,
-        info.ttl_left.map(|d| d.as_secs_f64()),
-        info.holds,
-        info.waiters,
-    )
 }
 
 /// The connection of this process to one store.
@@ -331,7 +237,7 @@ impl Client {
             builder = builder.reentrant();
         }
         run_acquire(py, aio, &locks, &name.clone(), async move {
-            timed_out_is_none(builder.acquire().await, |g| Hold::new(name, Held::Mutex(g)))
+            timed_out_is_none(builder.acquire().await, |g| Hold::new(name, g))
         })
     }
 
@@ -358,7 +264,7 @@ impl Client {
         }
         let builder = configure!(builder, ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &name.clone(), async move {
-            timed_out_is_none(builder.read().await, |g| Hold::new(name, Held::Read(g)))
+            timed_out_is_none(builder.read().await, |g| Hold::new(name, g))
         })
     }
 
@@ -385,7 +291,7 @@ impl Client {
         }
         let builder = configure!(builder, ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &name.clone(), async move {
-            timed_out_is_none(builder.write().await, |g| Hold::new(name, Held::Write(g)))
+            timed_out_is_none(builder.write().await, |g| Hold::new(name, g))
         })
     }
 
@@ -409,7 +315,8 @@ impl Client {
         let builder = configure!(locks.semaphore(name.clone(), permits), ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &name.clone(), async move {
             timed_out_is_none(builder.acquire().await, |g| {
-                Hold::new(name, Held::Permit(g))
+                let fences = vec![(g.slot().as_str().to_owned(), g.fence().get())];
+                Hold::with_fences(name, fences, g)
             })
         })
     }
@@ -434,7 +341,11 @@ impl Client {
         let builder = configure!(locks.multi_lock(names), ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &first, async move {
             timed_out_is_none(builder.acquire().await, |g| {
-                Hold::new(label, Held::Multi(g))
+                let fences = g
+                    .fences()
+                    .map(|(name, fence)| (name.as_str().to_owned(), fence.get()))
+                    .collect();
+                Hold::with_fences(label, fences, g)
             })
         })
     }
@@ -581,19 +492,6 @@ impl Client {
             .map(versioned)
             .into_bound_py_any(py)
     }
-}
-
-/// A written value as Python gets it: `(bytes, version)`.
-fn versioned(written: dlock::Versioned) -> (Bytes, u64) {
-    (Bytes(written.value), written.version)
-}
-
-/// An update callback's answer: `None` declines, otherwise `bytes` to write.
-fn written_bytes(answer: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
-    if answer.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(answer.cast::<PyBytes>()?.as_bytes().to_vec()))
 }
 
 /// The URL `dlock.connect()` uses without one: the dlock command's default, a SQLite file in

@@ -36,6 +36,11 @@ pub struct Offers {
     pub fail_over: bool,
     /// The slot of a held lock can be migrated to another node (a Redis Cluster's resharding).
     pub slot_move: bool,
+    /// Holds live in client sessions of this timeout (ZooKeeper): a client cut off for longer
+    /// loses them all when the server expires its session.
+    pub sessions: Option<std::time::Duration>,
+    /// The server can end its idle client sessions one by one, as an administrator would.
+    pub session_kill: bool,
 }
 
 /// The faults of a started fixture.
@@ -71,8 +76,14 @@ pub struct Faults {
     pub fail_over: Option<(Action, Action)>,
     /// Migrate the slot of a held lock to another node.
     pub slot_move: Option<Action>,
+    /// End every idle client session on the server (`pg_terminate_backend`, `KILL`): the
+    /// holders' connections between two checks, not a session running a query (a session
+    /// lock's watcher, or a waiter waiting inside the server).
+    pub session_kill: Option<Action>,
     /// Holders run in processes of their own.
     pub holder_processes: bool,
+    /// The session timeout, where holds live in client sessions.
+    pub sessions: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Faults {
@@ -96,6 +107,8 @@ impl Faults {
             snapshot: self.snapshot.is_some(),
             fail_over: self.fail_over.is_some(),
             slot_move: self.slot_move.is_some(),
+            sessions: self.sessions,
+            session_kill: self.session_kill.is_some(),
         }
     }
 }
@@ -155,6 +168,8 @@ const SERVERS: Offers = Offers {
     snapshot: false,
     fail_over: false,
     slot_move: false,
+    sessions: None,
+    session_kill: false,
 };
 
 /// A cluster: only its leader is struck; clients dial every member, so no proxy.
@@ -175,6 +190,8 @@ impl Offers {
         snapshot: false,
         fail_over: false,
         slot_move: false,
+        sessions: None,
+        session_kill: false,
     };
 }
 
@@ -258,7 +275,22 @@ macro_rules! single_server_faults {
     )*};
 }
 
-single_server_faults!(EtcdFixture, ZookeeperFixture);
+single_server_faults!(EtcdFixture);
+
+impl Strikable for ZookeeperFixture {
+    const OFFERS: Offers = Offers {
+        sessions: Some(crate::fixture::ZOOKEEPER_TEST_SESSION),
+        ..SERVERS
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        let fx = self.clone();
+        let servers: OnServers = Arc::new(move |f| f(&mut fx.server()));
+        Faults {
+            sessions: Some(crate::fixture::ZOOKEEPER_TEST_SESSION),
+            ..server_faults(&servers, vec![self.server().addr()])
+        }
+    }
+}
 
 impl Strikable for RedisFixture {
     const OFFERS: Offers = Offers {
@@ -372,14 +404,78 @@ impl Strikable for RedlockFixture {
     }
 }
 
-impl<K: SqlServer> Strikable for SqlFixture<K> {
-    const OFFERS: Offers = SERVERS;
+impl<K: SqlServer + EndsSessions> Strikable for SqlFixture<K> {
+    const OFFERS: Offers = Offers {
+        session_kill: true,
+        ..SERVERS
+    };
     fn faults(self: &Arc<Self>) -> Faults {
         let server = self.server().clone();
-        let addr = server.lock().unwrap_or_else(PoisonError::into_inner).addr();
+        let (addr, base) = {
+            let server = server.lock().unwrap_or_else(PoisonError::into_inner);
+            (server.addr(), K::base_url(&server))
+        };
         let servers: OnServers =
             Arc::new(move |f| f(&mut server.lock().unwrap_or_else(PoisonError::into_inner)));
-        server_faults(&servers, vec![addr])
+        let kill: Action = Arc::new(move || {
+            let ended = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(K::end_idle_sessions(&base))?;
+            anyhow::ensure!(ended > 0, "no idle session to end");
+            Ok(())
+        });
+        Faults {
+            session_kill: Some(kill),
+            ..server_faults(&servers, vec![addr])
+        }
+    }
+}
+
+/// How a SQL server ends its idle client sessions from an admin connection of its own.
+pub trait EndsSessions {
+    /// Ends every idle client session but the admin's; returns how many.
+    fn end_idle_sessions(base_url: &str) -> futures::future::BoxFuture<'_, anyhow::Result<usize>>;
+}
+
+impl EndsSessions for server::Postgres {
+    fn end_idle_sessions(base_url: &str) -> futures::future::BoxFuture<'_, anyhow::Result<usize>> {
+        Box::pin(async move {
+            use sqlx::Connection;
+            let mut admin = sqlx::PgConnection::connect(base_url).await?;
+            let ended: Vec<bool> = sqlx::query_scalar(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE backend_type = 'client backend' AND state = 'idle'
+                   AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(&mut admin)
+            .await?;
+            Ok(ended.into_iter().filter(|ended| *ended).count())
+        })
+    }
+}
+
+impl EndsSessions for server::Mariadb {
+    fn end_idle_sessions(base_url: &str) -> futures::future::BoxFuture<'_, anyhow::Result<usize>> {
+        Box::pin(async move {
+            use sqlx::Connection;
+            let mut admin = sqlx::MySqlConnection::connect(base_url).await?;
+            let idle: Vec<i64> = sqlx::query_scalar(
+                "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST
+                 WHERE COMMAND = 'Sleep' AND ID <> CONNECTION_ID()",
+            )
+            .fetch_all(&mut admin)
+            .await?;
+            let mut ended = 0;
+            for id in idle {
+                // Gone meanwhile is fine: it was to end anyway.
+                let killed = sqlx::query(sqlx::AssertSqlSafe(format!("KILL {id}")))
+                    .execute(&mut admin)
+                    .await;
+                ended += usize::from(killed.is_ok());
+            }
+            Ok(ended)
+        })
     }
 }
 

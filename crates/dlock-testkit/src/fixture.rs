@@ -516,11 +516,14 @@ impl EtcdClusterFixture {
 /// lock lasts until its session expires) is recovered within the suite's 5 s bound, but not
 /// so short that a CPU-starved client (the whole suite on 2 cores) declares its connection
 /// lost (after 2/5 of it) and reports watchdog locks uncertain, then lost.
-pub const ZOOKEEPER_TEST_SESSION: &str = "3s";
+pub const ZOOKEEPER_TEST_SESSION: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The URL of a ZooKeeper fixture whose servers answer at `connect_string`.
 fn zookeeper_url(connect_string: &str) -> String {
-    format!("zk://{connect_string}/dlock-test?session_timeout={ZOOKEEPER_TEST_SESSION}")
+    format!(
+        "zk://{connect_string}/dlock-test?session_timeout={}ms",
+        ZOOKEEPER_TEST_SESSION.as_millis()
+    )
 }
 
 /// ZooKeeper needs its jar (and a JVM) besides a binary: a missing jar is "not installed" too.

@@ -136,6 +136,7 @@
 pub mod backend;
 mod error;
 mod fence;
+mod hold;
 mod lease;
 pub mod limits;
 mod locks;
@@ -178,6 +179,7 @@ pub mod blocking;
 pub use backend::{HoldKind, LockInfo, Versioned};
 pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;
+pub use hold::Hold;
 pub use lease::Lost;
 pub use lease::keeper::LostReason;
 pub use locks::Locks;

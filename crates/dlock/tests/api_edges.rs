@@ -267,3 +267,58 @@ fn a_watchdog_hold_outlives_the_runtime_that_started_the_keeper() {
         held.release().await.unwrap();
     });
 }
+
+/// Every kind of guard says why it was lost, through its own method and through `Hold`: a
+/// fixed TTL that runs out is `Expired`, and a broken lock is `Broken`.
+#[tokio::test]
+async fn every_guard_says_why_it_was_lost() {
+    use dlock::{Hold, LostReason};
+    let locks = dlock::connect("memory://api-edges-lost-reason")
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(150);
+    let permit = locks.semaphore("pool", 2).ttl(ttl).acquire().await.unwrap();
+    let read = locks.rwlock("table").ttl(ttl).read().await.unwrap();
+    let write = locks.rwlock("other").ttl(ttl).write().await.unwrap();
+    let multi = locks
+        .multi_lock(["m/a", "m/b"])
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(permit.lost_reason(), None);
+    assert_eq!(read.lost_reason(), None);
+    assert_eq!(write.lost_reason(), None);
+    assert_eq!(multi.lost_reason(), None);
+    let holds: Vec<Box<dyn Hold>> = vec![
+        Box::new(permit),
+        Box::new(read),
+        Box::new(write),
+        Box::new(multi),
+    ];
+    for hold in &holds {
+        tokio::time::timeout(Duration::from_secs(5), hold.lost())
+            .await
+            .unwrap_or_else(|_| panic!("{hold:?} was not lost"));
+        assert_eq!(hold.lost_reason(), Some(LostReason::Expired), "{hold:?}");
+        assert!(matches!(
+            Hold::extend(hold, Duration::from_secs(5)).await,
+            Err(dlock::Error::NotOwned { .. })
+        ));
+    }
+
+    let permit = locks.semaphore("broken-pool", 1).acquire().await.unwrap();
+    let slot = permit.slot().as_str().to_owned();
+    locks.force_release(&slot).await.unwrap();
+    assert_eq!(permit.lost_reason(), Some(LostReason::Broken));
+    let multi = locks.multi_lock(["n/a", "n/b"]).acquire().await.unwrap();
+    locks.force_release("n/b").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), multi.lost())
+        .await
+        .unwrap();
+    assert_eq!(multi.lost_reason(), Some(LostReason::Broken));
+    assert_eq!(
+        Hold::fence(&multi),
+        multi.fences().map(|(_, f)| f).max().unwrap()
+    );
+}

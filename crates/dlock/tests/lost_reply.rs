@@ -247,9 +247,7 @@ mod redis {
     )]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lost_reply_does_not_orphan_a_redis_grant() -> anyhow::Result<()> {
-        let Some(fx) = RedisFixture::start()? else {
-            return Ok(());
-        };
+        let fx = dlock_testkit::require::present("redis", RedisFixture::start())?;
         for hold in [Hold::Mutex, Hold::Permit, Hold::Writer, Hold::Reader] {
             a_lost_reply_does_not_orphan_the_grant(&fx.url().unwrap(), &[fx.addr()], hold).await?;
         }
@@ -262,9 +260,7 @@ mod redis {
     )]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lost_reply_does_not_orphan_a_redlock_grant() -> anyhow::Result<()> {
-        let Some(fx) = RedlockFixture::start(3)? else {
-            return Ok(());
-        };
+        let fx = dlock_testkit::require::present("redis", RedlockFixture::start(3))?;
         let addrs = fx.server().addrs();
         a_lost_reply_does_not_orphan_the_grant(&fx.url().unwrap(), &addrs, Hold::Mutex).await
     }
@@ -275,9 +271,7 @@ mod redis {
     )]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lost_reply_without_time_to_retry_leaves_no_redis_grant_held() -> anyhow::Result<()> {
-        let Some(fx) = RedisFixture::start()? else {
-            return Ok(());
-        };
+        let fx = dlock_testkit::require::present("redis", RedisFixture::start())?;
         let mut cases = vec![(Call::Multi, Hold::Mutex)];
         for how in [Call::Try, Call::NoWait, Call::WaitRanOut] {
             for hold in [Hold::Mutex, Hold::Permit, Hold::Writer, Hold::Reader] {
@@ -295,9 +289,7 @@ mod redis {
     )]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lost_reply_to_dlock_run_no_wait_leaves_the_lock_free() -> anyhow::Result<()> {
-        let Some(fx) = RedisFixture::start()? else {
-            return Ok(());
-        };
+        let fx = dlock_testkit::require::present("redis", RedisFixture::start())?;
         let url = fx.url().unwrap();
         let (proxy, proxied) = proxied(&url, &[fx.addr()])?;
         let other = dlock::connect(&url).await?;

@@ -281,9 +281,23 @@ enum FaultKind {
     ServerPause,
     ProxyReset,
     ProxyLatency,
+    /// 200 ms of latency on holds of a fixed TTL that outlive it: the lease began when the
+    /// request left, so the holder must be told before the next one gets in.
+    FixedTtlLatency,
+    /// The reply to one request on the lock is lost (and its connection reset), so a grant
+    /// or a release the store made is unknown to its client.
+    ReplyLost,
+    /// The server ends its idle client sessions (`pg_terminate_backend`, `KILL`), the
+    /// holder's among them, and not the session lock watcher's: a lease lives on; a session
+    /// lock ends at once in the server, and its holder hears at its next check.
+    SessionKill,
     ProxyBlackhole,
     /// The holder alone cut off from the store (its own proxy blackholed) while the others go on.
     Partition,
+    /// The same for two session timeouts, with a watchdog lease far longer: the session's own
+    /// budget, not the keeper's deadline, must tell the holder before the server expires the
+    /// session and the next holder gets in.
+    PartitionPastSession,
     LeaderKill,
     /// A crash, then a start from a snapshot saved two seconds earlier: the store comes back
     /// with older data (every Redlock node does).
@@ -295,7 +309,7 @@ enum FaultKind {
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 14] = [
+    const ALL: [FaultKind; 18] = [
         FaultKind::Baseline,
         FaultKind::HolderKill,
         FaultKind::HolderPause,
@@ -304,8 +318,12 @@ impl FaultKind {
         FaultKind::ServerPause,
         FaultKind::ProxyReset,
         FaultKind::ProxyLatency,
+        FaultKind::FixedTtlLatency,
+        FaultKind::ReplyLost,
+        FaultKind::SessionKill,
         FaultKind::ProxyBlackhole,
         FaultKind::Partition,
+        FaultKind::PartitionPastSession,
         FaultKind::LeaderKill,
         FaultKind::SnapshotRestore,
         FaultKind::LaggingFailover,
@@ -350,7 +368,10 @@ impl FaultKind {
             || (!tuning.lease
                 && matches!(
                     self,
-                    FaultKind::ServerKill | FaultKind::ServerRestart | FaultKind::ProxyReset
+                    FaultKind::ServerKill
+                        | FaultKind::ServerRestart
+                        | FaultKind::ProxyReset
+                        | FaultKind::SessionKill
                 ))
     }
 
@@ -375,8 +396,12 @@ impl FaultKind {
             FaultKind::ServerPause => "server_sigstop",
             FaultKind::ProxyReset => "connections_reset",
             FaultKind::ProxyLatency => "latency_200ms",
+            FaultKind::FixedTtlLatency => "latency_200ms_fixed_ttl_outlived",
+            FaultKind::ReplyLost => "one_reply_lost",
+            FaultKind::SessionKill => "idle_sessions_ended_by_the_server",
             FaultKind::ProxyBlackhole => "blackhole",
             FaultKind::Partition => "holder_partitioned",
+            FaultKind::PartitionPastSession => "holder_partitioned_past_its_session",
             FaultKind::LeaderKill => "leader_kill",
             FaultKind::SnapshotRestore => "restart_from_older_snapshot",
             FaultKind::LaggingFailover => "failover_to_lagging_replica",
@@ -393,7 +418,11 @@ fn applies(offers: Offers, fault: FaultKind) -> bool {
         HolderKill | HolderPause => offers.holder_processes,
         ServerKill | ServerRestart => offers.crash,
         ServerPause => offers.pause,
-        ProxyReset | ProxyLatency | ProxyBlackhole | Partition => offers.proxy,
+        ProxyReset | ProxyLatency | FixedTtlLatency | ReplyLost | ProxyBlackhole | Partition => {
+            offers.proxy
+        }
+        PartitionPastSession => offers.proxy && offers.sessions.is_some(),
+        SessionKill => offers.session_kill,
         LeaderKill => offers.leader_kill,
         SnapshotRestore => offers.snapshot,
         LaggingFailover => offers.fail_over,
@@ -421,6 +450,16 @@ impl Prim {
             // Two permits for three workers: one always waits.
             Prim::Semaphore => Primitive::Semaphore(2),
             Prim::MultiLock => Primitive::MultiLock,
+        }
+    }
+
+    /// What the figures call it.
+    fn label(self) -> &'static str {
+        match self {
+            Prim::Mutex => "mutex",
+            Prim::RwLock => "rwlock",
+            Prim::Semaphore => "semaphore",
+            Prim::MultiLock => "multi-lock",
         }
     }
 
@@ -465,7 +504,15 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
             (backend, fault),
             ("memory", Baseline)
                 | ("sqlite", HolderPause)
-                | ("redis", ServerRestart | Partition | LaggingFailover)
+                | (
+                    "redis",
+                    ServerRestart | Partition | LaggingFailover | FixedTtlLatency | ReplyLost
+                )
+                | ("postgres" | "etcd" | "zookeeper", ReplyLost)
+                | (
+                    "postgres-session" | "mariadb-session" | "mariadb",
+                    SessionKill
+                )
                 | ("redlock", ServerRestart)
                 | ("redis-sentinel" | "redis-cluster", LeaderKill)
                 | ("redis-cluster", SlotMove)
@@ -475,7 +522,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("mariadb-session", ProxyBlackhole)
                 | ("etcd", ProxyBlackhole)
                 | ("etcd-cluster", LeaderKill)
-                | ("zookeeper", ServerPause)
+                | ("zookeeper", ServerPause | PartitionPastSession)
                 | ("zookeeper-ensemble", LeaderKill)
         ),
         Prim::RwLock => matches!(
@@ -692,6 +739,29 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
         workload.holds_before = 2;
         workload.holds_after = 2;
     }
+    if fault == FaultKind::PartitionPastSession {
+        // A lease the default's size (30 s), and holds that outlast the cut: only the
+        // session's budget can end them in time.
+        workload.ttl = Duration::from_secs(30);
+        workload.hold = Duration::from_secs(8);
+        workload.holds_before = 1;
+        workload.holds_after = 1;
+    }
+    if fault == FaultKind::SessionKill && !stand.tuning.lease {
+        // A session lock's connection ended alone is found at the holder's next check, every
+        // min(TTL / 3, check_interval): the documented window, in which the next waiter can
+        // already hold.
+        workload.fault_told_within = Some(workload.ttl / 3);
+    }
+    if fault == FaultKind::FixedTtlLatency {
+        // Holds that outlive their fixed TTL: each must be told within its lease counted from
+        // when its acquire was sent (the lag rule), before the next holder's grant (the
+        // overlap rule), although every reply comes 200 ms late.
+        workload.watchdog = false;
+        workload.hold = workload.ttl * 6 / 5;
+        workload.holds_before = 3;
+        workload.holds_after = 3;
+    }
     if matches!(
         fault,
         FaultKind::SnapshotRestore | FaultKind::LaggingFailover
@@ -747,15 +817,46 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
                 }),
             )
         }
-        FaultKind::ProxyLatency => {
+        FaultKind::ProxyLatency | FaultKind::FixedTtlLatency => {
             let stand = stand.clone();
             Fault::External(
-                "200 ms latency for 2 s",
+                if fault == FaultKind::ProxyLatency {
+                    "200 ms latency for 2 s"
+                } else {
+                    "200 ms latency for 2 s, fixed TTLs outlived"
+                },
                 Box::new(move || {
                     let proxy = stand.proxy().map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     proxy.set(NetFault::Latency(Duration::from_millis(200)));
                     std::thread::sleep(Duration::from_secs(2));
                     proxy.set(NetFault::None);
+                    Ok(())
+                }),
+            )
+        }
+        FaultKind::SessionKill => {
+            let end = stand.faults.session_kill.clone().unwrap();
+            Fault::External("idle sessions ended by the server", Box::new(move || end()))
+        }
+        FaultKind::ReplyLost => {
+            let stand = stand.clone();
+            // Every request on the trial's lock names it (`safety/SLUG/…`; ZooKeeper encodes the
+            // slashes), and the slug keeps other trials out.
+            let pattern = fault.slug();
+            Fault::External(
+                "the reply to one request on the lock lost",
+                Box::new(move || {
+                    let proxy = stand.proxy().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    let before = proxy.replies_lost();
+                    proxy.lose_reply_to(pattern.as_bytes());
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while proxy.replies_lost() == before {
+                        anyhow::ensure!(
+                            std::time::Instant::now() < deadline,
+                            "no request on the lock within 10 s: no reply was lost"
+                        );
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
                     Ok(())
                 }),
             )
@@ -773,7 +874,11 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
                 }),
             )
         }
-        FaultKind::Partition => {
+        FaultKind::Partition | FaultKind::PartitionPastSession => {
+            let cut_for = match stand.faults.offers().sessions {
+                Some(session) if fault == FaultKind::PartitionPastSession => session * 2,
+                _ => ttl * 5 / 2,
+            };
             workload.worker_urls = stand
                 .worker_proxies
                 .iter()
@@ -781,7 +886,7 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
                 .collect();
             let stand = stand.clone();
             Fault::Partition(
-                ttl * 5 / 2,
+                cut_for,
                 Box::new(move |worker, cut| {
                     let (proxy, _) = stand
                         .worker_proxies
@@ -861,6 +966,13 @@ fn trial(backend: &'static str, fault: FaultKind, prim: Prim) -> Result<(), Fail
     let (workload, injected) = prepare(&stand, fault, prim);
     let report = run(&stand, backend, fault, &workload, injected)?;
     let violations = judge(&stand, fault, prim, &report);
+    let name = format!("{backend}::{}{}", prim.prefix(), fault.slug());
+    let result = if violations.is_empty() {
+        "pass"
+    } else {
+        "fail"
+    };
+    report_figures(&name, backend, prim.label(), result, &violations, &report);
     if violations.is_empty() {
         Ok(())
     } else {
@@ -885,6 +997,26 @@ fn judge(stand: &Stand, fault: FaultKind, prim: Prim, report: &ScenarioReport) -
                 violations.push(format!(
                     "{FROZEN_HOLDER_RULE}: the frozen holder's guard never reported the loss"
                 ));
+            }
+        }
+        // The server may expire the cut-off client's session a timeout after it last heard
+        // from it, which can be shortly before the cut: the holder must be told well inside
+        // that, within the documented budget (two thirds of the timeout from the last answered
+        // request, which was sent before the cut), plus 200 ms for a timer on a loaded machine.
+        FaultKind::PartitionPastSession => {
+            let session = stand.faults.offers().sessions.unwrap_or_default();
+            let bound = session * 2 / 3 + Duration::from_millis(200);
+            match report.lost_after_fault_max {
+                _ if report.holds_struck.0 == 0 => {
+                    violations.push("the partition struck no hold".into());
+                }
+                Some(after) if after <= bound => {}
+                told => violations.push(format!(
+                    "session rule: the holder cut off past its {session:?} session was told {} \
+                     after the cut (bound {bound:?}: the server may expire the session a \
+                     timeout after it last heard from the client)",
+                    told.map_or("never".into(), |d| format!("{d:?}"))
+                )),
             }
         }
         // A resharding moves the lock's keys with it: the holds it struck must live on.
@@ -952,7 +1084,18 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
     let report = run(&stand, backend, fault, &workload, injected)?;
     let violations = judge(&stand, fault, canary.prim(), &report);
     let rule = canary.rule();
-    if violations.iter().any(|v| v.starts_with(rule)) {
+    let flagged = violations.iter().any(|v| v.starts_with(rule));
+    let name = format!("{backend}::{}", canary.slug());
+    let result = if flagged { "flagged" } else { "not flagged" };
+    report_figures(
+        &name,
+        backend,
+        canary.prim().label(),
+        result,
+        &violations,
+        &report,
+    );
+    if flagged {
         eprintln!("{backend}: {canary:?} canary flagged by the {rule}: {violations:?}");
         Ok(())
     } else {
@@ -1026,20 +1169,40 @@ fn soak_size() -> Option<usize> {
 }
 
 fn record(backend: &str, report: &ScenarioReport) {
-    let line = format!("{backend}: {}", report.summary());
-    eprintln!("{line}");
+    eprintln!("{backend}: {}", report.summary());
     if !report.errors.is_empty() {
         eprintln!("{backend}: first indeterminate errors: {:?}", report.errors);
     }
-    if let Some(path) = std::env::var_os("DLOCK_SAFETY_REPORT") {
-        use std::io::Write;
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(file, "{line}");
-        }
+}
+
+/// With `DLOCK_SAFETY_REPORT=FILE`, appends the trial's outcome and figures to FILE as one
+/// JSON object a line (`scripts/reliability_figures.py` makes RELIABILITY.md's tables of it).
+fn report_figures(
+    trial: &str,
+    backend: &str,
+    primitive: &str,
+    result: &str,
+    violations: &[String],
+    report: &ScenarioReport,
+) {
+    let Some(path) = std::env::var_os("DLOCK_SAFETY_REPORT") else {
+        return;
+    };
+    let line = serde_json::json!({
+        "trial": trial,
+        "backend": backend,
+        "primitive": primitive,
+        "result": result,
+        "violations": violations,
+        "figures": report.figures(),
+    });
+    use std::io::Write;
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
     }
 }
 

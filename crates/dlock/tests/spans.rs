@@ -166,3 +166,61 @@ fn native_semaphores_and_rwlocks_have_acquire_spans_with_their_kind() {
         assert_eq!(fields["fence"], fence.to_string(), "{fields:?}");
     }
 }
+
+/// Re-entries and a multi-lock's one-step attempt go through the same observed path as every
+/// other hold: each has its `dlock.acquire` span.
+#[test]
+fn a_reentry_and_a_multi_locks_one_step_attempt_have_acquire_spans() {
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (reentry_fence, multi_fence) = tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            // In-process memory: a store with reentrant locks.
+            let memory = dlock::connect("memory://spans-reentry").await.unwrap();
+            let outer = memory.mutex("ledger").reentrant().acquire().await.unwrap();
+            let inner = outer.reenter().await.unwrap();
+            let reentry_fence = inner.fence().get();
+            inner.release().await.unwrap();
+            outer.release().await.unwrap();
+            // SQLite takes every lock of a multi-lock in one transaction.
+            let sqlite = dlock::connect(&url).await.unwrap();
+            let both = sqlite.multi_lock(["b", "a"]).try_acquire().await.unwrap();
+            let both = both.expect("both locks are free");
+            let multi_fence = both.fences().map(|(_, fence)| fence.get()).max().unwrap();
+            both.release().await.unwrap();
+            (reentry_fence, multi_fence)
+        })
+    });
+    let closed = spans.closed.lock().unwrap().clone();
+    let acquired = |lock: &str| {
+        closed
+            .iter()
+            .filter(|(n, f)| {
+                n == "dlock.acquire"
+                    && f.get("lock").map(String::as_str) == Some(lock)
+                    && f.get("outcome").map(String::as_str) == Some("acquired")
+            })
+            .map(|(_, f)| f.clone())
+            .collect::<Vec<_>>()
+    };
+    let ledger = acquired("ledger");
+    assert_eq!(ledger.len(), 2, "the hold and its re-entry: {closed:?}");
+    for fields in &ledger {
+        assert_eq!(fields["fence"], reentry_fence.to_string(), "{fields:?}");
+        assert_eq!(fields["kind"], "mutex", "{fields:?}");
+    }
+    let one_step = acquired("a,b");
+    assert_eq!(one_step.len(), 1, "one span for the one step: {closed:?}");
+    assert_eq!(one_step[0]["backend"], "sqlite");
+    assert_eq!(one_step[0]["fence"], multi_fence.to_string());
+    assert!(
+        acquired("a").is_empty() && acquired("b").is_empty(),
+        "the one step took both: {closed:?}"
+    );
+}

@@ -1320,3 +1320,143 @@ fn the_default_store_in_the_temp_dir_refuses_what_another_user_could_write() {
     }
     assert!(failures.is_empty(), "trusted: {failures:#?}");
 }
+
+/// `dlock --url URL ARGS...` in a time namespace of its own whose monotonic clock reads
+/// `offset_secs` more than this process's (`unshare --time`, from util-linux; unprivileged it
+/// needs a user namespace too). Panics when this machine cannot make one: the case it tests
+/// would then pass without running.
+fn dlock_in_time_namespace(url: &str, offset_secs: i64) -> std::process::Command {
+    let is_root = nix::unistd::geteuid().is_root();
+    let probe = std::process::Command::new("unshare")
+        .args(if is_root {
+            &[][..]
+        } else {
+            &["--map-root-user"][..]
+        })
+        .arg("--time")
+        .arg(format!("--monotonic={offset_secs}"))
+        .arg("true")
+        .status()
+        .expect("unshare (Debian package util-linux)");
+    assert!(
+        probe.success(),
+        "this machine cannot make a time namespace (unshare --time): {probe}"
+    );
+    let mut cmd = std::process::Command::new("unshare");
+    if !is_root {
+        cmd.arg("--map-root-user");
+    }
+    cmd.arg("--time")
+        .arg(format!("--monotonic={offset_secs}"))
+        .arg(dlock_testkit::cli::dlock_binary().unwrap())
+        .arg("--url")
+        .arg(url);
+    cmd
+}
+
+/// How long this machine's monotonic clock has run, in whole seconds.
+fn monotonic_secs() -> i64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    now.tv_sec()
+}
+
+#[tokio::test]
+async fn a_client_in_another_time_namespace_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url(&dir.path().join("locks.db"));
+    // A holder whose monotonic clock is far behind ours: counted on our clock, its 30 s lease
+    // ended long ago, though it lives and renews.
+    let behind = -(monotonic_secs() - 1).min(3_600);
+    assert!(behind < -60, "this machine booted too recently: {behind}");
+    let _holder = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || hold(dlock_in_time_namespace(&url, behind).args(["hold", "namespaced"]))
+    })
+    .await
+    .unwrap();
+    let refused = dlock::connect(&url).await;
+    let Err(Error::InvalidArgument { what, reason }) = &refused else {
+        panic!(
+            "a client opened a store in use from another time namespace: {:?}",
+            refused.map(|locks| locks.info().name)
+        );
+    };
+    assert_eq!(*what, "sqlite path");
+    assert!(reason.contains("time namespace"), "{reason}");
+}
+
+#[tokio::test]
+async fn a_client_started_in_another_time_namespace_refuses_a_store_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url(&dir.path().join("locks.db"));
+    let locks = dlock::connect(&url).await.unwrap();
+    let held = locks.mutex("ours").acquire().await.unwrap();
+    // A contender whose monotonic clock is an hour ahead of ours sees our lease as over.
+    let out = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            dlock_in_time_namespace(&url, 3_600)
+                .args(["run", "--no-wait", "ours", "--", "true"])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "a contender in another time namespace ran under our lock: {} {stderr}",
+        out.status
+    );
+    assert!(stderr.contains("time namespace"), "{stderr}");
+    assert!(!held.is_lost());
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_live_client_of_another_boot_is_refused_and_a_dead_one_is_not() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let url = url(&db);
+    // The store is made and closed by a client of this boot.
+    dlock::connect(&url).await.unwrap().close().await.unwrap();
+    // A client of another kernel sharing the folder (a VM and its host, two containers of
+    // two machines) has its holder file there, locked while it lives.
+    let holders = dir.path().join("locks.db-holders");
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let mut file = std::fs::File::create(holders.join(&id)).unwrap();
+    writeln!(file, "boot 8f2b7c1e-0000-4000-8000-000000000000").unwrap();
+    let live = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
+    let before = holder_files(&holders);
+    let refused = dlock::connect(&url).await;
+    let Err(Error::InvalidArgument { reason, .. }) = &refused else {
+        panic!("a client opened a store in use by another boot: {refused:?}");
+    };
+    assert!(reason.contains("another boot"), "{reason}");
+    assert_eq!(
+        holder_files(&holders),
+        before,
+        "the refused client left a holder file behind"
+    );
+    // Once that client is gone (its lock with it), the store opens again.
+    drop(live);
+    let locks = dlock::connect(&url).await.unwrap();
+    locks
+        .mutex("after")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+fn holder_files(dir: &std::path::Path) -> std::collections::BTreeSet<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect()
+}

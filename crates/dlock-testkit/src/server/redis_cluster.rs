@@ -149,9 +149,52 @@ impl RedisCluster {
     ///
     /// A node could not be killed or restarted, or the cluster did not settle in time.
     pub fn kill_primary_of(&mut self, key: &str) -> Result<(), ServerError> {
+        self.kill_primary_of_cut_off(key, &[])
+    }
+
+    /// Cuts the replicas of the primary that serves `key` off from it: pauses them (SIGSTOP)
+    /// and has the primary close their replication links, so what it writes from now on
+    /// reaches no replica. Returns their indexes, for
+    /// [`kill_primary_of_cut_off`](RedisCluster::kill_primary_of_cut_off); call it within the
+    /// node timeout (2 s) or the cluster marks the replicas failed.
+    ///
+    /// # Errors
+    ///
+    /// No node answered, the shard has no replica, or one could not be paused.
+    pub fn cut_off_replicas_of(&mut self, key: &str) -> Result<Vec<usize>, ServerError> {
+        let primary = self.nodes[self.primary_of(key)?].addr();
+        let replicas = self.pause_replicas_of(key)?;
+        let (_, reply) = exchange(
+            primary,
+            &["CLIENT", "KILL", "TYPE", "replica"],
+            COMMAND_TIMEOUT,
+        )
+        .map_err(io_error)?;
+        if !reply.starts_with(':') {
+            return Err(self.failed(&format!("CLIENT KILL TYPE replica: {reply}")));
+        }
+        Ok(replicas)
+    }
+
+    /// Kills the primary that serves `key`, then resumes the replicas `cut_off` (from
+    /// [`cut_off_replicas_of`](RedisCluster::cut_off_replicas_of)), so one is promoted without
+    /// the writes made since it was cut off: a failover that loses them. Otherwise as
+    /// [`kill_primary_of`](RedisCluster::kill_primary_of).
+    ///
+    /// # Errors
+    ///
+    /// A node could not be killed, resumed or restarted, or the cluster did not settle in time.
+    pub fn kill_primary_of_cut_off(
+        &mut self,
+        key: &str,
+        cut_off: &[usize],
+    ) -> Result<(), ServerError> {
         let index = self.primary_of(key)?;
         let slot = self.slot_of(key)?;
         self.nodes[index].kill()?;
+        for &replica in cut_off {
+            self.nodes[replica].resume()?;
+        }
         self.wait_until("a replica took over the killed primary's slots", |c| {
             c.owner_of(slot).is_ok_and(|owner| owner != index) && c.all_ok_but(Some(index))
         })?;

@@ -307,6 +307,19 @@ pub enum LockKind {
     Write,
 }
 
+impl LockKind {
+    /// The kind of hold a request of this kind takes, as listings and metric labels name it
+    /// (the queue rules are in `queue_rules.rs`).
+    pub(crate) fn hold_kind(self) -> HoldKind {
+        match self {
+            LockKind::Exclusive => HoldKind::Mutex,
+            LockKind::Permit { .. } => HoldKind::Permit,
+            LockKind::Read { .. } => HoldKind::Reader,
+            LockKind::Write => HoldKind::Writer,
+        }
+    }
+}
+
 /// How long [`Backend::acquire`] may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

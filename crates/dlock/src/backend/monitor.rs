@@ -109,16 +109,6 @@ pub enum HoldKind {
 }
 
 impl HoldKind {
-    /// The kind of hold a request of `kind` takes.
-    pub(crate) fn of(kind: LockKind) -> HoldKind {
-        match kind {
-            LockKind::Exclusive => HoldKind::Mutex,
-            LockKind::Permit { .. } => HoldKind::Permit,
-            LockKind::Read { .. } => HoldKind::Reader,
-            LockKind::Write => HoldKind::Writer,
-        }
-    }
-
     /// The lower-case name used in JSON and metric labels: `mutex`, `reader`, `writer`, `permit`.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -12,19 +12,6 @@
 
 use crate::backend::{HoldKind, LockInfo, LockKind};
 
-/// The kind of hold a queue entry stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum QueueKind {
-    /// A mutex.
-    Exclusive,
-    /// A reader of a read-write lock.
-    Read { max_readers: u32 },
-    /// A writer of a read-write lock.
-    Write,
-    /// A permit of a semaphore of `permits`.
-    Permit { permits: u32 },
-}
-
 /// What an entry ahead in the queue is, as far as the rules care.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ahead {
@@ -48,45 +35,38 @@ pub(crate) enum Decision {
     },
 }
 
-impl QueueKind {
-    pub(crate) fn of(kind: LockKind) -> QueueKind {
-        match kind {
-            LockKind::Exclusive => QueueKind::Exclusive,
-            LockKind::Read { max_readers } => QueueKind::Read { max_readers },
-            LockKind::Write => QueueKind::Write,
-            LockKind::Permit { permits } => QueueKind::Permit { permits },
-        }
-    }
-
+/// The decisions of each kind of hold, on the one kind type the whole library uses (the
+/// request's, the span's label through [`LockKind::hold_kind`], the queue's).
+impl LockKind {
     /// The family a lock's entries live in beside the mutexes of the same name: `None` for a
     /// mutex, `rw` for a read-write lock, `sem` for a semaphore.
     pub(crate) fn family(self) -> Option<&'static str> {
         match self {
-            QueueKind::Exclusive => None,
-            QueueKind::Read { .. } | QueueKind::Write => Some("rw"),
-            QueueKind::Permit { .. } => Some("sem"),
+            LockKind::Exclusive => None,
+            LockKind::Read { .. } | LockKind::Write => Some("rw"),
+            LockKind::Permit { .. } => Some("sem"),
         }
     }
 
     /// Whether the entry just ahead decides the turn alone.
     pub(crate) fn first_in_line_wins(self) -> bool {
-        matches!(self, QueueKind::Exclusive | QueueKind::Write)
+        matches!(self, LockKind::Exclusive | LockKind::Write)
     }
 
     /// The rule, over every entry ahead of this one, oldest first.
     pub(crate) fn decide(self, ahead: &[Ahead]) -> Decision {
         let limit = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
         match self {
-            QueueKind::Exclusive | QueueKind::Write => match ahead.len() {
+            LockKind::Exclusive | LockKind::Write => match ahead.len() {
                 0 => Decision::Granted,
                 n => Decision::WaitFor(n - 1),
             },
-            QueueKind::Read { max_readers } => match ahead.iter().rposition(|a| a.writer) {
+            LockKind::Read { max_readers } => match ahead.iter().rposition(|a| a.writer) {
                 Some(writer) => Decision::WaitFor(writer),
                 None if ahead.len() < limit(max_readers) => Decision::Granted,
                 None => Decision::WaitForAnyLeave,
             },
-            QueueKind::Permit { permits } => {
+            LockKind::Permit { permits } => {
                 // Of two calls with different sizes the later sees the earlier's entry.
                 let other = ahead
                     .iter()
@@ -107,11 +87,11 @@ impl QueueKind {
 impl Ahead {
     /// The hold this entry of a read-write lock's or a semaphore's queue asked for. A reader's
     /// limit is not kept in the stores, so it counts as unlimited here.
-    fn shared_kind(self) -> QueueKind {
+    fn shared_kind(self) -> LockKind {
         match (self.writer, self.permit_size) {
-            (true, _) => QueueKind::Write,
-            (false, Some(permits)) => QueueKind::Permit { permits },
-            (false, None) => QueueKind::Read {
+            (true, _) => LockKind::Write,
+            (false, Some(permits)) => LockKind::Permit { permits },
+            (false, None) => LockKind::Read {
                 max_readers: u32::MAX,
             },
         }
@@ -183,16 +163,16 @@ mod tests {
 
     #[test]
     fn exclusive_holds_wait_for_the_entry_just_ahead() {
-        assert_eq!(QueueKind::Exclusive.decide(&[]), Decision::Granted);
+        assert_eq!(LockKind::Exclusive.decide(&[]), Decision::Granted);
         assert_eq!(
-            QueueKind::Write.decide(&[MUTEX, MUTEX]),
+            LockKind::Write.decide(&[MUTEX, MUTEX]),
             Decision::WaitFor(1)
         );
     }
 
     #[test]
     fn readers_wait_for_the_nearest_writer_and_their_limit() {
-        let read = QueueKind::Read { max_readers: 2 };
+        let read = LockKind::Read { max_readers: 2 };
         assert_eq!(read.decide(&[READER]), Decision::Granted);
         assert_eq!(read.decide(&[READER, READER]), Decision::WaitForAnyLeave);
         assert_eq!(
@@ -203,7 +183,7 @@ mod tests {
 
     #[test]
     fn permits_count_and_check_the_size() {
-        let permit3 = QueueKind::Permit { permits: 3 };
+        let permit3 = LockKind::Permit { permits: 3 };
         assert_eq!(permit3.decide(&[permit(3), permit(3)]), Decision::Granted);
         assert_eq!(
             permit3.decide(&[permit(3), permit(3), permit(3)]),
@@ -226,11 +206,10 @@ mod tests {
             LockKind::Read { max_readers: 1 },
             LockKind::Permit { permits: 1 },
         ] {
-            let queued = QueueKind::of(kind);
-            assert_eq!(queued.decide(&[]), Decision::Granted, "{kind:?}");
+            assert_eq!(kind.decide(&[]), Decision::Granted, "{kind:?}");
             assert_eq!(
-                queued.first_in_line_wins(),
-                queued.family() != Some("sem") && !matches!(queued, QueueKind::Read { .. })
+                kind.first_in_line_wins(),
+                kind.family() != Some("sem") && !matches!(kind, LockKind::Read { .. })
             );
         }
     }

@@ -4,62 +4,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
 use crate::error::Result;
-
-/// The async guards the blocking facade wraps: the few methods it forwards, boxed so one
-/// generic [`Held`] serves them all.
-pub(crate) trait AsyncHold: std::fmt::Debug + Send + Sync + 'static {
-    fn lost_token(&self) -> CancellationToken;
-    fn is_lost(&self) -> bool;
-    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>>;
-    fn is_owned(&self) -> BoxFuture<'_, Result<bool>>;
-    fn release(self) -> BoxFuture<'static, Result<()>>;
-}
-
-macro_rules! async_hold {
-    ($($guard:ty),* $(,)?) => {$(
-        impl AsyncHold for $guard {
-            fn lost_token(&self) -> CancellationToken {
-                <$guard>::lost_token(self)
-            }
-            fn is_lost(&self) -> bool {
-                <$guard>::is_lost(self)
-            }
-            fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<()>> {
-                Box::pin(<$guard>::extend(self, ttl))
-            }
-            fn is_owned(&self) -> BoxFuture<'_, Result<bool>> {
-                Box::pin(<$guard>::is_owned(self))
-            }
-            fn release(self) -> BoxFuture<'static, Result<()>> {
-                Box::pin(<$guard>::release(self))
-            }
-        }
-    )*};
-}
-
-async_hold!(
-    crate::MutexGuard,
-    crate::Permit,
-    crate::ReadGuard,
-    crate::WriteGuard,
-    crate::MultiGuard,
-);
+use crate::hold::Hold;
 
 /// An async guard and the runtime that keeps it; dropping it releases the hold and returns
 /// once the store has answered (in the background only when dropped inside async code, which
 /// must not block).
 #[derive(Debug)]
-pub(crate) struct Held<G: AsyncHold> {
+pub(crate) struct Held<G: Hold> {
     inner: Option<G>,
     pub(crate) rt: Arc<Runtime>,
 }
 
-impl<G: AsyncHold> Held<G> {
+impl<G: Hold> Held<G> {
     pub(crate) fn new(guard: G, rt: Arc<Runtime>) -> Held<G> {
         Held {
             inner: Some(guard),
@@ -81,6 +41,10 @@ impl<G: AsyncHold> Held<G> {
 
     pub(crate) fn lost_token(&self) -> CancellationToken {
         self.get().lost_token()
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<crate::LostReason> {
+        self.get().lost_reason()
     }
 
     pub(crate) fn wait_lost(&self, timeout: Duration) -> Result<bool> {
@@ -108,7 +72,7 @@ impl<G: AsyncHold> Held<G> {
     }
 }
 
-impl<G: AsyncHold> Drop for Held<G> {
+impl<G: Hold> Drop for Held<G> {
     fn drop(&mut self) {
         let Some(guard) = self.inner.take() else {
             return;
@@ -142,6 +106,12 @@ macro_rules! blocking_hold_methods {
             from your own loop. Cancelling it yourself does not affect the hold.")]
         pub fn lost_token(&self) -> crate::CancellationToken {
             self.held.lost_token()
+        }
+
+        #[doc = concat!("Why the ", $what, " was lost, once it is; `None` while it is held. \
+            See [`crate::MutexGuard::lost_reason`].")]
+        pub fn lost_reason(&self) -> Option<crate::LostReason> {
+            self.held.lost_reason()
         }
 
         #[doc = concat!("Blocks until the ", $what, " is lost or `timeout` passes; returns \

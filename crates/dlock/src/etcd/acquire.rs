@@ -20,7 +20,7 @@ use super::lease_secs;
 use super::queue_rules::{Wanted, key_base, queue_key};
 use super::revision;
 use super::{EtcdBackend, Inner, RETRY_MAX, RETRY_MIN};
-use crate::backend::queue_rules::QueueKind;
+use crate::backend::LockKind;
 use turn::{Confirmed, Turn};
 
 mod turn;
@@ -117,7 +117,7 @@ impl Granted {
 
 /// Our key in the lock's queue (`prefix` is the lock's key base), created at revision `rev`.
 struct Place {
-    shape: QueueKind,
+    shape: LockKind,
     prefix: Vec<u8>,
     key: Vec<u8>,
     rev: i64,
@@ -140,12 +140,12 @@ impl EtcdBackend {
         req: &AcquireRequest,
         pending: &Pending,
     ) -> Result<Option<EtcdLease>> {
-        let shape = QueueKind::of(req.kind);
+        let shape = req.kind;
         let prefix = key_base(shape, &self.inner.config.prefix, req.name.as_str());
         let secs = lease_secs(req.ttl);
         let hold = self.grant_tracked(secs, pending).await?;
         let key = queue_key(shape, &prefix, hold.id);
-        if req.wait == Wait::No && matches!(shape, QueueKind::Exclusive) {
+        if req.wait == Wait::No && matches!(shape, LockKind::Exclusive) {
             return self.try_create(req, &prefix, key, hold, pending).await;
         }
         let place = match self.enqueue(req, shape, prefix, key, hold, pending).await? {
@@ -212,7 +212,7 @@ impl EtcdBackend {
     async fn enqueue(
         &self,
         req: &AcquireRequest,
-        shape: QueueKind,
+        shape: LockKind,
         prefix: Vec<u8>,
         key: Vec<u8>,
         hold: Granted,

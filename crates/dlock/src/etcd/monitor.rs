@@ -5,8 +5,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
 
+use crate::backend::LockKind;
 use crate::backend::list_family::ListFamily;
-use crate::backend::queue_rules::{Ahead, QueueKind, shared_lock_info};
+use crate::backend::queue_rules::{Ahead, shared_lock_info};
 use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::Result;
 use crate::fence::FencingToken;
@@ -46,11 +47,11 @@ fn lock_info(name: String, kv: &KeyValue, ttl_left: Option<Duration>) -> Option<
 }
 
 /// A queue kind of `family`, for its key layout.
-fn queue_kind(family: ListFamily) -> QueueKind {
+fn queue_kind(family: ListFamily) -> LockKind {
     match family {
-        ListFamily::Mutexes => QueueKind::Exclusive,
-        ListFamily::Semaphores => QueueKind::Permit { permits: 0 },
-        ListFamily::RwLocks => QueueKind::Write,
+        ListFamily::Mutexes => LockKind::Exclusive,
+        ListFamily::Semaphores => LockKind::Permit { permits: 0 },
+        ListFamily::RwLocks => LockKind::Write,
     }
 }
 

@@ -4,7 +4,8 @@
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
-use crate::backend::queue_rules::{Ahead, QueueKind};
+use crate::backend::LockKind;
+use crate::backend::queue_rules::Ahead;
 use crate::error::{Error, Result};
 
 use super::error::map;
@@ -24,7 +25,7 @@ pub(super) enum Wanted {
 /// The start of every key of the lock `name`: `prefix name NUL` for a mutex, and for
 /// read-write locks and semaphores `prefix NUL family NUL name NUL`, outside every mutex's range
 /// (lock names are never empty and never contain NUL).
-pub(super) fn key_base(kind: QueueKind, prefix: &str, name: &str) -> Vec<u8> {
+pub(super) fn key_base(kind: LockKind, prefix: &str, name: &str) -> Vec<u8> {
     let mut base = Vec::with_capacity(prefix.len() + name.len() + 6);
     base.extend_from_slice(prefix.as_bytes());
     if let Some(family) = kind.family() {
@@ -39,17 +40,17 @@ pub(super) fn key_base(kind: QueueKind, prefix: &str, name: &str) -> Vec<u8> {
 
 /// What follows the base in a key before the lease id: a read-write lock key's side, or a
 /// permit's semaphore size (`n<permits>.`).
-fn letter(kind: QueueKind) -> Vec<u8> {
+fn letter(kind: LockKind) -> Vec<u8> {
     match kind {
-        QueueKind::Read { .. } => b"r".to_vec(),
-        QueueKind::Write => b"w".to_vec(),
-        QueueKind::Exclusive => Vec::new(),
-        QueueKind::Permit { permits } => format!("n{permits}.").into_bytes(),
+        LockKind::Read { .. } => b"r".to_vec(),
+        LockKind::Write => b"w".to_vec(),
+        LockKind::Exclusive => Vec::new(),
+        LockKind::Permit { permits } => format!("n{permits}.").into_bytes(),
     }
 }
 
 /// This acquire's key: the base, the side or size, the hold's lease id.
-pub(super) fn queue_key(kind: QueueKind, base: &[u8], hold: i64) -> Vec<u8> {
+pub(super) fn queue_key(kind: LockKind, base: &[u8], hold: i64) -> Vec<u8> {
     let mut key = base.to_vec();
     key.extend_from_slice(&letter(kind));
     key.extend_from_slice(format!("{hold:016x}").as_bytes());
@@ -82,17 +83,17 @@ impl Inner {
     /// the answer was read at (a watch starts after it, so no deletion is missed).
     pub(super) async fn wanted(
         &self,
-        shape: QueueKind,
+        shape: LockKind,
         base: &[u8],
         my_rev: i64,
     ) -> Result<(Wanted, i64)> {
         let limit = |n: u32| i64::from(n);
         match shape {
-            QueueKind::Exclusive | QueueKind::Write => {
+            LockKind::Exclusive | LockKind::Write => {
                 let (before, at) = self.last_before(base, my_rev).await?;
                 Ok((before.map_or(Wanted::Nothing, Wanted::Key), at))
             }
-            QueueKind::Read { max_readers } => {
+            LockKind::Read { max_readers } => {
                 let (writer, at) = self.last_before(&with_side(base, b"w"), my_rev).await?;
                 if let Some(writer) = writer {
                     return Ok((Wanted::Key(writer), at));
@@ -106,7 +107,7 @@ impl Inner {
                     Ok((Wanted::AnyDeletion, at))
                 }
             }
-            QueueKind::Permit { permits } => {
+            LockKind::Permit { permits } => {
                 let (ahead, at) = self.first_before(base, my_rev, limit(permits)).await?;
                 // Of two calls with different sizes the later sees the earlier's key.
                 if let Some(held_with) = ahead
@@ -138,8 +139,8 @@ impl Inner {
         Ok((keys.into_iter().next(), at))
     }
 
-    /// The lock name inside a base made by [`QueueKind::base`], for errors.
-    fn name_in(&self, base: &[u8], shape: QueueKind) -> String {
+    /// The lock name inside a base made by [`key_base`], for errors.
+    fn name_in(&self, base: &[u8], shape: LockKind) -> String {
         let start = key_base(shape, &self.config.prefix, "").len() - 1;
         let name = base.get(start..base.len() - 1).unwrap_or_default();
         String::from_utf8_lossy(name).into_owned()

@@ -33,6 +33,14 @@ macro_rules! hold_methods {
             self.$field.is_lost()
         }
 
+        /// Why the hold was lost, once it is (for a hold made of several store locks, the
+        /// reason of the first lost one in canonical order); `None` while it is held. See
+        /// [`LostReason`](crate::LostReason) and
+        /// [`MutexGuard::lost_reason`](crate::MutexGuard::lost_reason).
+        pub fn lost_reason(&self) -> Option<crate::LostReason> {
+            self.$field.lost_reason()
+        }
+
         /// Makes the lease last at least `ttl` from now, if the hold is still this guard's; see
         /// [`MutexGuard::extend`](crate::MutexGuard::extend).
         ///
@@ -133,6 +141,16 @@ impl GuardSet {
 
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.is_cancelled() || self.guards.iter().any(MutexGuard::is_lost)
+    }
+
+    /// The reason of the first lost hold, in canonical order (the set's signal fires only
+    /// when one of its holds is lost, so one says why).
+    pub(crate) fn lost_reason(&self) -> Option<crate::LostReason> {
+        if !self.is_lost() {
+            return None;
+        }
+        let reason = self.guards.iter().find_map(MutexGuard::lost_reason);
+        Some(reason.unwrap_or(crate::LostReason::StoreSignal))
     }
 
     /// Extends every hold; the first error, after all were tried.

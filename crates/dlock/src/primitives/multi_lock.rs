@@ -2,14 +2,15 @@
 
 use std::collections::BTreeSet;
 
-use crate::backend::{AcquireRequest, Backend, Wait};
+use crate::backend::{LockKind, Wait};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::hold::acquire;
+use crate::hold::options::HoldOptions;
 use crate::locks::Locks;
-use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
-use crate::primitives::options::{HoldOptions, hold_option_setters};
+use crate::primitives::options::hold_option_setters;
 use crate::ttl::WaitSpec;
 
 /// The most names one multi-lock may take.
@@ -51,9 +52,6 @@ pub struct MultiLockBuilder {
     options: HoldOptions,
 }
 
-/// What a store's one-step attempt at every lock answers (see `Backend::try_acquire_all`).
-type AllAtOnce = Result<Option<Vec<std::sync::Arc<dyn crate::backend::Lease>>>>;
-
 impl MultiLockBuilder {
     pub(crate) fn new(locks: Locks, names: Vec<String>) -> MultiLockBuilder {
         MultiLockBuilder {
@@ -92,90 +90,24 @@ impl MultiLockBuilder {
         Ok(sorted.into_iter().collect())
     }
 
-    /// One atomic attempt at every lock, where the store has one (a single Redis script);
-    /// `None` where it does not.
-    async fn try_atomically(&self, names: &[LockName]) -> Option<Result<Option<MultiGuard>>> {
-        let mut prepared = Vec::with_capacity(names.len());
-        for name in names {
-            match self
-                .options
-                .mutex(&self.locks, name, Wait::No)
-                .request(WaitSpec::No)
-            {
-                Ok((request, policy, _)) => prepared.push((request, policy)),
-                Err(error) => return Some(Err(error)),
-            }
-        }
-        let requests: Vec<AcquireRequest> = prepared.iter().map(|(r, _)| r.clone()).collect();
-        // On its own task: a caller dropped after the store granted every lock (one script, one
-        // transaction) must not leave them held until their leases end.
-        let backend = self.locks.backend().clone();
-        let attempt = crate::lease::detached::run_detached(
-            self.locks.info().name,
-            async move {
-                match backend.try_acquire_all(&requests).await {
-                    None => Ok(None),
-                    Some(Err(error)) if outcome_unknown(&requests, &error) => Ok(Some(
-                        give_back_unknown_grants(backend.as_ref(), &requests, error).await,
-                    )),
-                    Some(outcome) => Ok(Some(outcome)),
-                }
-            },
-            |outcome: Option<AllAtOnce>| {
-                Box::pin(async move {
-                    if let Some(Ok(Some(leases))) = outcome {
-                        for lease in leases {
-                            let _ = lease.release().await;
-                        }
-                    }
-                })
-            },
-        )
-        .await;
-        let outcome = match attempt {
-            Ok(outcome) => outcome,
-            Err(error) => return Some(Err(error)),
-        };
-        let leases = match outcome? {
-            Ok(Some(leases)) if leases.len() == prepared.len() => leases,
-            Ok(Some(_)) => {
-                return Some(Err(Error::Backend {
-                    backend: self.locks.info().name,
-                    source: "granted a different number of locks than asked for".into(),
-                }));
-            }
-            Ok(None) => return Some(Ok(None)),
-            Err(error) => return Some(Err(error)),
-        };
-        let guards = prepared
-            .into_iter()
-            .zip(leases)
-            .map(|((request, policy), lease)| {
-                MutexGuard::new(&self.locks, request.name, policy, lease)
-            })
-            .collect();
-        Some(Ok(Some(MultiGuard {
-            set: GuardSet::new(guards),
-        })))
-    }
-
     async fn run(self, default_wait: WaitSpec) -> Result<Option<MultiGuard>> {
         let names = self.sorted_names()?;
-        let deadline = self.options.start(default_wait)?;
-        match self.try_atomically(&names).await {
+        let terms = self.options.validate(&self.locks, default_wait)?;
+        // One atomic attempt at every lock, where the store has one (a Redis script, a SQLite
+        // transaction).
+        let all_at_once = names
+            .iter()
+            .map(|name| terms.request(name.clone(), LockKind::Exclusive, Wait::No))
+            .collect();
+        match acquire::take_all(&self.locks, &terms, all_at_once).await {
             // No atomic step in this store, or busy with time to wait: one lock at a time.
             None => {}
-            Some(Ok(None)) if !deadline.passed() => {}
-            Some(outcome) => return outcome,
+            Some(Ok(None)) if !terms.deadline.passed() => {}
+            Some(outcome) => return outcome.map(|held| held.map(MultiGuard::new)),
         }
         let mut held = Vec::with_capacity(names.len());
         for name in &names {
-            let attempt = self
-                .options
-                .mutex(&self.locks, name, deadline)
-                .try_acquire()
-                .await;
-            match attempt {
+            match acquire::exclusive(&self.locks, &terms, name, terms.deadline).await {
                 Ok(Some(guard)) => held.push(guard),
                 Ok(None) => {
                     release_all(held).await;
@@ -187,9 +119,7 @@ impl MultiLockBuilder {
                 }
             }
         }
-        Ok(Some(MultiGuard {
-            set: GuardSet::new(held),
-        }))
+        Ok(Some(MultiGuard::new(held)))
     }
 
     /// Acquires every lock, waiting as configured (forever by default).
@@ -241,28 +171,6 @@ impl MultiLockBuilder {
     }
 }
 
-/// Whether a one-step attempt that failed with `error` may have taken the locks of `requests`
-/// (see [`crate::mutex::outcome_unknown`]).
-fn outcome_unknown(requests: &[AcquireRequest], error: &Error) -> bool {
-    requests
-        .iter()
-        .all(|request| crate::mutex::outcome_unknown(request, error))
-}
-
-/// Gives back what a one-step attempt that failed with `error` and an unknown outcome may have
-/// taken, name by name with each lock's own token ([`crate::mutex::give_back_by_token`]);
-/// `error` stands. Runs on the attempt's own task, so a dropped caller does not cut it short.
-async fn give_back_unknown_grants(
-    store: &dyn Backend,
-    requests: &[AcquireRequest],
-    error: Error,
-) -> AllAtOnce {
-    for request in requests {
-        crate::mutex::give_back_by_token(store, request).await;
-    }
-    Err(error)
-}
-
 /// Several held exclusive locks with one lost signal; made by [`MultiLockBuilder`].
 ///
 /// Dropping it releases every lock in the background, as [`MutexGuard`](crate::MutexGuard) does.
@@ -291,6 +199,12 @@ pub struct MultiGuard {
 }
 
 impl MultiGuard {
+    fn new(guards: Vec<crate::MutexGuard>) -> MultiGuard {
+        MultiGuard {
+            set: GuardSet::new(guards),
+        }
+    }
+
     /// Each lock's name and fence, in canonical (sorted) order.
     pub fn fences(&self) -> impl Iterator<Item = (&LockName, FencingToken)> {
         self.set.fences()

@@ -1,17 +1,12 @@
-//! What every composed primitive shares: the lease and wait options, one deadline across all the
-//! exclusive locks a primitive takes, and the derived names of those locks.
+//! What every primitive's builder shares beside the engine's options
+//! (`crate::hold::options`): their setters, and the derived names of the exclusive locks a
+//! composed primitive is made of.
 
-use std::time::Duration;
-
-use crate::backend::Wait;
 use crate::error::{Error, Result};
-use crate::locks::Locks;
-use crate::mutex::MutexBuilder;
 use crate::name::{LockName, MAX_NAME_LEN};
 use crate::primitives::ComposedPart;
-use crate::ttl::{WaitSpec, validate_max_hold, validate_ttl};
 
-/// The lease and wait setters every composed primitive's builder has (it has an `options:
+/// The lease and wait setters every primitive's builder has (it has an `options:
 /// HoldOptions` field); `$what` names what is waited for in the docs.
 macro_rules! hold_option_setters {
     ($what:literal) => {
@@ -48,46 +43,6 @@ macro_rules! hold_option_setters {
     };
 }
 pub(crate) use hold_option_setters;
-
-/// The lease and wait options of a composed primitive, as set on its builder.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct HoldOptions {
-    pub(crate) ttl: Option<Duration>,
-    pub(crate) wait: Option<WaitSpec>,
-    pub(crate) max_hold: Option<Duration>,
-}
-
-impl HoldOptions {
-    /// Checks every option before any store is contacted and fixes the deadline.
-    pub(crate) fn start(&self, default_wait: WaitSpec) -> Result<Wait> {
-        if let Some(ttl) = self.ttl {
-            validate_ttl("ttl", ttl)?;
-        }
-        validate_max_hold(self.max_hold)?;
-        self.wait.unwrap_or(default_wait).to_wait()
-    }
-
-    /// A builder for one of the primitive's exclusive locks, waiting until `deadline`.
-    pub(crate) fn mutex(&self, locks: &Locks, name: &LockName, deadline: Wait) -> MutexBuilder {
-        let mut builder = locks.mutex(name.as_str());
-        if let Some(ttl) = self.ttl {
-            builder = builder.ttl(ttl);
-        }
-        if let Some(max) = self.max_hold {
-            builder = builder.max_hold(max);
-        }
-        match deadline.remaining() {
-            None => builder.wait_forever(),
-            Some(left) if left.is_zero() => builder.no_wait(),
-            Some(left) => builder.wait(left),
-        }
-    }
-
-    /// The wait the caller asked for, for the timeout error.
-    pub(crate) fn waited(&self, default_wait: WaitSpec) -> Duration {
-        self.wait.unwrap_or(default_wait).duration()
-    }
-}
 
 /// The name of one of the exclusive locks a primitive is made of: `<name>#<part>`, where
 /// `part` is at most [`MAX_PART_SUFFIX`] bytes and `base` came from [`base_name`].

@@ -3,15 +3,16 @@
 use futures::future::join_all;
 
 use crate::backend::LockKind;
-use crate::backend::Wait;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::hold::acquire;
+use crate::hold::options::{HoldOptions, Terms};
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::ComposedPart;
 use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
-use crate::primitives::options::{HoldOptions, base_name, hold_option_setters, part_name};
+use crate::primitives::options::{base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
 
@@ -80,7 +81,7 @@ impl RwLockBuilder {
     hold_option_setters!("the lock");
 
     /// Checks the options and fixes the deadline, before any store call.
-    fn start(&self, default_wait: WaitSpec) -> Result<(LockName, Wait)> {
+    fn start(&self, default_wait: WaitSpec) -> Result<(LockName, Terms)> {
         let base = base_name(&self.name)?;
         if self.max_readers == 0 || self.max_readers > MAX_SLOTS {
             return Err(Error::invalid_argument(
@@ -88,52 +89,38 @@ impl RwLockBuilder {
                 format!("{}; must be 1..={MAX_SLOTS}", self.max_readers),
             ));
         }
-        Ok((base, self.options.start(default_wait)?))
+        Ok((base, self.options.validate(&self.locks, default_wait)?))
     }
 
     /// The store's own read-write lock (Redis): one request for either kind of hold.
     async fn acquire_native(
         &self,
-        base: &LockName,
-        deadline: Wait,
+        base: LockName,
+        terms: &Terms,
         kind: LockKind,
     ) -> Result<Option<MutexGuard>> {
-        let (mut request, policy, _) = self
-            .options
-            .mutex(&self.locks, base, deadline)
-            .request(WaitSpec::No)?;
-        request.kind = kind;
-        let Some(lease) = crate::mutex::acquire_observed(&self.locks, &request).await? else {
-            return Ok(None);
-        };
-        // No await from here on: the keeper takes the lease at once.
-        Ok(Some(MutexGuard::new(
-            &self.locks,
-            request.name,
-            policy,
-            lease,
-        )))
+        let request = terms.request(base, kind, terms.deadline);
+        acquire::take(&self.locks, terms, request).await
     }
 
     fn native(&self) -> bool {
         self.locks.info().capabilities.rwlock
     }
 
-    /// Takes the gate of the composed lock.
+    /// Takes the gate of the composed lock (FIFO where the store can).
     async fn enter(
         &self,
         base: &LockName,
-        deadline: Wait,
+        terms: &Terms,
     ) -> Result<Option<(MutexGuard, Vec<LockName>)>> {
         let places = (0..self.max_readers)
             .map(|index| part_name(base, ComposedPart::ReaderPlace { index }))
             .collect::<Result<Vec<_>>>()?;
         let gate = part_name(base, ComposedPart::RwGate)?;
-        let mut gate_builder = self.options.mutex(&self.locks, &gate, deadline);
-        if self.locks.info().capabilities.fair {
-            gate_builder = gate_builder.fair();
-        }
-        Ok(gate_builder.try_acquire().await?.map(|gate| (gate, places)))
+        let mut request = terms.request(gate, LockKind::Exclusive, terms.deadline);
+        request.fair = self.locks.info().capabilities.fair;
+        let gate = acquire::take(&self.locks, terms, request).await?;
+        Ok(gate.map(|gate| (gate, places)))
     }
 
     /// `run` (a read or a write) waiting as configured, forever by default: a wait that runs
@@ -149,25 +136,25 @@ impl RwLockBuilder {
     }
 
     async fn run_read(self, default_wait: WaitSpec) -> Result<Option<ReadGuard>> {
-        let (base, deadline) = self.start(default_wait)?;
+        let (base, terms) = self.start(default_wait)?;
         if self.native() {
             let kind = LockKind::Read {
                 max_readers: self.max_readers,
             };
-            let held = self.acquire_native(&base, deadline, kind).await?;
+            let held = self.acquire_native(base, &terms, kind).await?;
             return Ok(held.map(|place| ReadGuard {
                 fence: place.fence(),
                 place,
             }));
         }
         loop {
-            let Some((gate, places)) = self.enter(&base, deadline).await? else {
+            let Some((gate, places)) = self.enter(&base, &terms).await? else {
                 return Ok(None);
             };
             let fence = gate.fence();
-            let place = match slots::try_any(&self.locks, &self.options, &places).await {
+            let place = match slots::try_any(&self.locks, &terms, &places).await {
                 Ok(Some(place)) => Ok(Some(place)),
-                Ok(None) => slots::wait_any(&self.locks, &self.options, &places, deadline).await,
+                Ok(None) => slots::wait_any(&self.locks, &terms, &places, terms.deadline).await,
                 Err(error) => Err(error),
             };
             match gate.release().await {
@@ -189,24 +176,22 @@ impl RwLockBuilder {
     }
 
     async fn run_write(self, default_wait: WaitSpec) -> Result<Option<WriteGuard>> {
-        let (base, deadline) = self.start(default_wait)?;
+        let (base, terms) = self.start(default_wait)?;
         if self.native() {
-            let held = self
-                .acquire_native(&base, deadline, LockKind::Write)
-                .await?;
+            let held = self.acquire_native(base, &terms, LockKind::Write).await?;
             return Ok(held.map(|hold| WriteGuard {
                 fence: hold.fence(),
                 set: GuardSet::new(vec![hold]),
             }));
         }
-        let Some((gate, places)) = self.enter(&base, deadline).await? else {
+        let Some((gate, places)) = self.enter(&base, &terms).await? else {
             return Ok(None);
         };
-        let attempts = join_all(places.iter().map(|place| {
-            self.options
-                .mutex(&self.locks, place, deadline)
-                .try_acquire()
-        }))
+        let attempts = join_all(
+            places
+                .iter()
+                .map(|place| acquire::exclusive(&self.locks, &terms, place, terms.deadline)),
+        )
         .await;
         let mut held = vec![gate];
         let mut outcome = Ok(true);

@@ -1,15 +1,16 @@
 //! [`SemaphoreBuilder`]: a counting semaphore whose permits are leased like locks.
 
 use crate::backend::LockKind;
-use crate::backend::Wait;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::hold::acquire;
+use crate::hold::options::{HoldOptions, Terms};
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::ComposedPart;
 use crate::primitives::guard_set::hold_methods;
-use crate::primitives::options::{HoldOptions, base_name, hold_option_setters, part_name};
+use crate::primitives::options::{base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
 
@@ -74,9 +75,15 @@ impl SemaphoreBuilder {
                 format!("{} permits; must be 1..={MAX_SLOTS}", self.permits),
             ));
         }
-        let deadline = self.options.start(default_wait)?;
+        let terms = self.options.validate(&self.locks, default_wait)?;
         if self.locks.info().capabilities.permits {
-            return self.acquire_native(&base, deadline).await;
+            // The store's own semaphore (Redis): one request, woken by releases.
+            let kind = LockKind::Permit {
+                permits: self.permits,
+            };
+            let request = terms.request(base, kind, terms.deadline);
+            let guard = acquire::take(&self.locks, &terms, request).await?;
+            return Ok(guard.map(|guard| Permit { guard }));
         }
         let slots = (0..self.permits)
             .map(|slot| {
@@ -84,21 +91,16 @@ impl SemaphoreBuilder {
                 part_name(&base, ComposedPart::PermitSlot { slot, permits })
             })
             .collect::<Result<Vec<_>>>()?;
-        if let Some(guard) = slots::try_any(&self.locks, &self.options, &slots).await? {
+        if let Some(guard) = slots::try_any(&self.locks, &terms, &slots).await? {
             return self.checked(&base, guard).await.map(Some);
         }
-        if deadline.passed() {
+        if terms.deadline.passed() {
             return Ok(None);
         }
-        let gate = part_name(&base, ComposedPart::PermitGate)?;
-        let mut gate_builder = self.options.mutex(&self.locks, &gate, deadline);
-        if self.locks.info().capabilities.fair {
-            gate_builder = gate_builder.fair();
-        }
-        let Some(gate) = gate_builder.try_acquire().await? else {
+        let Some(gate) = self.gate(&base, &terms).await? else {
             return Ok(None);
         };
-        let permit = slots::wait_any(&self.locks, &self.options, &slots, deadline).await;
+        let permit = slots::wait_any(&self.locks, &terms, &slots, terms.deadline).await;
         if let Err(error) = gate.release().await {
             tracing::debug!(%error, "releasing a semaphore gate failed");
         }
@@ -106,6 +108,14 @@ impl SemaphoreBuilder {
             Some(guard) => self.checked(&base, guard).await.map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The gate waiters of a composed semaphore queue on (FIFO where the store can).
+    async fn gate(&self, base: &LockName, terms: &Terms) -> Result<Option<MutexGuard>> {
+        let gate = part_name(base, ComposedPart::PermitGate)?;
+        let mut request = terms.request(gate, LockKind::Exclusive, terms.deadline);
+        request.fair = self.locks.info().capabilities.fair;
+        acquire::take(&self.locks, terms, request).await
     }
 
     /// Keeps a composed permit only if no holder of the semaphore uses another size. The
@@ -141,24 +151,6 @@ impl SemaphoreBuilder {
             asked: self.permits,
             held_with,
         })
-    }
-
-    /// One permit of the store's own semaphore (Redis): one request, woken by releases.
-    async fn acquire_native(&self, base: &LockName, deadline: Wait) -> Result<Option<Permit>> {
-        let (mut request, policy, _) = self
-            .options
-            .mutex(&self.locks, base, deadline)
-            .request(WaitSpec::No)?;
-        request.kind = LockKind::Permit {
-            permits: self.permits,
-        };
-        let Some(lease) = crate::mutex::acquire_observed(&self.locks, &request).await? else {
-            return Ok(None);
-        };
-        // No await from here on: the keeper takes the lease at once.
-        Ok(Some(Permit {
-            guard: MutexGuard::new(&self.locks, request.name, policy, lease),
-        }))
     }
 
     /// Acquires a permit, waiting as configured (forever by default).

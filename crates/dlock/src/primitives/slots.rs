@@ -14,10 +14,11 @@ use tokio::time::Instant;
 
 use crate::backend::Wait;
 use crate::error::Result;
+use crate::hold::acquire;
+use crate::hold::options::Terms;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
-use crate::primitives::options::HoldOptions;
 
 /// The longest a gate holder waits on one slot before it rescans the others.
 pub(crate) const RESCAN_MAX: Duration = Duration::from_millis(100);
@@ -31,13 +32,13 @@ pub const MAX_SLOTS: u32 = 1024;
 /// Tries every slot once, from a random start; the first free one is taken.
 pub(crate) async fn try_any(
     locks: &Locks,
-    options: &HoldOptions,
+    terms: &Terms,
     slots: &[LockName],
 ) -> Result<Option<MutexGuard>> {
     let start = rand::rng().random_range(0..slots.len());
     for offset in 0..slots.len() {
         let slot = &slots[(start + offset) % slots.len()];
-        if let Some(guard) = options.mutex(locks, slot, Wait::No).try_acquire().await? {
+        if let Some(guard) = acquire::exclusive(locks, terms, slot, Wait::No).await? {
             return Ok(Some(guard));
         }
     }
@@ -47,25 +48,21 @@ pub(crate) async fn try_any(
 /// Waits for any slot until `deadline`; the caller holds the gate, so it is the only waiter.
 pub(crate) async fn wait_any(
     locks: &Locks,
-    options: &HoldOptions,
+    terms: &Terms,
     slots: &[LockName],
     deadline: Wait,
 ) -> Result<Option<MutexGuard>> {
     let mut pause = RESCAN_MIN;
     let mut next = rand::rng().random_range(0..slots.len());
     loop {
-        if let Some(guard) = try_any(locks, options, slots).await? {
+        if let Some(guard) = try_any(locks, terms, slots).await? {
             return Ok(Some(guard));
         }
         if deadline.passed() {
             return Ok(None);
         }
         let until = deadline.cap(Instant::now() + pause);
-        if let Some(guard) = options
-            .mutex(locks, &slots[next], until)
-            .try_acquire()
-            .await?
-        {
+        if let Some(guard) = acquire::exclusive(locks, terms, &slots[next], until).await? {
             return Ok(Some(guard));
         }
         next = (next + 1) % slots.len();

@@ -26,7 +26,36 @@ pub(super) fn init() -> std::io::Result<&'static str> {
     if boot.is_empty() {
         return Err(std::io::Error::other("the kernel's boot_id is empty"));
     }
-    Ok(BOOT.get_or_init(|| boot.to_owned()))
+    // A time namespace moves this process's monotonic clock against the machine's: leases
+    // counted on it belong to a clock of their own, so the identity says which.
+    let identity = match monotonic_offset() {
+        Some(offset) => format!("{boot} {MONOTONIC_OFFSET}{offset}"),
+        None => boot.to_owned(),
+    };
+    Ok(BOOT.get_or_init(|| identity))
+}
+
+/// What a boot identity carries after the boot id when its clock is a time namespace's.
+pub(super) const MONOTONIC_OFFSET: &str = "monotonic offset ";
+
+/// This process's time namespace offset of `CLOCK_MONOTONIC` (`secs.nanos`), when not zero.
+/// Kernels without time namespaces have no `timens_offsets`: their clock is the machine's.
+#[cfg(target_os = "linux")]
+fn monotonic_offset() -> Option<String> {
+    let offsets = std::fs::read_to_string("/proc/self/timens_offsets").ok()?;
+    offsets.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        if fields.next()? != "monotonic" {
+            return None;
+        }
+        let (secs, nanos): (i64, i64) =
+            (fields.next()?.parse().ok()?, fields.next()?.parse().ok()?);
+        match (secs, nanos) {
+            (0, 0) => None,
+            (secs, 0) => Some(format!("{secs}s")),
+            (secs, nanos) => Some(format!("{secs}.{nanos:09}s")),
+        }
+    })
 }
 
 #[cfg(not(target_os = "linux"))]

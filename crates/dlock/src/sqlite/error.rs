@@ -30,6 +30,11 @@ pub(crate) enum Error {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    /// A store other machines or clocks share (`one_machine`).
+    #[error(
+        "{path}: {detail}; a SQLite store is for the processes of one machine (use a server store, such as PostgreSQL or Redis, across machines)"
+    )]
+    NotOneMachine { path: PathBuf, detail: String },
     #[error("the SQLite worker thread stopped")]
     WorkerGone,
 }
@@ -52,10 +57,12 @@ impl Error {
 impl From<Error> for DlockError {
     fn from(error: Error) -> DlockError {
         match error {
-            Error::IsDirectory(_) | Error::MissingDirectory(_) => DlockError::InvalidArgument {
-                what: "sqlite path",
-                reason: error.to_string(),
-            },
+            Error::IsDirectory(_) | Error::MissingDirectory(_) | Error::NotOneMachine { .. } => {
+                DlockError::InvalidArgument {
+                    what: "sqlite path",
+                    reason: error.to_string(),
+                }
+            }
             Error::NotDlock {
                 ref path,
                 ref detail,

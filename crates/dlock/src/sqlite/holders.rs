@@ -19,11 +19,14 @@
 //! lease rules apply then; a file is only removed after the rows naming it were freed.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
+
+/// How a holder file names the clock its leases count on (a boot identity, `clock::boot`).
+const BOOT_LINE: &str = "boot ";
 
 /// This client's holder file, locked while it lives.
 #[derive(Debug)]
@@ -88,9 +91,14 @@ impl HolderFile {
             .mode(0o644)
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&hidden)?;
-        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        let mut lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
             let _ = std::fs::remove_file(&hidden);
             io::Error::from(e)
+        })?;
+        // Which clock this holder's leases count on, for clients of another one to see
+        // (`live_clocks`).
+        writeln!(lock, "{BOOT_LINE}{}", super::clock::boot()).inspect_err(|_| {
+            let _ = std::fs::remove_file(&hidden);
         })?;
         std::fs::rename(&hidden, dir.join(&id))?;
         Ok(HolderFile {
@@ -107,6 +115,35 @@ impl HolderFile {
     /// Whether the holder `id` is known dead: its file exists and nobody holds its lock.
     pub(super) fn is_dead(&self, id: &str) -> bool {
         id != self.id && valid_id(id) && probe(&self.dir.join(id)) == Some(true)
+    }
+
+    /// The holders alive now (their files locked) whose leases count on another clock than
+    /// this client's: `(holder id, its boot identity)`. Files of older versions name no clock
+    /// and are left out.
+    pub(super) fn live_clocks(&self) -> Vec<(String, String)> {
+        let own = super::clock::boot();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .filter(|id| *id != self.id && valid_id(id))
+            .filter(|id| probe(&self.dir.join(id)) == Some(false))
+            .filter_map(|id| {
+                let text = std::fs::read_to_string(self.dir.join(&id)).ok()?;
+                let boot = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix(BOOT_LINE))?
+                    .to_owned();
+                (boot != own).then_some((id, boot))
+            })
+            .collect()
+    }
+
+    /// Deletes this client's own file: for a client refused at open, which leaves nothing.
+    pub(super) fn discard(self) {
+        let _ = std::fs::remove_file(self.dir.join(&self.id));
     }
 
     /// Holder files of this database whose holders died (for the sweep on open).

@@ -6,6 +6,7 @@ mod config;
 mod error;
 mod fork_gate;
 mod holders;
+mod one_machine;
 mod open;
 mod schema;
 mod sql;
@@ -135,12 +136,21 @@ impl SqliteBuilder {
         // Opening and reaping are SQLite calls (see `fork_gate`).
         let (conn, fast, holder, reaped) = tokio::task::spawn_blocking(move || fork_gate::inside(|| {
             let (conn, fast) = open::open_both(&open_config)?;
-            let holder = holders::HolderFile::create(&open_config.path)
-                .map(Arc::new)
+            let mut holder = holders::HolderFile::create(&open_config.path)
                 .inspect_err(|e| {
                     tracing::warn!(%e, "no holder file: a crashed holder's locks wait out their lease")
                 })
                 .ok();
+            if let Some(own) = holder.take() {
+                match one_machine::refuse_foreign_clients(&open_config.path, &own) {
+                    Ok(()) => holder = Some(own),
+                    Err(refused) => {
+                        own.discard();
+                        return Err(refused);
+                    }
+                }
+            }
+            let holder = holder.map(Arc::new);
             // Holders that died: free what they held, then delete their files.
             let mut reaped = 0;
             for dead in holder.iter().flat_map(|h| h.dead_holders()) {

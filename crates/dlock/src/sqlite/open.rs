@@ -166,6 +166,7 @@ fn open(config: &SqliteConfig) -> Result<Connection, Error> {
         }
         Err(e) => return Err(io(e)),
     }
+    super::one_machine::refuse_shared_filesystem(path)?;
     let sqlite = Error::sqlite;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
@@ -200,6 +201,7 @@ fn check_before_writing(path: &Path, busy_timeout: Duration) -> Result<(), Error
 /// few microseconds of page-cache work, like a syscall.
 fn open_inline(config: &SqliteConfig) -> Result<Connection, Error> {
     let path = config.path.as_path();
+    super::one_machine::refuse_shared_filesystem(path)?;
     let sqlite = Error::sqlite;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(sqlite(path))?;

@@ -21,8 +21,8 @@ use super::queue_rules::sequence;
 use super::queue_rules::unix_ms;
 use super::session::Session;
 use super::{Inner, NODE_INFIX, NODE_PREFIX, RETRY_MAX, RETRY_MIN};
+use crate::backend::LockKind;
 use crate::backend::queue_rules::Decision;
-use crate::backend::queue_rules::QueueKind;
 
 /// Deletes a node, retrying through a suspended connection until the server has ended the
 /// session. A session this client gave up on (suspended past the safe window) may come back
@@ -64,9 +64,9 @@ pub(super) struct Node {
 pub(super) struct Waiter {
     pub(super) inner: Arc<Inner>,
     pub(super) dir: String,
-    /// Unique per acquire call; its first letter says the kind of hold (see [`QueueKind`]).
+    /// Unique per acquire call; its first letter says the kind of hold (see [`LockKind`]).
     pub(super) tag: String,
-    pub(super) turn: QueueKind,
+    pub(super) turn: LockKind,
     pub(super) node: Option<Node>,
     /// A create was sent in this session and its reply not read: the node may exist.
     pub(super) uncertain: Option<Arc<Session>>,

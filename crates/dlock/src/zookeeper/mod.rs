@@ -25,7 +25,6 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
-use crate::backend::queue_rules::QueueKind;
 use acquire::Waiter;
 use acquire::attempt;
 use acquire::is_session_expired;
@@ -290,7 +289,7 @@ impl Backend for ZookeeperBackend {
             });
         }
         let deadline = req.wait.deadline();
-        let turn = QueueKind::of(req.kind);
+        let turn = req.kind;
         // However the call ends, what it left in the store goes.
         let mut waiter = Abandon::new(
             Waiter {

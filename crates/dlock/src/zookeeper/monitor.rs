@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use crate::backend::queue_rules::{Ahead, QueueKind, shared_lock_info};
+use crate::backend::LockKind;
+use crate::backend::queue_rules::{Ahead, shared_lock_info};
 use crate::backend::{ListPage, ListQuery, LockInfo, MonitorStore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -50,7 +51,7 @@ async fn inspect_dir(
             return Ok(Some(info.with_waiters(waiters)));
         };
         let entries: Vec<Ahead> = queue.iter().map(|(_, child)| ahead_of(child)).collect();
-        let semaphore = Some(family) == QueueKind::Permit { permits: 0 }.family();
+        let semaphore = Some(family) == LockKind::Permit { permits: 0 }.family();
         return Ok(shared_lock_info(info, semaphore, &entries));
     }
     Err(Error::Unavailable {
@@ -98,9 +99,9 @@ impl MonitorStore for ZookeeperBackend {
         let session = self.inner.session().await?;
         let name = name.as_str();
         for kind in [
-            QueueKind::Exclusive,
-            QueueKind::Permit { permits: 0 },
-            QueueKind::Write,
+            LockKind::Exclusive,
+            LockKind::Permit { permits: 0 },
+            LockKind::Write,
         ] {
             let dir = self.inner.dir(&dir_name(kind, name));
             if let Some(info) = inspect_dir(&session, name, kind.family(), &dir).await? {

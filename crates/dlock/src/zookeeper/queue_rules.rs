@@ -5,7 +5,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
-use crate::backend::queue_rules::{Ahead, Decision, QueueKind};
+use crate::backend::LockKind;
+use crate::backend::queue_rules::{Ahead, Decision};
 use crate::name::Owner;
 
 use super::{NODE_INFIX, NODE_PREFIX};
@@ -55,18 +56,18 @@ pub(super) fn queue(children: Vec<String>) -> Vec<(i64, String)> {
 }
 
 /// The first letter of a node's tag. Mutex tags are hex, so never `r`, `w` or `p`.
-fn tag_letter(kind: QueueKind) -> &'static str {
+fn tag_letter(kind: LockKind) -> &'static str {
     match kind {
-        QueueKind::Exclusive => "",
-        QueueKind::Read { .. } => "r",
-        QueueKind::Write => "w",
-        QueueKind::Permit { .. } => "p",
+        LockKind::Exclusive => "",
+        LockKind::Read { .. } => "r",
+        LockKind::Write => "w",
+        LockKind::Permit { .. } => "p",
     }
 }
 
 /// The directory of the lock: read-write locks and semaphores live beside the mutexes of the
 /// same name (a NUL, never part of a lock name, keeps them apart).
-pub(super) fn dir_name(kind: QueueKind, name: &str) -> String {
+pub(super) fn dir_name(kind: LockKind, name: &str) -> String {
     match kind.family() {
         None => name.to_owned(),
         Some(family) => format!("{name}\0{family}"),
@@ -74,7 +75,7 @@ pub(super) fn dir_name(kind: QueueKind, name: &str) -> String {
 }
 
 /// The queue rule of `kind` for the node at `position` of `queue`.
-pub(super) fn decide(kind: QueueKind, queue: &[(i64, String)], position: usize) -> Decision {
+pub(super) fn decide(kind: LockKind, queue: &[(i64, String)], position: usize) -> Decision {
     let ahead: Vec<Ahead> = queue[..position]
         .iter()
         .map(|(_, child)| ahead_of(child))
@@ -92,10 +93,10 @@ pub(super) fn ahead_of(child: &str) -> Ahead {
 
 /// A fresh tag for one acquire call: the kind's letter, a unique id, and for a permit its
 /// semaphore's size (`p<uuid>n<permits>`), so every call can check the others'.
-pub(super) fn new_tag(kind: QueueKind) -> String {
+pub(super) fn new_tag(kind: LockKind) -> String {
     let id = uuid::Uuid::new_v4().simple();
     match kind {
-        QueueKind::Permit { permits } => format!("p{id}n{permits}"),
+        LockKind::Permit { permits } => format!("p{id}n{permits}"),
         _ => format!("{}{id}", tag_letter(kind)),
     }
 }

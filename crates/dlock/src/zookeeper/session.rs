@@ -1,13 +1,13 @@
 //! One ZooKeeper session and what is known about its state (connected, suspended, expired).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, SessionState};
 
-use crate::backend::Wait;
 use crate::error::{Error, Result};
 
 use super::config::ZookeeperConfig;
@@ -50,43 +50,21 @@ impl Session {
         let client = connect_client(config).await?;
         let gone = CancellationToken::new();
         let (connected_tx, connected) = watch::channel(true);
-        // The server expires a session `timeout` after it last heard from the client; the
-        // client notices a silent connection after 2/5 of it (the client library's default).
-        // Half the timeout after the suspension began is therefore still inside the session,
-        // with a margin: past that, the locks are reported lost, as the server may have
-        // expired them.
-        let budget = client.session_timeout() / 2;
-        let mut states = client.state_watcher();
-        let watch_gone = gone.clone();
-        tokio::spawn(async move {
-            let mut suspended_since: Option<Instant> = None;
-            loop {
-                let give_up = suspended_since.map(|at| at + budget);
-                tokio::select! {
-                    state = states.changed() => match state {
-                        SessionState::Disconnected => {
-                            suspended_since.get_or_insert_with(Instant::now);
-                            let _ = connected_tx.send(false);
-                        }
-                        SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
-                            suspended_since = None;
-                            let _ = connected_tx.send(true);
-                        }
-                        SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
-                            tracing::debug!(?state, "ZooKeeper session over");
-                            watch_gone.cancel();
-                            return;
-                        }
-                    },
-                    () = Wait::until(give_up).ended() => {
-                        tracing::debug!(?budget, "ZooKeeper connection suspended past the session's safe window");
-                        watch_gone.cancel();
-                        return;
-                    }
-                    () = watch_gone.cancelled() => return,
-                }
-            }
-        });
+        let timeout = client.session_timeout();
+        let (answered_tx, answered) = watch::channel(Instant::now());
+        tokio::spawn(exchange_regularly(
+            client.clone(),
+            timeout,
+            answered_tx,
+            gone.clone(),
+        ));
+        tokio::spawn(watch_state(
+            client.state_watcher(),
+            timeout,
+            answered,
+            connected_tx,
+            gone.clone(),
+        ));
         Ok(Arc::new(Session {
             id: client.session_id().0,
             client,
@@ -112,5 +90,87 @@ impl Drop for Session {
     fn drop(&mut self) {
         // Stops the state task; the client closes the session when its last handle drops.
         self.gone.cancel();
+    }
+}
+
+/// How often the session's own exchange with the server runs: a healthy session's last
+/// answered request is never older than this.
+fn exchange_interval(timeout: Duration) -> Duration {
+    timeout / 5
+}
+
+/// How long after the last request the server answered (counted from when it was sent) the
+/// session's locks are reported lost. The server expires a session a timeout after it last
+/// heard from the client, which is no earlier than that request's arrival; the last third of
+/// the timeout is the holders' time to hear of it and stop. Counting from the disconnect event
+/// instead would depend on when the client library notices a silent connection.
+fn answer_budget(timeout: Duration) -> Duration {
+    timeout * 2 / 3
+}
+
+/// Sends a cheap read every [`exchange_interval`] and records when each answered one was
+/// sent, until the session is over.
+async fn exchange_regularly(
+    client: Client,
+    timeout: Duration,
+    answered: watch::Sender<Instant>,
+    gone: CancellationToken,
+) {
+    let interval = exchange_interval(timeout);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = gone.cancelled() => return,
+        }
+        let sent = Instant::now();
+        let reply = tokio::select! {
+            reply = tokio::time::timeout(answer_budget(timeout), client.check_stat("/")) => reply,
+            () = gone.cancelled() => return,
+        };
+        // A missing node is an answer too; only silence or a failed request is not.
+        if let Ok(Ok(_)) = reply {
+            answered.send_replace(sent);
+        }
+    }
+}
+
+/// Follows the session's state; ends it (`gone`) when the server says so, or when no request
+/// was answered within [`answer_budget`].
+async fn watch_state(
+    mut states: zookeeper_client::StateWatcher,
+    timeout: Duration,
+    mut answered: watch::Receiver<Instant>,
+    connected: watch::Sender<bool>,
+    gone: CancellationToken,
+) {
+    let budget = answer_budget(timeout);
+    loop {
+        let give_up = *answered.borrow_and_update() + budget;
+        tokio::select! {
+            state = states.changed() => match state {
+                SessionState::Disconnected => {
+                    let _ = connected.send(false);
+                }
+                SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                    let _ = connected.send(true);
+                }
+                SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
+                    tracing::debug!(?state, "ZooKeeper session over");
+                    gone.cancel();
+                    return;
+                }
+            },
+            changed = answered.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(give_up) => {
+                tracing::debug!(?budget, "no ZooKeeper request answered within the session's safe window");
+                gone.cancel();
+                return;
+            }
+            () = gone.cancelled() => return,
+        }
     }
 }
