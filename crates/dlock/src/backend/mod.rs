@@ -2,7 +2,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -16,22 +16,27 @@ use crate::name::{LockName, Owner};
 // The toolkit modules that only stores beyond memory use are built with any of them, not
 // gated per backend (a new backend then edits no gate here); each allows dead code in a build
 // that leaves out some of its users, and the full build, which CI lints, uses all of it.
+pub(crate) mod abandon;
 pub(crate) mod caller_thread;
 #[cfg(dlock_any_backend)]
 pub(crate) mod gather;
 mod lease_core;
 #[cfg(dlock_any_backend)]
 pub(crate) mod list_family;
+mod monitor;
 #[cfg(dlock_any_backend)]
 pub(crate) mod queue_rules;
 mod store_lease;
 pub(crate) mod url;
+mod values;
 pub mod wait;
 #[cfg(dlock_any_backend)]
 mod wakers;
 
 pub use lease_core::{LeaseCore, LossSignal};
+pub use monitor::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
 pub(crate) use store_lease::StoreLease;
+pub use values::{Expect, ValueStore, Versioned};
 #[cfg(dlock_any_backend)]
 #[cfg_attr(not(dlock_all_backends), allow(unused_imports))]
 pub(crate) use wakers::Wakers;
@@ -354,6 +359,24 @@ impl Wait {
         }
     }
 
+    /// The wait that ends at `deadline`, or never without one.
+    pub(crate) fn until(deadline: Option<Instant>) -> Wait {
+        deadline.map_or(Wait::Forever, Wait::Until)
+    }
+
+    /// Sleeps for `d`, or until the deadline if that comes first.
+    pub(crate) async fn sleep_at_most(self, d: Duration) {
+        tokio::time::sleep(self.remaining().map_or(d, |left| left.min(d))).await;
+    }
+
+    /// Sleeps until the deadline passes; forever without one.
+    pub(crate) async fn ended(self) {
+        match self.deadline() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// The deadline, if any (`No` is "now").
     pub fn deadline(self) -> Option<Instant> {
         match self {
@@ -403,269 +426,5 @@ impl AcquireRequest {
     }
 }
 
-/// What is known about one held lock.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct LockInfo {
-    /// The lock's name.
-    pub name: String,
-    /// The current holder's fencing token.
-    pub fence: FencingToken,
-    /// Who holds it.
-    pub owner: Owner,
-    /// When the current holder acquired it (the holder's or the store's clock).
-    pub acquired_at: SystemTime,
-    /// Lease time left, as the store sees it; `None` when the lease has no TTL (a session).
-    pub ttl_left: Option<Duration>,
-    /// Hold count (above 1 only for reentrant locks).
-    pub holds: u32,
-    /// What kind of hold this is; [`HoldKind::Mutex`] unless the store says otherwise.
-    pub kind: HoldKind,
-    /// How many requests are waiting for this lock, when the store can tell (it keeps a
-    /// queue of waiters); `None` when it cannot.
-    pub waiters: Option<u32>,
-}
-
-impl LockInfo {
-    /// Builds a description of a held lock (for backends).
-    pub fn new(
-        name: String,
-        fence: FencingToken,
-        owner: Owner,
-        acquired_at: SystemTime,
-        ttl_left: Option<Duration>,
-        holds: u32,
-    ) -> LockInfo {
-        LockInfo {
-            name,
-            fence,
-            owner,
-            acquired_at,
-            ttl_left,
-            holds,
-            kind: HoldKind::Mutex,
-            waiters: None,
-        }
-    }
-
-    /// The same description with another kind of hold (for backends).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::{Duration, SystemTime};
-    /// use dlock::{FencingToken, HoldKind, LockInfo, Owner};
-    ///
-    /// let owner = Owner::new(None, "host-a", 42);
-    /// let info = LockInfo::new("jobs".into(), FencingToken::new(7), owner, SystemTime::now(), None, 1)
-    ///     .with_kind(HoldKind::Reader)
-    ///     .with_waiters(3);
-    /// assert_eq!(info.kind, HoldKind::Reader);
-    /// assert_eq!(info.waiters, Some(3));
-    /// ```
-    #[must_use]
-    pub fn with_kind(mut self, kind: HoldKind) -> LockInfo {
-        self.kind = kind;
-        self
-    }
-
-    /// The same description with the number of waiters the store counted (for backends that
-    /// keep a queue); see [`with_kind`](Self::with_kind) for an example.
-    #[must_use]
-    pub fn with_waiters(mut self, waiters: u32) -> LockInfo {
-        self.waiters = Some(waiters);
-        self
-    }
-}
-
-/// The kind of a held lock, as [`LockInfo::kind`] reports it.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(dlock::HoldKind::Writer.as_str(), "writer");
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum HoldKind {
-    /// An exclusive lock (a mutex, or one lock of a multi-lock).
-    #[default]
-    Mutex,
-    /// Read holds of a read-write lock.
-    Reader,
-    /// The write hold of a read-write lock.
-    Writer,
-    /// Permits of a semaphore.
-    Permit,
-}
-
-impl HoldKind {
-    /// The lower-case name used in JSON and metric labels: `mutex`, `reader`, `writer`, `permit`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            HoldKind::Mutex => "mutex",
-            HoldKind::Reader => "reader",
-            HoldKind::Writer => "writer",
-            HoldKind::Permit => "permit",
-        }
-    }
-}
-
-impl std::fmt::Display for HoldKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What [`MonitorStore::list_page`] is asked for: held locks whose names start with `prefix`,
-/// after `cursor` (the previous page's [`ListPage::cursor`]), at most `limit` of them.
-///
-/// # Examples
-///
-/// ```
-/// let query = dlock::backend::ListQuery { prefix: "jobs/", cursor: None, limit: 100 };
-/// assert_eq!(query.limit, 100);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ListQuery<'a> {
-    /// Names starting with this.
-    pub prefix: &'a str,
-    /// Where the previous page ended; `None` for the first page.
-    pub cursor: Option<&'a str>,
-    /// The most entries this page may hold.
-    pub limit: usize,
-}
-
-/// One page of [`MonitorStore::list_page`].
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct ListPage {
-    /// Held locks on this page.
-    pub locks: Vec<LockInfo>,
-    /// Opaque cursor for the next page; `None` when this was the last.
-    pub cursor: Option<String>,
-}
-
-impl ListPage {
-    /// A page (for backends).
-    pub fn new(locks: Vec<LockInfo>, cursor: Option<String>) -> ListPage {
-        ListPage { locks, cursor }
-    }
-}
-
-/// Optional ability: list, inspect and break locks.
-#[async_trait]
-pub trait MonitorStore: Send + Sync {
-    /// The lock's holder, or `None` when it is free.
-    ///
-    /// # Errors
-    ///
-    /// Store failures.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>>;
-
-    /// Held locks whose names start with `prefix`, at most about `limit` of them, after the
-    /// position `cursor` (from the previous page). Iterates in steps (SCAN-style), never all at once.
-    ///
-    /// # Errors
-    ///
-    /// Store failures.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage>;
-
-    /// Frees the lock whoever holds it; the fence counter is kept, so the next holder still
-    /// gets a greater token. Returns whether it was held.
-    ///
-    /// # Errors
-    ///
-    /// Store failures.
-    ///
-    /// # Cancel safety
-    ///
-    /// A dropped call may or may not have broken the lock.
-    async fn force_release(&self, name: &LockName) -> Result<bool>;
-}
-
 /// Shared handle to a backend.
 pub type DynBackend = Arc<dyn Backend>;
-
-/// The condition of a [`ValueStore::put`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expect {
-    /// Write whatever the current version (a blind write).
-    Any,
-    /// Write only if the value was never written.
-    Absent,
-    /// Write only if the current version is this one.
-    Version(u64),
-}
-
-impl Expect {
-    /// The condition for "the version I read", `None` meaning "never written".
-    pub fn from_read(version: Option<u64>) -> Expect {
-        version.map_or(Expect::Absent, Expect::Version)
-    }
-
-    /// Whether the condition holds for the `current` version.
-    pub fn holds(self, current: Option<u64>) -> bool {
-        match self {
-            Expect::Any => true,
-            Expect::Absent => current.is_none(),
-            Expect::Version(version) => current == Some(version),
-        }
-    }
-}
-
-/// A value and the version that wrote it, as read by [`ValueStore::get`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Versioned {
-    /// The bytes last written.
-    pub value: Vec<u8>,
-    /// Strictly greater than the version of every earlier write of the same name.
-    pub version: u64,
-}
-
-impl Versioned {
-    /// A value read from a store (for backends).
-    pub fn new(value: Vec<u8>, version: u64) -> Versioned {
-        Versioned { value, version }
-    }
-}
-
-/// Optional ability: small named values with a version, changed only atomically.
-///
-/// Values live in their own namespace: a value named `x` and a lock named `x` are unrelated.
-/// Versions strictly increase per name; a name that was never written has no version.
-#[async_trait]
-pub trait ValueStore: Send + Sync {
-    /// The current value and version, or `None` when it was never written.
-    ///
-    /// # Errors
-    ///
-    /// Store failures; [`Error::WrongType`](crate::Error::WrongType) for a foreign entry.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    async fn get(&self, name: &LockName) -> Result<Option<Versioned>>;
-
-    /// Writes `value` if `expect` holds for the current version, in one atomic step of the
-    /// store. Returns the new version, or `None` when `expect` did not hold (nothing written).
-    ///
-    /// # Errors
-    ///
-    /// Store failures; [`Error::WrongType`](crate::Error::WrongType) for a foreign entry.
-    ///
-    /// # Cancel safety
-    ///
-    /// A dropped call may or may not have written.
-    async fn put(&self, name: &LockName, expect: Expect, value: &[u8]) -> Result<Option<u64>>;
-}

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use rand::Rng;
 
 use crate::backend::{Lease, Wait};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The result of one non-blocking acquisition attempt.
 #[derive(Debug)]
@@ -31,6 +31,9 @@ pub enum Attempt {
 
 /// Polling schedule for stores whose wake-up does not cover every case (for SQLite: other
 /// processes). Delays double from `min` to `max`, each with ±50 % jitter so waiters spread out.
+///
+/// It is also the crate's one retry pause: `next` gives the next delay and doubles the one
+/// after it, `reset` starts again at `min`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Backoff {
@@ -38,17 +41,109 @@ pub struct Backoff {
     pub min: Duration,
     /// Largest delay.
     pub max: Duration,
+    /// The delay [`next`](Self::next) gives, before jitter.
+    current: Duration,
+    /// Whether delays are jittered: waiters of one lock spread out, while a task retrying its
+    /// own connection has no crowd to spread and keeps its plain doubling.
+    jitter: bool,
 }
 
 impl Backoff {
     /// A schedule from `min` to `max`.
     pub const fn new(min: Duration, max: Duration) -> Backoff {
-        Backoff { min, max }
+        Backoff {
+            min,
+            max,
+            current: min,
+            jitter: true,
+        }
+    }
+
+    /// The same schedule without jitter.
+    pub(crate) const fn steady(min: Duration, max: Duration) -> Backoff {
+        Backoff {
+            jitter: false,
+            ..Backoff::new(min, max)
+        }
+    }
+
+    /// The next delay; the one after it is twice as long, up to `max`.
+    pub(crate) fn next(&mut self) -> Duration {
+        let delay = self.current;
+        self.current = delay.saturating_mul(2).min(self.max);
+        if self.jitter {
+            Backoff::jittered(delay)
+        } else {
+            delay
+        }
+    }
+
+    /// Starts the schedule again at `min` (the store answered, or a wake-up came).
+    pub(crate) fn reset(&mut self) {
+        self.current = self.min;
     }
 
     fn jittered(delay: Duration) -> Duration {
         let factor = rand::rng().random_range(0.5..1.5);
         delay.mul_f64(factor)
+    }
+}
+
+/// The pause between retries of a call that waits: [`Retries::pause`] sleeps the backoff's
+/// next delay, cut at the wait's deadline, or hands the error back when there is no time left.
+#[derive(Debug)]
+pub(crate) struct Retries {
+    wait: Wait,
+    backoff: Backoff,
+    failures: u32,
+}
+
+impl Retries {
+    pub(crate) fn new(wait: Wait, backoff: Backoff) -> Retries {
+        Retries {
+            wait,
+            backoff,
+            failures: 0,
+        }
+    }
+
+    /// After a failed attempt: `Ok` once it slept before the next one, or the error back
+    /// when it is not retryable, the wait is [`Wait::No`] or its deadline has passed (the
+    /// store's error then says more than a plain timeout).
+    pub(crate) async fn pause(&mut self, error: Error) -> Result<()> {
+        if !error.is_retryable() || self.wait == Wait::No || self.wait.passed() {
+            return Err(error);
+        }
+        self.failures = self.failures.saturating_add(1);
+        tracing::debug!(%error, failures = self.failures, "attempt failed; retrying");
+        self.wait.sleep_at_most(self.backoff.next()).await;
+        Ok(())
+    }
+
+    /// The store answered: the next failure pauses from the start again.
+    pub(crate) fn reset(&mut self) {
+        self.failures = 0;
+        self.backoff.reset();
+    }
+}
+
+/// Runs `attempt` until it succeeds or fails for good: a retryable failure is retried after
+/// `backoff`'s next pause while `wait` has time left (see [`Retries::pause`]).
+pub(crate) async fn retry_until<T, F, Fut>(
+    wait: Wait,
+    backoff: Backoff,
+    mut attempt: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut retries = Retries::new(wait, backoff);
+    loop {
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(error) => retries.pause(error).await?,
+        }
     }
 }
 
@@ -59,7 +154,7 @@ impl Backoff {
 pub const STARVATION_THRESHOLD: Duration = Duration::from_millis(5);
 
 /// First and largest pause after a failed attempt (store unreachable or busy) while waiting.
-const RETRY_MIN: Duration = Duration::from_millis(10);
+const RETRY_MIN: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Upper bound on one sleep when a store gives no other hint; long waits are cut into these
@@ -99,35 +194,25 @@ where
     SF: Future<Output = ()>,
 {
     let deadline = wait.deadline();
-    let mut delay = poll.map(|p| p.min);
-    let mut failures: u32 = 0;
+    let mut poll = poll.map(|mut p| {
+        p.reset();
+        p
+    });
+    let mut retries = Retries::new(wait, Backoff::new(RETRY_MIN, RETRY_MAX));
     loop {
         let woken = subscribe();
         let free_in = match attempt().await {
             Ok(Attempt::Acquired(lease)) => return Ok(Some(lease)),
             Ok(Attempt::Busy { free_in }) => {
-                failures = 0;
+                retries.reset();
                 free_in
             }
             // A waiter rides out a store that is briefly unreachable or busy, until its
             // deadline; then it reports the store's error rather than a plain timeout.
-            Err(error) if error.is_retryable() && wait != Wait::No => {
-                let now = Instant::now();
-                if deadline.is_some_and(|at| at <= now) {
-                    return Err(error);
-                }
-                tracing::debug!(%error, failures, "acquire attempt failed; retrying");
-                failures = failures.saturating_add(1);
-                let mut pause = RETRY_MIN
-                    .saturating_mul(1 << failures.min(7))
-                    .min(RETRY_MAX);
-                if let Some(at) = deadline {
-                    pause = pause.min(at - now);
-                }
-                tokio::time::sleep(Backoff::jittered(pause)).await;
+            Err(error) => {
+                retries.pause(error).await?;
                 continue;
             }
-            Err(error) => return Err(error),
         };
         let now = Instant::now();
         let remaining = match deadline {
@@ -138,8 +223,9 @@ where
         // Sleep no longer than: the poll delay, the holder's lease (+1 ms so it has expired),
         // the caller's deadline, and an idle slice.
         let mut sleep = IDLE_SLICE;
-        if let Some(d) = delay {
-            sleep = sleep.min(Backoff::jittered(d));
+        if let Some(p) = &mut poll {
+            // Doubles for the next round; a wake-up below starts it again.
+            sleep = sleep.min(p.next());
         }
         if let Some(f) = free_in {
             sleep = sleep.min(f + Duration::from_millis(1));
@@ -149,13 +235,11 @@ where
         }
         tokio::select! {
             () = woken => {
-                delay = poll.map(|p| p.min);
-            }
-            () = tokio::time::sleep(sleep) => {
-                if let (Some(d), Some(p)) = (delay, poll) {
-                    delay = Some((d * 2).min(p.max));
+                if let Some(p) = &mut poll {
+                    p.reset();
                 }
             }
+            () = tokio::time::sleep(sleep) => {}
         }
     }
 }

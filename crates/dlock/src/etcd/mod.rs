@@ -20,15 +20,16 @@ use etcd_client::{
     Certificate, Client, ConnectOptions, GetOptions, KeyValue, SortOrder, SortTarget, TlsOptions,
     Txn, TxnResponse,
 };
-use tokio::time::Instant;
 
+use crate::backend::abandon::Abandon;
+use crate::backend::wait::retry_until;
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, MonitorStore, ValueStore, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, MonitorStore, ValueStore,
 };
 use crate::error::{Error, Result};
 
 use acquire::Pending;
-use acquire::pause_after;
+use acquire::retry_backoff;
 use error::{BACKEND, bad_reply, lease_gone, map};
 
 /// URL schemes served by this backend.
@@ -468,39 +469,27 @@ impl Backend for EtcdBackend {
                 backend: BACKEND,
             });
         }
-        let pending = Pending {
-            inner: self.inner.clone(),
-            leases: Mutex::new(Vec::new()),
-        };
-        let deadline = req.wait.deadline();
-        let mut failures = 0u32;
-        loop {
-            match self.attempt(req, &pending).await {
-                Ok(Some(lease)) => return Ok(Some(Arc::new(lease))),
-                Ok(None) => return Ok(None),
-                // A waiter rides out an election or a lost place by starting over (at the
-                // back of the queue), until its deadline.
-                Err(error) if error.is_retryable() && req.wait != Wait::No => {
-                    pending.revoke_all();
-                    let now = Instant::now();
-                    if deadline.is_some_and(|at| at <= now) {
-                        return Err(error);
-                    }
-                    failures = failures.saturating_add(1);
-                    tracing::debug!(%error, failures, "etcd acquire failed; retrying");
-                    let mut pause = pause_after(failures);
-                    if let Some(at) = deadline {
-                        pause = pause.min(at - now);
-                    }
-                    tokio::time::sleep(pause).await;
-                }
-                Err(error @ Error::SizeMismatch { .. }) => {
-                    pending.revoke_now().await;
-                    return Err(error);
-                }
-                Err(error) => return Err(error),
+        let pending = Abandon::new(
+            Pending {
+                inner: self.inner.clone(),
+                leases: Mutex::new(Vec::new()),
+            },
+            |pending| pending.revoke_all(),
+        );
+        // A waiter rides out an election or a lost place by starting over (at the back of
+        // the queue), until its deadline.
+        let acquired = retry_until(req.wait, retry_backoff(), || async {
+            let tried = self.attempt(req, &pending).await;
+            match &tried {
+                // What this round queued goes before the next round queues again.
+                Err(error) if error.is_retryable() => pending.revoke_all(),
+                Err(Error::SizeMismatch { .. }) => pending.revoke_now().await,
+                _ => {}
             }
-        }
+            tried
+        })
+        .await?;
+        Ok(acquired.map(|lease| Arc::new(lease) as Arc<dyn Lease>))
     }
 
     fn monitor(&self) -> Option<&dyn MonitorStore> {

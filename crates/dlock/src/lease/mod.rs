@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::backend::Lease;
+use crate::backend::wait::Backoff;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::LockName;
@@ -196,7 +197,7 @@ impl DropRelease {
         // the runtime shuts down meanwhile, the task is dropped unfinished and `Drop`
         // releases synchronously.
         let give_up = tokio::time::Instant::now() + SHUTDOWN_RELEASE_BOUND;
-        let mut pause = Duration::from_millis(20);
+        let mut backoff = Backoff::steady(Duration::from_millis(20), Duration::from_millis(500));
         while matches!(&result, Err(error) if error.is_retryable())
             && tokio::time::Instant::now() < give_up
         {
@@ -207,8 +208,7 @@ impl DropRelease {
                 Err(_) => break,
             }
             if matches!(&result, Err(error) if error.is_retryable()) {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
+                tokio::time::sleep(backoff.next()).await;
             }
         }
         if let Err(error) = result {

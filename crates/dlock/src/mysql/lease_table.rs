@@ -7,8 +7,9 @@
 //! carries nothing worth keeping: each client's sweeper deletes such rows, and stale waiter
 //! rows.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlRow;
@@ -16,183 +17,24 @@ use sqlx::{AssertSqlSafe, Connection, MySqlConnection, MySqlPool, Row};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backend::wait::{Attempt, Backoff, acquire_loop};
+use crate::backend::wait::{Attempt, Backoff};
 use crate::backend::{
     AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::name::{LockName, Owner};
+use crate::name::LockName;
+use crate::sql_common::lease_table::{self, TableDialect, lock_info, next_cursor};
 use crate::sql_common::{
-    LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
-    detached_attempt, ms, queued_hint,
+    ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers, ms,
+    queued_hint,
 };
 
 use super::bell::Bell;
 use super::error::{from_sqlx, number};
+use statements::{NOW, Statements};
 
-/// The database's clock in microseconds since the Unix epoch, in UTC whatever the session's
-/// time zone. `UTC_TIMESTAMP(6)` is fixed for the whole statement.
-const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
-
-#[derive(Debug)]
-struct Statements {
-    take: Arc<str>,
-    insert: Arc<str>,
-    busy: Arc<str>,
-    queue: Arc<str>,
-    dequeue: Arc<str>,
-    leave: Arc<str>,
-    release: Arc<str>,
-    ring_on_release: Arc<str>,
-    extend: Arc<str>,
-    force_release: Arc<str>,
-    inspect: Arc<str>,
-    list: Arc<str>,
-    sweep_locks: Arc<str>,
-    sweep_waiters: Arc<str>,
-}
-
-impl Statements {
-    fn new(t: &str) -> Statements {
-        let w = super::schema::waiters_table(t);
-        let stale = WAITER_STALE_MS * 1000;
-        // The oldest live waiter; entries not refreshed for WAITER_STALE are ignored (and
-        // swept by the next grant).
-        let head = format!(
-            "SELECT token, since FROM {w}
-             WHERE name = ? AND seen > {NOW} - {stale} ORDER BY since, token LIMIT 1"
-        );
-        // Whether someone queued comes first: another waiter heads the queue and the lock is
-        // fair, or (unfair) that head has waited past the starvation threshold. Binds: the
-        // token, fair, the name.
-        let blocked = format!(
-            "COALESCE((SELECT h.token <> ? AND (? OR h.since <= {NOW} - {STARVATION_US})
-                       FROM ({head}) h), FALSE)"
-        );
-        // `held_by_me`: re-entry of a live hold by the same token. MySQL evaluates SET from
-        // left to right with the new values (MariaDB's SIMULTANEOUS_ASSIGNMENT with the old
-        // ones): every condition reads only `token` and `expires_at`, which are assigned last,
-        // so both orders give the same result. LAST_INSERT_ID(x) returns the fence in the OK
-        // packet, so no second statement is needed.
-        //
-        // A fresh hold's fence is the table's sequence's next value, drawn while this
-        // statement holds the row's lock: after every earlier grant of the name committed
-        // (a deleted row's grants too: its delete committed before the row came back), so it
-        // is higher than all of them. Never below the row's own fence + 1 either, which keeps
-        // rows of a table migrated from per-name counters rising.
-        let held_by_me = format!("(token <=> ? AND expires_at > {NOW})");
-        let seq = super::schema::fence_sequence(t);
-        // Whether waiters other than the new holder are queued (for a name that had some):
-        // its release will ring. Binds: the name, the token.
-        let others_queued = format!(
-            "SELECT 1 FROM {w} q WHERE q.name = ? AND q.token <> ? AND q.seen > {NOW} - {stale}"
-        );
-        let take = format!(
-            "UPDATE {t} SET
-                hold_fence = LAST_INSERT_ID(IF({held_by_me}, hold_fence,
-                                               GREATEST(hold_fence + 1, NEXTVAL({seq})))),
-                holds = IF({held_by_me}, holds + ?, 1),
-                acquired_at = IF({held_by_me}, acquired_at, {NOW}),
-                owner_label = IF({held_by_me}, owner_label, ?),
-                host = IF({held_by_me}, host, ?),
-                pid = IF({held_by_me}, pid, ?),
-                ring_on_release = IF({held_by_me}, ring_on_release,
-                                     IF(ring_on_release, EXISTS({others_queued}), 0)),
-                expires_at = IF({held_by_me}, GREATEST(expires_at, {NOW} + ?), {NOW} + ?),
-                token = ?
-             WHERE name = ? AND (((token IS NULL OR expires_at <= {NOW}) AND NOT {blocked})
-                                 OR (token <=> ? AND expires_at > {NOW}))"
-        );
-        // A new name gets a free row, which `take` then grants: a fence is only ever drawn
-        // under the row's lock (see `take`). The row is free (no token) but its `expires_at`
-        // is a second ahead, so the sweeper leaves it alone until `take` has had its turn.
-        let insert = format!(
-            "INSERT INTO {t} (name, hold_fence, token, holds, expires_at, acquired_at)
-             VALUES (?, 0, NULL, 0, {NOW} + 1000000, 0) ON DUPLICATE KEY UPDATE name = name"
-        );
-        // The holder's time left (NULL when free), and the queue's head and how long it has
-        // waited, both in µs; then how many live waiters are ahead of this one (all of them
-        // if it has no entry yet). Binds: the name, the token, the name, the token, the name.
-        let busy = format!(
-            "SELECT IF(l.token IS NOT NULL AND l.expires_at > {NOW}, l.expires_at - {NOW}, NULL),
-                    h.token, {NOW} - h.since,
-                    (SELECT COUNT(*) FROM {w} a LEFT JOIN {w} me ON me.name = a.name AND me.token = ?
-                     WHERE a.name = ? AND a.seen > {NOW} - {stale} AND a.token <> ?
-                       AND (me.since IS NULL OR a.since < me.since
-                            OR (a.since = me.since AND a.token < me.token)))
-             FROM {t} l LEFT JOIN ({head}) h ON TRUE
-             WHERE l.name = ?"
-        );
-        let queue = format!(
-            "INSERT INTO {w} (name, token, since, seen, bell) VALUES (?, ?, {NOW}, {NOW}, ?)
-             ON DUPLICATE KEY UPDATE seen = {NOW}, bell = VALUES(bell)"
-        );
-        let dequeue =
-            format!("DELETE FROM {w} WHERE name = ? AND (token = ? OR seen <= {NOW} - {stale})");
-        let leave = format!("DELETE FROM {w} WHERE name = ? AND token = ?");
-        // Token and expiry first (reading the old hold count), the count last. The reply's
-        // LAST_INSERT_ID is the holds left times two, plus one when the lock is now free and
-        // waiters with a doorbell may be queued for it (read from the row, so an uncontended
-        // release looks at no other table).
-        let release = format!(
-            "UPDATE {t} SET
-                token = IF(holds > 1, token, NULL),
-                expires_at = IF(holds > 1, expires_at, {NOW}),
-                holds = LAST_INSERT_ID((holds - 1) * 2 + IF(holds > 1, 0, ring_on_release)) DIV 2
-             WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
-        );
-        // A waiter with a doorbell asks the holder's release to ring, after writing its entry.
-        let ring_on_release =
-            format!("UPDATE {t} SET ring_on_release = 1 WHERE name = ? AND ring_on_release = 0");
-        let extend = format!(
-            "UPDATE {t} SET expires_at = GREATEST(expires_at, {NOW} + ?)
-             WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
-        );
-        let force_release = format!(
-            "UPDATE {t} SET token = NULL, holds = 0, expires_at = {NOW}
-             WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
-        );
-        // The last column counts the name's live waiters (the holder left the queue when
-        // it was granted).
-        let columns = format!(
-            "name, hold_fence, holds, acquired_at, GREATEST(0, expires_at - {NOW}) DIV 1000, owner_label, host, pid,
-             (SELECT COUNT(*) FROM {w} q WHERE q.name = l.name AND q.seen > {NOW} - {stale})"
-        );
-        let inspect = format!(
-            "SELECT {columns} FROM {t} l WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
-        );
-        let list = format!(
-            "SELECT {columns} FROM {t} l
-             WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
-               AND token IS NOT NULL AND expires_at > {NOW}
-             ORDER BY name LIMIT ?"
-        );
-        // Rows whose lease is over (released, broken or expired alike), oldest first by the
-        // expiry index. Nothing is lost: fences come from the sequence, and the holder of an
-        // ended lease is refused with or without its row.
-        let sweep_locks =
-            format!("DELETE FROM {t} WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT ?");
-        let sweep_waiters =
-            format!("DELETE FROM {w} WHERE seen <= {NOW} - {stale} ORDER BY seen LIMIT ?");
-        Statements {
-            sweep_locks: sweep_locks.into(),
-            sweep_waiters: sweep_waiters.into(),
-            take: take.into(),
-            insert: insert.into(),
-            busy: busy.into(),
-            queue: queue.into(),
-            dequeue: dequeue.into(),
-            leave: leave.into(),
-            release: release.into(),
-            ring_on_release: ring_on_release.into(),
-            extend: extend.into(),
-            force_release: force_release.into(),
-            inspect: inspect.into(),
-            list: list.into(),
-        }
-    }
-}
+mod statements;
 
 /// One hold of a row in the lease table.
 type TableLease = StoreLease<Shared>;
@@ -248,60 +90,54 @@ impl LeaseStore {
     }
 }
 
-impl Shared {
-    /// Starts this client's sweeper (see [`Sweeper`]); it holds the shared state weakly, so
-    /// it never keeps a dropped client alive.
-    fn ensure_sweeper(self: &Arc<Self>) {
-        let shared = Arc::downgrade(self);
-        self.sweeper.ensure(&self.stop, move || {
-            let shared = shared.clone();
-            async move {
-                let Some(shared) = shared.upgrade() else {
-                    return Ok(0);
-                };
-                let mut deleted = 0;
-                for sql in [&shared.sql.sweep_locks, &shared.sql.sweep_waiters] {
-                    let done = sqlx::query(AssertSqlSafe(sql.clone()))
-                        .bind(SWEEP_BATCH)
-                        .execute(&shared.pool)
-                        .await
-                        .map_err(from_sqlx)?;
-                    deleted = deleted.max(done.rows_affected());
-                }
-                Ok(deleted)
-            }
-        });
-    }
-}
-
 #[async_trait]
 impl ModeStore for LeaseStore {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
-        let shared = &self.shared;
-        shared.ensure_sweeper();
-        let spot = Arc::new(QueueSpot::default());
-        let leave = LeaveQueue::new(
-            spot.clone(),
-            leave_queue(
-                shared.clone(),
-                req.name.as_str().to_owned(),
-                req.token.clone(),
-            ),
-        );
-        let acquired = acquire_loop(
-            req.wait,
-            Some(shared.poll),
-            || detached_attempt(try_acquire(shared.clone(), req.clone(), spot.clone())),
-            || {
-                let mut changed = shared.wakers.subscribe(req.name.as_str());
-                async move {
-                    let _ = changed.changed().await;
-                }
-            },
-        )
-        .await;
-        leave.after(matches!(acquired, Ok(Some(_)))).await;
-        acquired
+        lease_table::acquire(&self.shared, req).await
+    }
+}
+
+impl TableDialect for Shared {
+    fn try_acquire(
+        self: Arc<Self>,
+        req: AcquireRequest,
+        spot: Arc<QueueSpot>,
+    ) -> impl Future<Output = Result<Attempt>> + Send + 'static {
+        try_acquire(self, req, spot)
+    }
+
+    fn leave_queue(
+        self: Arc<Self>,
+        name: String,
+        token: String,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        leave_queue(self, name, token)
+    }
+
+    async fn sweep(self: Arc<Self>) -> Result<u64> {
+        let mut deleted = 0;
+        for sql in [&self.sql.sweep_locks, &self.sql.sweep_waiters] {
+            let done = sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(SWEEP_BATCH)
+                .execute(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+            deleted = deleted.max(done.rows_affected());
+        }
+        Ok(deleted)
+    }
+
+    fn wakers(&self) -> &Wakers {
+        &self.wakers
+    }
+
+    fn sweeper(&self) -> (&Sweeper, &CancellationToken) {
+        (&self.sweeper, &self.stop)
+    }
+
+    /// The doorbell can miss a ring: polls back it up.
+    fn poll(&self) -> Option<Backoff> {
+        Some(self.poll)
     }
 }
 
@@ -329,8 +165,7 @@ impl MonitorStore for LeaseStore {
             .await
             .map_err(from_sqlx)?;
         let locks = rows.iter().map(to_info).collect::<Result<Vec<_>>>()?;
-        let full = i64::try_from(locks.len()).unwrap_or(i64::MAX) >= limit;
-        let next = full.then(|| locks.last().map(|l| l.name.clone())).flatten();
+        let next = next_cursor(&locks, limit);
         Ok(ListPage::new(locks, next))
     }
 
@@ -398,34 +233,9 @@ async fn try_acquire(
     let waits = req.wait != crate::backend::Wait::No;
     let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
     let taken = take(&shared, &req, &mut conn).await?;
-    let granted = |conn: sqlx::pool::PoolConnection<sqlx::MySql>, fence: i64| {
-        let shared = shared.clone();
-        let spot = spot.clone();
-        let token = req.token.clone();
-        async move {
-            let mut conn = conn;
-            if spot.is_queued() {
-                let dequeued = sqlx::query(AssertSqlSafe(shared.sql.dequeue.clone()))
-                    .bind(name)
-                    .bind(&token)
-                    .execute(&mut *conn)
-                    .await;
-                if let Err(error) = dequeued {
-                    tracing::debug!(%error, %name, "leaving the waiter queue failed; the entry goes stale");
-                }
-                spot.set_queued(false);
-            }
-            Attempt::Acquired(Arc::new(TableLease::new(
-                shared,
-                name.to_owned(),
-                token,
-                LeaseCore::new(FencingToken::from_signed(fence), start),
-            )))
-        }
-    };
     if taken.rows_affected() > 0 {
         let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
-        return Ok(granted(conn, fence).await);
+        return Ok(granted(&shared, &spot, conn, &req, fence, start).await);
     }
     type BusyRow = (Option<i64>, Option<String>, Option<i64>, i64);
     let busy: Option<BusyRow> = sqlx::query_as(AssertSqlSafe(shared.sql.busy.clone()))
@@ -443,7 +253,7 @@ async fn try_acquire(
         let taken = take(&shared, &req, &mut conn).await?;
         if taken.rows_affected() > 0 {
             let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
-            return Ok(granted(conn, fence).await);
+            return Ok(granted(&shared, &spot, conn, &req, fence, start).await);
         }
         // Taken by another client in between: look again at once.
         return Ok(Attempt::Busy {
@@ -463,10 +273,54 @@ async fn try_acquire(
     if !waits {
         return Ok(Attempt::Busy { free_in: held });
     }
+    queue_up(&shared, &spot, &mut conn, &req, held, ahead).await
+}
+
+/// The grant: a waiter that had queued leaves the queue (a second statement, see
+/// [`try_acquire`]), and the hold is handed out.
+async fn granted(
+    shared: &Arc<Shared>,
+    spot: &QueueSpot,
+    mut conn: sqlx::pool::PoolConnection<sqlx::MySql>,
+    req: &AcquireRequest,
+    fence: i64,
+    start: Instant,
+) -> Attempt {
+    let name = req.name.as_str();
+    if spot.is_queued() {
+        let dequeued = sqlx::query(AssertSqlSafe(shared.sql.dequeue.clone()))
+            .bind(name)
+            .bind(&req.token)
+            .execute(&mut *conn)
+            .await;
+        if let Err(error) = dequeued {
+            tracing::debug!(%error, %name, "leaving the waiter queue failed; the entry goes stale");
+        }
+        spot.set_queued(false);
+    }
+    Attempt::Acquired(Arc::new(TableLease::new(
+        shared.clone(),
+        name.to_owned(),
+        req.token.clone(),
+        LeaseCore::new(FencingToken::from_signed(fence), start),
+    )))
+}
+
+/// A waiter of a busy lock: queues (or refreshes its entry), asks for a ring when it has a
+/// doorbell, and says how long to sleep. `held` is the holder's time left, `ahead` how many
+/// live waiters come first.
+async fn queue_up(
+    shared: &Shared,
+    spot: &QueueSpot,
+    conn: &mut sqlx::MySqlConnection,
+    req: &AcquireRequest,
+    held: Option<Duration>,
+    ahead: i64,
+) -> Result<Attempt> {
     let bell = shared.bell.id().await;
     if spot.refresh_due(QUEUE_REWRITE, bell) {
         sqlx::query(AssertSqlSafe(shared.sql.queue.clone()))
-            .bind(name)
+            .bind(req.name.as_str())
             .bind(&req.token)
             .bind(bell)
             .execute(&mut *conn)
@@ -475,7 +329,7 @@ async fn try_acquire(
         spot.set_queued(true);
         if bell.is_some() {
             sqlx::query(AssertSqlSafe(shared.sql.ring_on_release.clone()))
-                .bind(name)
+                .bind(req.name.as_str())
                 .execute(&mut *conn)
                 .await
                 .map_err(from_sqlx)?;
@@ -584,25 +438,8 @@ async fn take_once(
 }
 
 fn to_info(row: &MySqlRow) -> Result<LockInfo> {
-    let get = |e: sqlx::Error| from_sqlx(e);
-    let name: Vec<u8> = row.try_get(0).map_err(get)?;
-    let fence_value: i64 = row.try_get(1).map_err(get)?;
-    let holds: i32 = row.try_get(2).map_err(get)?;
-    let acquired_us: i64 = row.try_get(3).map_err(get)?;
-    let left_ms: i64 = row.try_get(4).map_err(get)?;
-    let label: Option<String> = row.try_get(5).map_err(get)?;
-    let host: Option<String> = row.try_get(6).map_err(get)?;
-    let pid: Option<i64> = row.try_get(7).map_err(get)?;
-    let waiters: i64 = row.try_get(8).map_err(get)?;
-    Ok(LockInfo::new(
-        String::from_utf8_lossy(&name).into_owned(),
-        FencingToken::from_signed(fence_value),
-        Owner::from_columns(label, host, pid),
-        UNIX_EPOCH + Duration::from_micros(u64::try_from(acquired_us).unwrap_or(0)),
-        Some(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-        u32::try_from(holds).unwrap_or(0),
-    )
-    .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX)))
+    let name: Vec<u8> = row.try_get(0).map_err(from_sqlx)?;
+    lock_info(row, String::from_utf8_lossy(&name).into_owned(), from_sqlx)
 }
 
 #[async_trait]

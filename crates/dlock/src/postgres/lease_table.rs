@@ -5,8 +5,9 @@
 //! lease is over carries nothing worth keeping: each client's sweeper deletes such rows, and
 //! stale waiter rows.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::PgListener;
@@ -15,180 +16,20 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backend::wait::{Attempt, acquire_loop};
+use crate::backend::wait::{Attempt, Backoff};
 use crate::backend::{
     AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
 };
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::name::{LockName, Owner};
-use crate::sql_common::{
-    LeaveQueue, ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers,
-    detached_attempt, ms, queued_hint,
-};
+use crate::name::LockName;
+use crate::sql_common::lease_table::{self, TableDialect, lock_info, next_cursor};
+use crate::sql_common::{ModeStore, QueueSpot, SWEEP_BATCH, Sweeper, Wakers, ms, queued_hint};
 
 use super::error::from_sqlx;
+use statements::Statements;
 
-/// The statements, with the table name spliced in once.
-#[derive(Debug)]
-struct Statements {
-    acquire: Arc<str>,
-    leave: Arc<str>,
-    release: Arc<str>,
-    extend: Arc<str>,
-    force_release: Arc<str>,
-    inspect: Arc<str>,
-    list: Arc<str>,
-    sweep_locks: Arc<str>,
-    sweep_waiters: Arc<str>,
-}
-
-impl Statements {
-    fn new(t: &str) -> Statements {
-        // `l.*` is the row before the change. The same token on a live row keeps the fence:
-        // a re-entry ($7) counts a hold, a retry whose granting reply was lost takes its grant
-        // as it is; anything else that passes the WHERE is a fresh hold of a free or expired
-        // row (or of a new one): its fence is the table's sequence's next value.
-        //
-        // That value is drawn under a transaction-level advisory lock on the name, so the
-        // acquire statements of one name run one after another: a later grant's fence is
-        // drawn after an earlier grant committed, so it is higher, even when the sweeper
-        // deleted the row in between (a fence drawn by a statement that then stalled before
-        // inserting could otherwise be lower than one a quicker statement gave out meanwhile).
-        // The two-key form keeps clear of session mode's one-key advisory locks.
-        let w = super::schema::waiters_table(t);
-        let seq = super::schema::fence_sequence(t);
-        let name_lock = format!("pg_advisory_xact_lock(hashtext('{t}'), hashtext($1))");
-        // The waiter queue: `head` is the oldest live waiter (entries not refreshed for
-        // WAITER_STALE are ignored, and swept by the next grant). A free lock goes to anyone
-        // only while nobody else heads the queue, or (unfair) while the head has waited
-        // under the starvation threshold. The snapshot read of the queue is enough: a waiter
-        // queueing concurrently arrived after this attempt.
-        let acquire = format!(
-            "WITH head AS (
-                SELECT token, since FROM {w}
-                WHERE name = $1 AND seen > now() - interval '{WAITER_STALE_MS} milliseconds'
-                ORDER BY since, token LIMIT 1
-            ), granted AS (
-                INSERT INTO {t} AS l (name, hold_fence, token, holds, expires_at, acquired_at, owner_label, host, pid)
-                VALUES ($1, (SELECT nextval('{seq}') FROM (SELECT {name_lock}) AS locked),
-                        $2, 1, now() + $3 * interval '1 millisecond', now(), $4, $5, $6)
-                ON CONFLICT (name) DO UPDATE SET
-                    hold_fence = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
-                                 THEN l.hold_fence ELSE EXCLUDED.hold_fence END,
-                    holds = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
-                                 THEN l.holds + (CASE WHEN $7 THEN 1 ELSE 0 END) ELSE 1 END,
-                    expires_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
-                                 THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
-                    acquired_at = CASE WHEN l.token = EXCLUDED.token AND l.expires_at > now()
-                                 THEN l.acquired_at ELSE EXCLUDED.acquired_at END,
-                    token = EXCLUDED.token, owner_label = EXCLUDED.owner_label,
-                    host = EXCLUDED.host, pid = EXCLUDED.pid
-                WHERE ((l.token IS NULL OR l.expires_at <= now())
-                       AND NOT EXISTS (SELECT 1 FROM head WHERE head.token <> $2
-                           AND ($8 OR head.since <= now() - interval '{STARVATION_US} microseconds')))
-                   OR (l.token = EXCLUDED.token AND l.expires_at > now())
-                RETURNING hold_fence
-            ), queued AS (
-                INSERT INTO {w} (name, token, since, seen)
-                SELECT $1, $2, now(), now() WHERE $9 AND NOT EXISTS (SELECT 1 FROM granted)
-                ON CONFLICT (name, token) DO UPDATE SET seen = EXCLUDED.seen
-                RETURNING 1
-            ), left_queue AS (
-                DELETE FROM {w}
-                WHERE name = $1 AND EXISTS (SELECT 1 FROM granted)
-                  AND (token = $2 OR seen <= now() - interval '{WAITER_STALE_MS} milliseconds')
-            )
-            SELECT (SELECT hold_fence FROM granted),
-                   (SELECT GREATEST(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
-                      FROM {t} WHERE name = $1 AND token IS NOT NULL AND expires_at > now()),
-                   EXISTS (SELECT 1 FROM queued)"
-        );
-        // A waiter giving up: if the lock is free, whoever is next may be waiting for it.
-        let leave = format!(
-            "WITH gone AS (
-                DELETE FROM {w} WHERE name = $1 AND token = $2 RETURNING name
-            )
-            SELECT (SELECT 1 FROM pg_notify($3, $1)) FROM gone
-            WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE name = $1 AND token IS NOT NULL
-                                                  AND expires_at > now())"
-        );
-        // NOTIFY is sent at commit, so a woken waiter finds the row already free.
-        let release = format!(
-            "WITH released AS (
-                UPDATE {t} SET holds = holds - 1,
-                    token = CASE WHEN holds > 1 THEN token END,
-                    expires_at = CASE WHEN holds > 1 THEN expires_at ELSE now() END
-                WHERE name = $1 AND token = $2 AND hold_fence = $3 AND expires_at > now()
-                RETURNING holds
-            )
-            SELECT holds, CASE WHEN holds = 0 THEN (SELECT 1 FROM pg_notify($4, $1)) END
-            FROM released"
-        );
-        let extend = format!(
-            "UPDATE {t} SET expires_at = GREATEST(expires_at, now() + $4 * interval '1 millisecond')
-             WHERE name = $1 AND token = $2 AND hold_fence = $3 AND expires_at > now()"
-        );
-        let force_release = format!(
-            "WITH broken AS (
-                UPDATE {t} SET token = NULL, holds = 0, expires_at = now()
-                WHERE name = $1 AND token IS NOT NULL AND expires_at > now()
-                RETURNING name
-            )
-            SELECT (SELECT 1 FROM pg_notify($2, $1)) FROM broken"
-        );
-        // The last column counts the name's live waiters (the holder left the queue when
-        // it was granted).
-        let columns = format!(
-            "name, hold_fence, holds,
-            (extract(epoch FROM acquired_at) * 1000000)::bigint,
-            GREATEST(0, floor(extract(epoch FROM expires_at - now()) * 1000))::bigint,
-            owner_label, host, pid,
-            (SELECT count(*) FROM {w} q WHERE q.name = l.name
-                AND q.seen > now() - interval '{WAITER_STALE_MS} milliseconds')"
-        );
-        let inspect = format!(
-            "SELECT {columns} FROM {t} l
-             WHERE name = $1 AND token IS NOT NULL AND expires_at > now()"
-        );
-        let list = format!(
-            "SELECT {columns} FROM {t} l
-             WHERE name >= $1 AND name > $2 AND starts_with(name, $1)
-               AND token IS NOT NULL AND expires_at > now()
-             ORDER BY name LIMIT $3"
-        );
-        // Rows whose lease is over (released, broken or expired: `expires_at` is in the past
-        // for all three), oldest first by the expiry index; rows another statement has locked
-        // are skipped, not waited for. Nothing is lost: the fence comes from the sequence, and
-        // the holder of an ended lease is refused with or without its row.
-        let sweep_locks = format!(
-            "WITH ended AS (
-                SELECT name FROM {t} WHERE expires_at <= now()
-                ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-            )
-            DELETE FROM {t} l USING ended WHERE l.name = ended.name AND l.expires_at <= now()"
-        );
-        let sweep_waiters = format!(
-            "WITH gone AS (
-                SELECT name, token FROM {w}
-                WHERE seen <= now() - interval '{WAITER_STALE_MS} milliseconds'
-                ORDER BY seen LIMIT $1 FOR UPDATE SKIP LOCKED
-            )
-            DELETE FROM {w} q USING gone WHERE q.name = gone.name AND q.token = gone.token"
-        );
-        Statements {
-            sweep_locks: sweep_locks.into(),
-            sweep_waiters: sweep_waiters.into(),
-            acquire: acquire.into(),
-            leave: leave.into(),
-            release: release.into(),
-            extend: extend.into(),
-            force_release: force_release.into(),
-            inspect: inspect.into(),
-            list: list.into(),
-        }
-    }
-}
+mod statements;
 
 /// One hold of a row in the lease table.
 type TableLease = StoreLease<Shared>;
@@ -234,32 +75,55 @@ impl LeaseStore {
 #[async_trait]
 impl ModeStore for LeaseStore {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
-        let shared = &self.shared;
-        shared.ensure_sweeper();
-        let spot = Arc::new(QueueSpot::default());
-        let leave = LeaveQueue::new(
-            spot.clone(),
-            leave_queue(
-                shared.clone(),
-                req.name.as_str().to_owned(),
-                req.token.clone(),
-            ),
-        );
-        let acquired = acquire_loop(
-            req.wait,
-            None,
-            || detached_attempt(try_acquire(shared.clone(), req.clone(), spot.clone())),
-            || {
-                shared.ensure_listener();
-                let mut changed = shared.wakers.subscribe(req.name.as_str());
-                async move {
-                    let _ = changed.changed().await;
-                }
-            },
-        )
-        .await;
-        leave.after(matches!(acquired, Ok(Some(_)))).await;
-        acquired
+        lease_table::acquire(&self.shared, req).await
+    }
+}
+
+impl TableDialect for Shared {
+    fn try_acquire(
+        self: Arc<Self>,
+        req: AcquireRequest,
+        spot: Arc<QueueSpot>,
+    ) -> impl Future<Output = Result<Attempt>> + Send + 'static {
+        try_acquire(self, req, spot)
+    }
+
+    fn leave_queue(
+        self: Arc<Self>,
+        name: String,
+        token: String,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        leave_queue(self, name, token)
+    }
+
+    async fn sweep(self: Arc<Self>) -> Result<u64> {
+        let mut deleted = 0;
+        for sql in [&self.sql.sweep_locks, &self.sql.sweep_waiters] {
+            let done = sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(SWEEP_BATCH)
+                .execute(&self.pool)
+                .await
+                .map_err(from_sqlx)?;
+            deleted = deleted.max(done.rows_affected());
+        }
+        Ok(deleted)
+    }
+
+    fn wakers(&self) -> &Wakers {
+        &self.wakers
+    }
+
+    fn sweeper(&self) -> (&Sweeper, &CancellationToken) {
+        (&self.sweeper, &self.stop)
+    }
+
+    /// NOTIFY covers every release: no polling.
+    fn poll(&self) -> Option<Backoff> {
+        None
+    }
+
+    fn before_wait(self: &Arc<Self>) {
+        self.ensure_listener();
     }
 }
 
@@ -285,8 +149,7 @@ impl MonitorStore for LeaseStore {
             .await
             .map_err(from_sqlx)?;
         let locks = rows.iter().map(to_info).collect::<Result<Vec<_>>>()?;
-        let full = i64::try_from(locks.len()).unwrap_or(i64::MAX) >= limit;
-        let next = full.then(|| locks.last().map(|l| l.name.clone())).flatten();
+        let next = next_cursor(&locks, limit);
         Ok(ListPage::new(locks, next))
     }
 
@@ -306,30 +169,6 @@ impl MonitorStore for LeaseStore {
 }
 
 impl Shared {
-    /// Starts this client's sweeper (see [`Sweeper`]); it holds the shared state weakly, so
-    /// it never keeps a dropped client alive.
-    fn ensure_sweeper(self: &Arc<Self>) {
-        let shared = Arc::downgrade(self);
-        self.sweeper.ensure(&self.stop, move || {
-            let shared = shared.clone();
-            async move {
-                let Some(shared) = shared.upgrade() else {
-                    return Ok(0);
-                };
-                let mut deleted = 0;
-                for sql in [&shared.sql.sweep_locks, &shared.sql.sweep_waiters] {
-                    let done = sqlx::query(AssertSqlSafe(sql.clone()))
-                        .bind(SWEEP_BATCH)
-                        .execute(&shared.pool)
-                        .await
-                        .map_err(from_sqlx)?;
-                    deleted = deleted.max(done.rows_affected());
-                }
-                Ok(deleted)
-            }
-        });
-    }
-
     /// Starts the LISTEN task with the first waiter, and again if it ended (its runtime
     /// shut down under it).
     fn ensure_listener(self: &Arc<Self>) {
@@ -353,7 +192,7 @@ impl Shared {
 /// of that name. After any gap (connecting, reconnecting) it wakes every waiter, since
 /// notifications may have been missed; the waiters' own timers cover the rest.
 async fn listen(pool: PgPool, channel: String, wakers: Weak<Wakers>, stop: CancellationToken) {
-    let mut pause = Duration::from_millis(50);
+    let mut backoff = Backoff::steady(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         let connected = async {
             let mut listener = PgListener::connect_with(&pool).await?;
@@ -368,14 +207,13 @@ async fn listen(pool: PgPool, channel: String, wakers: Weak<Wakers>, stop: Cance
                     tracing::debug!(%error, "LISTEN failed; waiters poll until it is back");
                     tokio::select! {
                         () = stop.cancelled() => return,
-                        () = tokio::time::sleep(pause) => {}
+                        () = tokio::time::sleep(backoff.next()) => {}
                     }
-                    pause = (pause * 2).min(Duration::from_secs(2));
                     continue;
                 }
             },
         };
-        pause = Duration::from_millis(50);
+        backoff.reset();
         let Some(w) = wakers.upgrade() else { return };
         w.wake_all();
         drop(w);
@@ -467,25 +305,8 @@ async fn try_acquire(
 }
 
 fn to_info(row: &sqlx::postgres::PgRow) -> Result<LockInfo> {
-    let get = |e: sqlx::Error| from_sqlx(e);
-    let name: String = row.try_get(0).map_err(get)?;
-    let fence_value: i64 = row.try_get(1).map_err(get)?;
-    let holds: i32 = row.try_get(2).map_err(get)?;
-    let acquired_us: i64 = row.try_get(3).map_err(get)?;
-    let left_ms: i64 = row.try_get(4).map_err(get)?;
-    let label: Option<String> = row.try_get(5).map_err(get)?;
-    let host: Option<String> = row.try_get(6).map_err(get)?;
-    let pid: Option<i64> = row.try_get(7).map_err(get)?;
-    let waiters: i64 = row.try_get(8).map_err(get)?;
-    Ok(LockInfo::new(
-        name,
-        FencingToken::from_signed(fence_value),
-        Owner::from_columns(label, host, pid),
-        UNIX_EPOCH + Duration::from_micros(u64::try_from(acquired_us).unwrap_or(0)),
-        Some(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-        u32::try_from(holds).unwrap_or(0),
-    )
-    .with_waiters(u32::try_from(waiters).unwrap_or(u32::MAX)))
+    let name: String = row.try_get(0).map_err(from_sqlx)?;
+    lock_info(row, name, from_sqlx)
 }
 
 #[async_trait]

@@ -117,36 +117,7 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
                 .await
                 .map_err(from_sqlx)?
         }
-        Some(slice) => {
-            // One statement, its own transaction: the timeout is set local to it (the CTE
-            // runs before the lock is asked for), so it ends with the statement, granted or
-            // timed out, and the connection goes back to the pool without it.
-            let wait = sqlx::query(
-                "WITH timeout AS MATERIALIZED (SELECT set_config('lock_timeout', $3, true)) \
-                 SELECT pg_advisory_lock(hashtextextended($1, $2)) FROM timeout",
-            )
-            .bind(req.name.as_str())
-            .bind(KEY_SEED)
-            .bind(format!("{}ms", slice.as_millis()))
-            .execute(&mut *conn);
-            match tokio::time::timeout(slice + Duration::from_secs(2), wait).await {
-                Ok(Ok(_)) => true,
-                Ok(Err(e)) if is_lock_timeout(&e) => false,
-                Ok(Err(e)) => {
-                    conn.close_on_drop();
-                    return Err(from_sqlx(e));
-                }
-                // The server did not answer in time: the connection may be dead or the
-                // server paused; this connection is not reused (and frees any late grant).
-                Err(_) => {
-                    conn.close_on_drop();
-                    return Err(Error::Unavailable {
-                        backend: "postgres",
-                        source: "no answer to a lock wait".into(),
-                    });
-                }
-            }
-        }
+        Some(slice) => wait_for_lock(&mut conn, &req, slice).await?,
     };
     if !got {
         return Ok(Attempt::Busy { free_in: None });
@@ -188,6 +159,42 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
         shared.check_interval,
         shared.alarm.subscribe(),
     ))))
+}
+
+/// Waits up to `slice` inside the server for the advisory lock: whether it was granted.
+async fn wait_for_lock(
+    conn: &mut PoolConnection<Postgres>,
+    req: &AcquireRequest,
+    slice: Duration,
+) -> Result<bool> {
+    // One statement, its own transaction: the timeout is set local to it (the CTE
+    // runs before the lock is asked for), so it ends with the statement, granted or
+    // timed out, and the connection goes back to the pool without it.
+    let wait = sqlx::query(
+        "WITH timeout AS MATERIALIZED (SELECT set_config('lock_timeout', $3, true)) \
+         SELECT pg_advisory_lock(hashtextextended($1, $2)) FROM timeout",
+    )
+    .bind(req.name.as_str())
+    .bind(KEY_SEED)
+    .bind(format!("{}ms", slice.as_millis()))
+    .execute(&mut **conn);
+    match tokio::time::timeout(slice + Duration::from_secs(2), wait).await {
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(e)) if is_lock_timeout(&e) => Ok(false),
+        Ok(Err(e)) => {
+            conn.close_on_drop();
+            Err(from_sqlx(e))
+        }
+        // The server did not answer in time: the connection may be dead or the
+        // server paused; this connection is not reused (and frees any late grant).
+        Err(_) => {
+            conn.close_on_drop();
+            Err(Error::Unavailable {
+                backend: "postgres",
+                source: "no answer to a lock wait".into(),
+            })
+        }
+    }
 }
 
 /// The connection holding one advisory lock.

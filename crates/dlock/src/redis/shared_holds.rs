@@ -12,6 +12,7 @@ use ::redis::Script;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::backend::abandon::{Abandon, spawn_cleanup};
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{AcquireRequest, Lease, LeaseCore, LockKind, Wait};
 use crate::error::{Error, Result};
@@ -39,31 +40,21 @@ impl Shape {
         }
     }
 
-    fn keys(self, prefix: &str, name: &str) -> SharedKeys {
+    /// What this kind runs in the store, chosen here once.
+    fn script_set(self, scripts: &'static Scripts) -> ScriptSet {
         match self {
-            Shape::Permit { .. } => SharedKeys::permits(prefix, name),
-            Shape::Read { .. } | Shape::Write => SharedKeys::rwlock(prefix, name),
-        }
-    }
-
-    fn acquire_script(self, scripts: &'static Scripts) -> &'static Script {
-        match self {
-            Shape::Permit { .. } => &scripts.permit_acquire,
-            Shape::Read { .. } | Shape::Write => &scripts.rw_acquire,
-        }
-    }
-
-    fn release_script(self, scripts: &'static Scripts) -> &'static Script {
-        match self {
-            Shape::Permit { .. } => &scripts.permit_release,
-            Shape::Read { .. } | Shape::Write => &scripts.rw_release,
-        }
-    }
-
-    fn extend_script(self, scripts: &'static Scripts) -> &'static Script {
-        match self {
-            Shape::Permit { .. } => &scripts.permit_extend,
-            Shape::Read { .. } | Shape::Write => &scripts.rw_extend,
+            Shape::Permit { .. } => ScriptSet {
+                keys: SharedKeys::permits,
+                acquire: &scripts.permit_acquire,
+                release: &scripts.permit_release,
+                extend: &scripts.permit_extend,
+            },
+            Shape::Read { .. } | Shape::Write => ScriptSet {
+                keys: SharedKeys::rwlock,
+                acquire: &scripts.rw_acquire,
+                release: &scripts.rw_release,
+                extend: &scripts.rw_extend,
+            },
         }
     }
 
@@ -85,6 +76,26 @@ impl Shape {
     }
 }
 
+/// The key layout and the scripts of one kind of shared hold: semaphores have theirs, read
+/// and write holds share the read-write lock's.
+#[derive(Clone, Copy)]
+struct ScriptSet {
+    /// The keys of a name under a prefix.
+    keys: fn(&str, &str) -> SharedKeys,
+    acquire: &'static Script,
+    release: &'static Script,
+    extend: &'static Script,
+}
+
+impl std::fmt::Debug for ScriptSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The scripts' text says nothing a reader of a hold needs; the key layout does.
+        f.debug_struct("ScriptSet")
+            .field("keys", &(self.keys)("", ""))
+            .finish_non_exhaustive()
+    }
+}
+
 /// Takes the shared hold `req.kind` asks for (a permit, a read or a write hold), waiting as
 /// `req.wait` says. `None` for an exclusive request, which is not a shared hold.
 pub(super) async fn acquire(
@@ -94,18 +105,14 @@ pub(super) async fn acquire(
     let shape = Shape::of(req.kind)?;
     let name = req.name.as_str();
     let waits = req.wait != Wait::No;
-    let keys = shape.keys(&inner.config.prefix, &inner.in_key(name));
+    let set = shape.script_set(inner.scripts());
+    let keys = (set.keys)(&inner.config.prefix, &inner.in_key(name));
     let waiter = waits.then(|| inner.node.wakeups.waiter(&keys.channel, &req.token));
     let in_flight = AtomicBool::new(false);
-    let mut abandon = Abandon {
-        inner,
-        keys: &keys,
-        shape,
-        token: &req.token,
-        in_flight: &in_flight,
-        may_claim: waits && matches!(shape, Shape::Write),
-        granted: false,
-    };
+    let may_claim = waits && matches!(shape, Shape::Write);
+    let abandon = Abandon::on_drop(|| {
+        give_back(inner, &keys, set.release, &req.token, &in_flight, may_claim)
+    });
     let owner = super::owner_field(&req.owner);
     let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
     let acquired = acquire_loop(
@@ -113,7 +120,7 @@ pub(super) async fn acquire(
         Some(poll),
         || async {
             let mut conn = inner.conn();
-            let mut invocation = shape.acquire_script(inner.scripts()).key(&keys.holders);
+            let mut invocation = set.acquire.key(&keys.holders);
             invocation.key(&keys.state).arg(&req.token).arg(ms(req.ttl));
             shape.acquire_args(&mut invocation, waits, &owner);
             let start = Instant::now();
@@ -127,7 +134,7 @@ pub(super) async fn acquire(
                 [1, fence] => Ok(Attempt::Acquired(Arc::new(SharedHold {
                     inner: inner.clone(),
                     keys: keys.clone(),
-                    shape,
+                    set,
                     name: name.to_owned(),
                     token: req.token.clone(),
                     core: LeaseCore::new(FencingToken::from_signed(*fence), start),
@@ -149,44 +156,37 @@ pub(super) async fn acquire(
         || super::woken(waiter.as_ref()),
     )
     .await;
-    abandon.granted = matches!(acquired, Ok(Some(_)));
-    drop(abandon);
+    if matches!(acquired, Ok(Some(_))) {
+        abandon.disarm();
+    } else {
+        abandon.undo_now();
+    }
     Some(acquired)
 }
 
 /// Gives back what an acquire call that ended without the hold may have left: a grant whose
-/// reply was never read, or a writer's claim to the next turn.
-struct Abandon<'a> {
-    inner: &'a Arc<Inner>,
-    keys: &'a SharedKeys,
-    shape: Shape,
-    token: &'a str,
-    in_flight: &'a AtomicBool,
-    /// A waiting writer may have claimed the next turn, which must be given up.
+/// reply was never read, or a writer's claim to the next turn (`may_claim`).
+fn give_back(
+    inner: &Inner,
+    keys: &SharedKeys,
+    release: &'static Script,
+    token: &str,
+    in_flight: &AtomicBool,
     may_claim: bool,
-    /// The call ended with the hold: nothing to clean up.
-    granted: bool,
-}
-
-impl Drop for Abandon<'_> {
-    fn drop(&mut self) {
-        // Only a grant whose reply was never read, or a writer's claim, is left to give back:
-        // a reader or permit waiter that simply stops waiting leaves nothing (and its
-        // clean-up would wake every waiter for nothing).
-        if self.granted || !(self.in_flight.load(Ordering::Relaxed) || self.may_claim) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the lease or claim expires on its own
-        };
-        let mut conn = self.inner.conn();
-        let keys = self.keys.clone();
-        let shape = self.shape;
-        let token = self.token.to_owned();
-        let scripts = self.inner.scripts();
-        runtime.spawn(async move {
-            let done: ::redis::RedisResult<i64> = shape
-                .release_script(scripts)
+) {
+    // Only a grant whose reply was never read, or a writer's claim, is left to give back: a
+    // reader or permit waiter that simply stops waiting leaves nothing (and its clean-up
+    // would wake every waiter for nothing).
+    if !(in_flight.load(Ordering::Relaxed) || may_claim) {
+        return;
+    }
+    // Without a runtime, the lease or claim expires on its own.
+    spawn_cleanup(|| {
+        let mut conn = inner.conn();
+        let keys = keys.clone();
+        let token = token.to_owned();
+        async move {
+            let done: ::redis::RedisResult<i64> = release
                 .key(&keys.holders)
                 .key(&keys.state)
                 .arg(&token)
@@ -197,8 +197,8 @@ impl Drop for Abandon<'_> {
             if let Err(error) = done {
                 tracing::debug!(%error, key = keys.holders, "clean-up after an abandoned acquire failed; it expires instead");
             }
-        });
-    }
+        }
+    });
 }
 
 /// One held permit, read hold or write hold.
@@ -207,7 +207,7 @@ struct SharedHold {
     core: LeaseCore,
     inner: Arc<Inner>,
     keys: SharedKeys,
-    shape: Shape,
+    set: ScriptSet,
     name: String,
     token: String,
 }
@@ -221,13 +221,7 @@ impl Lease for SharedHold {
     async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::ttl::check_store_ttl(ttl)?;
         let mut conn = self.inner.conn();
-        let owned = self
-            .run_script(
-                self.shape.extend_script(self.inner.scripts()),
-                ms(ttl),
-                &mut conn,
-            )
-            .await?;
+        let owned = self.run_script(self.set.extend, ms(ttl), &mut conn).await?;
         if owned != 1 {
             return Err(Error::not_owned(&self.name));
         }
@@ -250,11 +244,7 @@ impl Lease for SharedHold {
 impl SharedHold {
     async fn release_on(&self, mut conn: super::conn::Conn) -> Result<()> {
         let released = self
-            .run_script(
-                self.shape.release_script(self.inner.scripts()),
-                &self.keys.channel,
-                &mut conn,
-            )
+            .run_script(self.set.release, &self.keys.channel, &mut conn)
             .await?;
         if released == 1 {
             Ok(())

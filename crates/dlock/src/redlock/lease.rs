@@ -10,7 +10,11 @@ use crate::backend::{Lease, LeaseCore};
 use crate::error::{Error, Result};
 use crate::redis::ms;
 
-use super::{Answer, EXTEND, Inner, Keys, connect_nodes, no_quorum};
+use super::Inner;
+use super::builder::connect_nodes;
+use super::error::no_quorum;
+use super::quorum::Answer;
+use super::scripts::{EXTEND, Keys};
 
 /// One hold of a Redlock lock.
 #[derive(Debug)]

@@ -18,7 +18,9 @@ use crate::redis::error::map;
 use crate::redis::monitor::read_owner;
 use crate::redis::scripts::scan_pattern;
 
-use super::{Inner, Keys, RedlockBackend, no_quorum, on_node, unavailable};
+use super::error::{no_quorum, on_node, unavailable};
+use super::scripts::Keys;
+use super::{Inner, RedlockBackend};
 
 /// How long one node may take to answer an inspection: monitoring may wait longer than a
 /// lock round, whose per-node timeout is kept far below the TTL.

@@ -5,6 +5,7 @@
 mod attempt;
 mod backend;
 mod error;
+pub(crate) mod lease_table;
 mod options;
 mod queue;
 mod schema;

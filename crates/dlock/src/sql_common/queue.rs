@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::abandon::{Abandon, spawn_cleanup};
+
 /// A waiter whose queue entry has not been refreshed for this long is gone (crashed, paused,
 /// cut off) and no longer holds anyone back: the same rule as the SQLite backend's queue.
 pub(crate) const WAITER_STALE: Duration = Duration::from_secs(1);
@@ -73,7 +75,10 @@ impl QueueSpot {
 /// Takes a waiter out of the queue when its acquire call ends without the lock (timed out,
 /// failed, or its future dropped). The leave runs in its own task, after any attempt in
 /// flight; if it never runs, the entry goes stale after [`WAITER_STALE`].
-pub(crate) struct LeaveQueue(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+pub(crate) struct LeaveQueue(Abandon<Leave, fn(Leave)>);
+
+/// The leave itself: the store call, behind the spot's gate.
+type Leave = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl LeaveQueue {
     /// `leave` removes the entry (and wakes whoever may be next); it runs only if an attempt
@@ -82,27 +87,28 @@ impl LeaveQueue {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        LeaveQueue(Some(Box::pin(async move {
+        let leave: Leave = Box::pin(async move {
             let _gate = spot.gate.lock().await;
             if spot.queued.swap(false, Ordering::SeqCst) {
                 leave.await;
             }
-        })))
+        });
+        // Dropped unanswered: the leave runs in a task of its own.
+        LeaveQueue(Abandon::new(leave, |leave| spawn_cleanup(|| leave)))
     }
 
     /// The call got the lock: the granting attempt already left the queue.
-    pub(crate) fn disarm(mut self) {
-        self.0 = None;
+    pub(crate) fn disarm(self) {
+        self.0.disarm();
     }
 
     /// The call ended without the lock and its caller is still here: leave before answering,
     /// so the caller's next try does not find its own entry ahead of it (a waiter past the
     /// starvation threshold goes first). Spawned and awaited, so a caller dropped meanwhile
     /// still leaves.
-    pub(crate) async fn leave_now(mut self) {
-        if let Some(leave) = self.0.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+    pub(crate) async fn leave_now(self) {
+        let leave = self.0.into_inner();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let _ = runtime.spawn(leave).await;
         }
     }
@@ -113,16 +119,6 @@ impl LeaveQueue {
             self.disarm();
         } else {
             self.leave_now().await;
-        }
-    }
-}
-
-impl Drop for LeaveQueue {
-    fn drop(&mut self) {
-        if let Some(leave) = self.0.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(leave);
         }
     }
 }

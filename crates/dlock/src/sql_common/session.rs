@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::backend::wait::Backoff;
 use crate::backend::{Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -128,7 +129,7 @@ async fn watch_connections<W: SessionWatch>(
     stop: CancellationToken,
 ) {
     let ring = || bell.send_modify(|rung| *rung = rung.wrapping_add(1));
-    let mut pause = WATCH_RETRY_MIN;
+    let mut backoff = Backoff::steady(WATCH_RETRY_MIN, WATCH_RETRY_MAX);
     // Whether the watcher was without a connection (a connect failed, or its connection did);
     // every connection ends in a failure, so it is set again before the next connect.
     let mut gap = false;
@@ -141,9 +142,8 @@ async fn watch_connections<W: SessionWatch>(
             gap = true;
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(backoff.next()) => {}
             }
-            pause = (pause * 2).min(WATCH_RETRY_MAX);
             continue;
         };
         // Connections may have failed while the watcher had none.
@@ -159,7 +159,7 @@ async fn watch_connections<W: SessionWatch>(
                 ) => slept,
             };
             match slept {
-                Ok(Ok(())) => pause = WATCH_RETRY_MIN,
+                Ok(Ok(())) => backoff.reset(),
                 failed => {
                     let error = match failed {
                         Ok(Err(error)) => error.to_string(),
@@ -175,9 +175,8 @@ async fn watch_connections<W: SessionWatch>(
         drop(conn);
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep(backoff.next()) => {}
         }
-        pause = (pause * 2).min(WATCH_RETRY_MAX);
     }
 }
 
@@ -293,6 +292,44 @@ struct Checks {
     alarm: watch::Receiver<u64>,
 }
 
+/// Pings the connection, within the round-trip limit and the lease's time left.
+async fn check<C: SessionConn>(conn: &mut C, deadline: Instant) -> Result<()> {
+    let limit = ROUND_TRIP_LIMIT.min(deadline.saturating_duration_since(Instant::now()));
+    bounded::<_, C>("the session check", limit, conn.ping()).await
+}
+
+/// The hold's release, asked for by its lease: unlocks on the connection and answers `reply`.
+async fn release<C: SessionConn>(
+    mut conn: C,
+    name: &str,
+    lost: &LossSignal,
+    reply: oneshot::Sender<Result<()>>,
+) {
+    let result = tokio::time::timeout(ROUND_TRIP_LIMIT, conn.unlock()).await;
+    lost.token().cancel();
+    match result {
+        Ok(Ok(true)) => {
+            let _ = reply.send(Ok(()));
+            conn.recycle();
+        }
+        // No answer: closing the connection frees the lock once the server notices; the
+        // caller learns that the release is not confirmed.
+        Err(_) => {
+            let _ = reply.send(Err(timed_out::<C>("release", ROUND_TRIP_LIMIT)));
+            conn.discard();
+        }
+        // Not held by this connection any more, or the connection died (and with it the
+        // lock): either way the hold was lost before the release.
+        Ok(Ok(false) | Err(_)) => {
+            let _ = reply.send(Err(Error::not_owned(name)));
+            conn.discard();
+        }
+    }
+}
+
+/// Keeps one session lock's connection: serves its extends and release, checks the
+/// connection at a cadence (firing the lost signal when it dies), and lets go when the
+/// lease runs out or every handle is gone.
 async fn keep_session<C: SessionConn>(
     mut conn: C,
     name: String,
@@ -317,8 +354,7 @@ async fn keep_session<C: SessionConn>(
                         let _ = reply.send(Err(Error::not_owned(&name)));
                         break;
                     }
-                    let limit = ROUND_TRIP_LIMIT.min(deadline.saturating_duration_since(Instant::now()));
-                    match bounded::<_, C>("the session check", limit, conn.ping()).await {
+                    match check(&mut conn, deadline).await {
                         Ok(()) => {
                             deadline = deadline.max(started + more);
                             ttl = ttl.max(more);
@@ -339,26 +375,7 @@ async fn keep_session<C: SessionConn>(
                         let _ = reply.send(Err(Error::not_owned(&name)));
                         break;
                     }
-                    let result = tokio::time::timeout(ROUND_TRIP_LIMIT, conn.unlock()).await;
-                    lost.token().cancel();
-                    match result {
-                        Ok(Ok(true)) => {
-                            let _ = reply.send(Ok(()));
-                            conn.recycle();
-                        }
-                        // No answer: closing the connection frees the lock once the server
-                        // notices; the caller learns that the release is not confirmed.
-                        Err(_) => {
-                            let _ = reply.send(Err(timed_out::<C>("release", ROUND_TRIP_LIMIT)));
-                            conn.discard();
-                        }
-                        // Not held by this connection any more, or the connection died (and
-                        // with it the lock): either way the hold was lost before the release.
-                        Ok(Ok(false) | Err(_)) => {
-                            let _ = reply.send(Err(Error::not_owned(&name)));
-                            conn.discard();
-                        }
-                    }
+                    release(conn, &name, &lost, reply).await;
                     return;
                 }
                 // Every handle is gone without a release: let go now, not at the TTL.
@@ -375,23 +392,24 @@ async fn keep_session<C: SessionConn>(
                 rechecks = 1;
             }
             () = tokio::time::sleep_until(next_check) => {
-                let limit = ROUND_TRIP_LIMIT.min(deadline.saturating_duration_since(Instant::now()));
-                if let Err(error) = bounded::<_, C>("the session check", limit, conn.ping()).await {
+                if let Err(error) = check(&mut conn, deadline).await {
                     tracing::warn!(%name, %error, "session lock lost: its connection is gone");
                     lost.fire(LostReason::SessionEnded);
                     conn.discard();
                     return;
                 }
-                next_check = Instant::now() + if rechecks > 0 {
-                    rechecks -= 1;
-                    ALARM_RECHECK
-                } else {
-                    cadence(ttl)
-                };
+                // After an alarm, once more shortly after; then at the cadence again.
+                let gap = if rechecks > 0 { ALARM_RECHECK } else { cadence(ttl) };
+                rechecks = rechecks.saturating_sub(1);
+                next_check = Instant::now() + gap;
             }
         }
     }
-    // Expired or abandoned: free the lock on the server, as a lease store would.
+    let_go(conn, &lost).await;
+}
+
+/// Expired or abandoned: frees the lock on the server, as a lease store would.
+async fn let_go<C: SessionConn>(mut conn: C, lost: &LossSignal) {
     lost.fire(LostReason::Expired);
     match bounded::<_, C>("release", ROUND_TRIP_LIMIT, conn.unlock()).await {
         Ok(true) => conn.recycle(),

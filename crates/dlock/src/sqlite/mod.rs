@@ -26,6 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::backend::abandon::Abandon;
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Expect, Lease, LeaseCore, ListPage,
@@ -253,10 +254,9 @@ impl Backend for SqliteBackend {
         let shared = &self.shared;
         let request = Arc::new(Request::new(req, shared.holder.clone()));
         // Whatever ends this call (timeout, error, the future dropped), leave the queue.
-        let mut queued = LeaveQueue {
-            shared,
-            request: request.clone(),
-            armed: true,
+        let queued = {
+            let request = request.clone();
+            Abandon::on_drop(move || leave_queue_on_drop(shared, &request))
         };
         let poll = Backoff::new(shared.config.poll_min, shared.config.poll_max);
         let acquired = acquire_loop(
@@ -319,8 +319,11 @@ impl Backend for SqliteBackend {
             }
         }
         // The granting transaction already took it out of the queue.
-        queued.armed = !got;
-        drop(queued);
+        if got {
+            queued.disarm();
+        } else {
+            queued.undo_now();
+        }
         acquired
     }
 
@@ -437,37 +440,28 @@ impl MonitorStore for SqliteBackend {
 }
 
 /// Takes a waiter out of the queue when its acquire call ends without the lock.
-struct LeaveQueue<'a> {
-    shared: &'a Shared,
-    request: Arc<Request>,
-    armed: bool,
-}
-
-impl Drop for LeaveQueue<'_> {
-    fn drop(&mut self) {
-        // Even if no attempt has queued yet: one may still be waiting in the worker's queue,
-        // and this job runs after it.
-        if self.armed && self.request.waits {
-            // Now, inline, when the connection is free: the caller's next try (of this client)
-            // must not find its own abandoned entry ahead of it, and a waiter that waited
-            // past the starvation threshold goes first.
-            let (name, token) = (&self.request.name, &self.request.token);
-            if let Some(Ok(true)) = self
-                .shared
-                .try_inline(&|conn: &mut rusqlite::Connection| sql::leave_queue(conn, name, token))
-            {
-                self.shared.wake_handle().wake_all();
-            }
-            let request = self.request.clone();
-            let wake = self.shared.wake_handle();
-            // Queued, not awaited: Drop cannot wait. If it never runs, the entry goes stale.
-            self.shared.worker.submit(move |conn| {
-                if sql::leave_queue(conn, &request.name, &request.token).unwrap_or(false) {
-                    // Whoever queued behind this waiter may be next now.
-                    wake.wake_all();
-                }
-            });
+fn leave_queue_on_drop(shared: &Shared, request: &Arc<Request>) {
+    // Even if no attempt has queued yet: one may still be waiting in the worker's queue, and
+    // this job runs after it.
+    if request.waits {
+        // Now, inline, when the connection is free: the caller's next try (of this client)
+        // must not find its own abandoned entry ahead of it, and a waiter that waited past
+        // the starvation threshold goes first.
+        let (name, token) = (&request.name, &request.token);
+        if let Some(Ok(true)) = shared
+            .try_inline(&|conn: &mut rusqlite::Connection| sql::leave_queue(conn, name, token))
+        {
+            shared.wake_handle().wake_all();
         }
+        let request = request.clone();
+        let wake = shared.wake_handle();
+        // Queued, not awaited: Drop cannot wait. If it never runs, the entry goes stale.
+        shared.worker.submit(move |conn| {
+            if sql::leave_queue(conn, &request.name, &request.token).unwrap_or(false) {
+                // Whoever queued behind this waiter may be next now.
+                wake.wake_all();
+            }
+        });
     }
 }
 

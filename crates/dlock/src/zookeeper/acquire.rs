@@ -7,7 +7,9 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 use zookeeper_client::{CreateMode, SessionState, WatchedEvent};
 
-use crate::backend::{AcquireRequest, Lease};
+use crate::backend::abandon::spawn_cleanup;
+use crate::backend::wait::Backoff;
+use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
 
 use super::error::{BACKEND, map, session_lost};
@@ -18,7 +20,6 @@ use super::queue_rules::queue;
 use super::queue_rules::sequence;
 use super::queue_rules::unix_ms;
 use super::session::Session;
-use super::session::sleep_until_opt;
 use super::{Inner, NODE_INFIX, NODE_PREFIX, RETRY_MAX, RETRY_MIN};
 use crate::backend::LockKind;
 use crate::backend::queue_rules::Decision;
@@ -27,7 +28,7 @@ use crate::backend::queue_rules::Decision;
 /// session. A session this client gave up on (suspended past the safe window) may come back
 /// alive with the node: it is deleted then, so a lock reported lost is never left held.
 pub(super) async fn delete_until_done(session: &Session, path: &str) {
-    let mut pause = RETRY_MIN;
+    let mut backoff = Backoff::steady(RETRY_MIN, RETRY_MAX);
     let give_up = Instant::now() + session.client.session_timeout() * 4;
     loop {
         let over = matches!(
@@ -40,8 +41,7 @@ pub(super) async fn delete_until_done(session: &Session, path: &str) {
                 if map(error.clone(), path).is_retryable() && !over && Instant::now() < give_up =>
             {
                 tracing::debug!(%error, path, "deleting a lock node failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
+                tokio::time::sleep(backoff.next()).await;
             }
             Err(error) => {
                 tracing::debug!(%error, path, "deleting a lock node failed; the session's end removes it");
@@ -118,19 +118,23 @@ impl Waiter {
     }
 }
 
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        let node = self.node.take();
-        let uncertain = self.uncertain.take();
+impl Waiter {
+    /// The acquire call ended (granted, timed out, failed or dropped): removes whatever of
+    /// its own it left in the store. A grant has taken its node already.
+    pub(super) fn abandon(self) {
+        let Waiter {
+            node,
+            uncertain,
+            dir,
+            tag,
+            ..
+        } = self;
         if node.is_none() && uncertain.is_none() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // ephemeral: the session's end removes the node
-        };
-        let dir = self.dir.clone();
-        let mine = format!("{NODE_PREFIX}{}{NODE_INFIX}", self.tag);
-        runtime.spawn(async move {
+        let mine = format!("{NODE_PREFIX}{tag}{NODE_INFIX}");
+        // Without a runtime: ephemeral, the session's end removes the node.
+        spawn_cleanup(move || async move {
             if let Some(node) = node {
                 delete_until_done(&node.session, &node.path).await;
             }
@@ -217,7 +221,16 @@ async fn attempt_in(
     deadline: Option<Instant>,
     session: &Arc<Session>,
 ) -> Result<Option<Arc<dyn Lease>>> {
-    let inner = waiter.inner.clone();
+    forget_gone(waiter, session).await?;
+    if waiter.node.is_none() {
+        waiter.node = Some(create_node(waiter, req, session).await?);
+    }
+    take_turn(waiter, req, deadline, session).await
+}
+
+/// Drops what the waiter left in a session that is over (gone with it), and finds the node of
+/// a create whose reply was lost in this one.
+async fn forget_gone(waiter: &mut Waiter, session: &Arc<Session>) -> Result<()> {
     // A node of a session that is over is gone with it.
     if waiter
         .node
@@ -237,57 +250,78 @@ async fn attempt_in(
         waiter.node = waiter.find_tagged(session).await?;
         waiter.uncertain = None;
     }
-    if waiter.node.is_none() {
-        let path = waiter.prefix();
-        let ttl_ms = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
-        let now = unix_ms(SystemTime::now());
-        let data = node_data(&req.owner, now, now.saturating_add(ttl_ms));
-        let options = CreateMode::EphemeralSequential.with_acls(inner.acls());
-        let mut created = None;
-        for _ in 0..3 {
-            waiter.uncertain = Some(session.clone());
-            match session.client.create(&path, &data, &options).await {
-                Ok(reply) => {
-                    created = Some(reply);
-                    break;
-                }
-                Err(zookeeper_client::Error::NoNode) => {
+    Ok(())
+}
+
+/// Creates our node in the lock's queue (and the lock's directory, if it is gone).
+async fn create_node(
+    waiter: &mut Waiter,
+    req: &AcquireRequest,
+    session: &Arc<Session>,
+) -> Result<Node> {
+    let inner = waiter.inner.clone();
+    let path = waiter.prefix();
+    let ttl_ms = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
+    let now = unix_ms(SystemTime::now());
+    let data = node_data(&req.owner, now, now.saturating_add(ttl_ms));
+    let options = CreateMode::EphemeralSequential.with_acls(inner.acls());
+    let mut created = None;
+    for _ in 0..3 {
+        waiter.uncertain = Some(session.clone());
+        match session.client.create(&path, &data, &options).await {
+            Ok(reply) => {
+                created = Some(reply);
+                break;
+            }
+            Err(zookeeper_client::Error::NoNode) => {
+                waiter.uncertain = None;
+                create_dir(&inner, session, &waiter.dir).await?;
+            }
+            Err(e) => {
+                if !map(e.clone(), &path).is_retryable() {
                     waiter.uncertain = None;
-                    create_dir(&inner, session, &waiter.dir).await?;
                 }
-                Err(e) => {
-                    if !map(e.clone(), &path).is_retryable() {
-                        waiter.uncertain = None;
-                    }
-                    return Err(map(e, &waiter.dir));
-                }
+                return Err(map(e, &waiter.dir));
             }
         }
-        waiter.uncertain = None;
-        let Some((stat, seq)) = created else {
-            return Err(Error::Unavailable {
-                backend: BACKEND,
-                source: format!("{} kept disappearing", waiter.dir).into(),
-            });
-        };
-        waiter.node = Some(Node {
-            session: session.clone(),
-            path: format!("{path}{seq}"),
-            seq: seq.into_i64(),
-            czxid: stat.czxid,
-        });
     }
+    waiter.uncertain = None;
+    let Some((stat, seq)) = created else {
+        return Err(Error::Unavailable {
+            backend: BACKEND,
+            source: format!("{} kept disappearing", waiter.dir).into(),
+        });
+    };
+    Ok(Node {
+        session: session.clone(),
+        path: format!("{path}{seq}"),
+        seq: seq.into_i64(),
+        czxid: stat.czxid,
+    })
+}
+
+/// The lock's queue as the server lists it now (empty once its directory is gone).
+async fn listed(session: &Session, dir: &str) -> Result<Vec<(i64, String)>> {
+    match session.client.list_children(dir).await {
+        Ok(children) => Ok(queue(children)),
+        Err(zookeeper_client::Error::NoNode) => Ok(queue(Vec::new())),
+        Err(e) => Err(map(e, dir)),
+    }
+}
+
+/// Waits for our node's turn by the queue rule of its kind, watching only what must go.
+async fn take_turn(
+    waiter: &mut Waiter,
+    req: &AcquireRequest,
+    deadline: Option<Instant>,
+    session: &Arc<Session>,
+) -> Result<Option<Arc<dyn Lease>>> {
     loop {
         let Some(node) = &waiter.node else {
             return Err(session_lost());
         };
         let checked = Instant::now();
-        let children = match session.client.list_children(&waiter.dir).await {
-            Ok(children) => children,
-            Err(zookeeper_client::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(map(e, &waiter.dir)),
-        };
-        let queue = queue(children);
+        let queue = listed(session, &waiter.dir).await?;
         let Some(position) = queue.iter().position(|(seq, _)| *seq == node.seq) else {
             // Our node is gone (the session ended, or someone deleted it): queue again.
             waiter.node = None;
@@ -346,7 +380,7 @@ async fn attempt_in(
         };
         tokio::select! {
             _ = watch_fired(watched) => {}
-            () = sleep_until_opt(deadline) => {
+            () = Wait::until(deadline).ended() => {
                 waiter.leave().await;
                 return Ok(None);
             }

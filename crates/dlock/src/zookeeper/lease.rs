@@ -63,6 +63,23 @@ impl LeaseShared {
     fn state(&self) -> std::sync::MutexGuard<'_, HoldState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Someone else deleted our node (a force-release): lost, unless the hold is over anyway.
+    fn broken(&self) {
+        if !self.state().over {
+            self.core.signal().fire(LostReason::Broken);
+        }
+    }
+
+    /// Whether the TTL has run out, marking the hold over if it has.
+    fn expire_if_due(&self) -> bool {
+        let mut state = self.state();
+        let expired = !state.over && state.deadline <= Instant::now();
+        if expired {
+            state.over = true;
+        }
+        expired
+    }
 }
 
 impl ZkLease {
@@ -125,9 +142,7 @@ async fn keep(shared: Arc<LeaseShared>) {
             match session.client.check_and_watch_stat(&shared.path).await {
                 Ok((Some(_), watcher)) => watch = Some(Box::pin(watch_fired(watcher))),
                 Ok((None, _)) => {
-                    if !shared.state().over {
-                        shared.core.signal().fire(LostReason::Broken);
-                    }
+                    shared.broken();
                     break;
                 }
                 // Connection trouble: the session's state decides, below.
@@ -143,15 +158,7 @@ async fn keep(shared: Arc<LeaseShared>) {
         };
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {
-                let expired = {
-                    let mut state = shared.state();
-                    let expired = !state.over && state.deadline <= Instant::now();
-                    if expired {
-                        state.over = true;
-                    }
-                    expired
-                };
-                if expired {
+                if shared.expire_if_due() {
                     shared.core.signal().fire(LostReason::Expired);
                     delete_until_done(&session, &shared.path).await;
                     break;
@@ -162,9 +169,7 @@ async fn keep(shared: Arc<LeaseShared>) {
                 watch = None;
                 match event.map(|event| event.event_type) {
                     Some(EventType::NodeDeleted) => {
-                        if !shared.state().over {
-                            shared.core.signal().fire(LostReason::Broken);
-                        }
+                        shared.broken();
                         break;
                     }
                     // Our own data write (an extension), a session event, or a watch that can no

@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::Mutex;
-use tokio::time::Instant;
 use zookeeper_client::Acls;
 
+use crate::backend::abandon::Abandon;
+use crate::backend::wait::{Backoff, Retries};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, MonitorStore, ValueStore, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, MonitorStore, ValueStore,
 };
 use crate::error::{Error, Result};
 
@@ -290,15 +291,19 @@ impl Backend for ZookeeperBackend {
         }
         let deadline = req.wait.deadline();
         let turn = req.kind;
-        let mut waiter = Waiter {
-            inner: self.inner.clone(),
-            dir: self.inner.dir(&dir_name(turn, req.name.as_str())),
-            tag: new_tag(turn),
-            turn,
-            node: None,
-            uncertain: None,
-        };
-        let mut pause = RETRY_MIN;
+        // However the call ends, what it left in the store goes.
+        let mut waiter = Abandon::new(
+            Waiter {
+                inner: self.inner.clone(),
+                dir: self.inner.dir(&dir_name(turn, req.name.as_str())),
+                tag: new_tag(turn),
+                turn,
+                node: None,
+                uncertain: None,
+            },
+            Waiter::abandon,
+        );
+        let mut retries = Retries::new(req.wait, Backoff::steady(RETRY_MIN, RETRY_MAX));
         let mut renewed = false;
         loop {
             match attempt(&mut waiter, req, deadline).await {
@@ -308,20 +313,7 @@ impl Backend for ZookeeperBackend {
                 Err(error) if is_session_expired(&error) && !renewed => renewed = true,
                 // A waiter rides out a suspended connection or a lost session until its
                 // deadline (a new session queues again at the tail).
-                Err(error) if error.is_retryable() && req.wait != Wait::No => {
-                    let now = Instant::now();
-                    if deadline.is_some_and(|at| at <= now) {
-                        return Err(error);
-                    }
-                    tracing::debug!(%error, "ZooKeeper acquire failed; retrying");
-                    let mut sleep = pause;
-                    if let Some(at) = deadline {
-                        sleep = sleep.min(at - now);
-                    }
-                    tokio::time::sleep(sleep).await;
-                    pause = (pause * 2).min(RETRY_MAX);
-                }
-                Err(error) => return Err(error),
+                Err(error) => retries.pause(error).await?,
             }
         }
     }

@@ -174,10 +174,3 @@ async fn watch_state(
         }
     }
 }
-
-pub(super) async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::config::RedisConfig;
 use super::node::Primary;
+use crate::backend::wait::Backoff;
 
 mod sharded;
 
@@ -269,7 +270,7 @@ async fn run(mut slot: TaskSlot) {
     let Some(task) = slot.task.as_mut() else {
         return;
     };
-    let mut pause = RECONNECT_MIN;
+    let mut backoff = Backoff::steady(RECONNECT_MIN, RECONNECT_MAX);
     // False once the primary can no longer move (its sender is gone with the client).
     let mut may_move = true;
     // Which of the primary's servers to subscribe on (only a cluster has more than one).
@@ -298,12 +299,11 @@ async fn run(mut slot: TaskSlot) {
                     return;
                 }
                 pick = pick.wrapping_add(1);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RECONNECT_MAX);
+                tokio::time::sleep(backoff.next()).await;
                 continue;
             }
         };
-        pause = RECONNECT_MIN;
+        backoff.reset();
         let (sink, mut stream) = pubsub.split();
         // Everything with waiters (or still lingering) is subscribed again on this connection.
         let Some(mut sweep) = connected(&shared, |channel| subscribe(&shared, &sink, channel))

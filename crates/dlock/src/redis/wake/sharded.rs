@@ -26,6 +26,7 @@ use super::{
     RECONNECT_MAX, RECONNECT_MIN, SUBSCRIBE_TIMEOUT, Shared, TaskSlot, Unsubscribe, connected,
     lost, sweep_idle,
 };
+use crate::backend::wait::Backoff;
 use crate::redis::cluster;
 
 /// The sharded pub/sub task: connects, subscribes what is asked, follows what is pushed. It
@@ -38,7 +39,7 @@ pub(super) async fn run(mut slot: TaskSlot) {
     let Some(config) = task.sharded.clone() else {
         return;
     };
-    let mut pause = RECONNECT_MIN;
+    let mut backoff = Backoff::steady(RECONNECT_MIN, RECONNECT_MAX);
     loop {
         let (pushes_to, mut pushes) = mpsc::unbounded_channel();
         let connection = match cluster::pubsub_client(&config, pushes_to) {
@@ -58,12 +59,11 @@ pub(super) async fn run(mut slot: TaskSlot) {
                 if shared.strong_count() == 0 {
                     return;
                 }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RECONNECT_MAX);
+                tokio::time::sleep(backoff.next()).await;
                 continue;
             }
         };
-        pause = RECONNECT_MIN;
+        backoff.reset();
         let Some(mut sweep) = connected(&shared, |channel| subscribe(&shared, &conn, channel))
         else {
             return;
@@ -106,7 +106,7 @@ fn subscribe(shared: &Weak<Shared>, conn: &ClusterConnection, channel: String) {
     let mut conn = conn.clone();
     let shared = shared.clone();
     tokio::spawn(async move {
-        let mut pause = RECONNECT_MIN;
+        let mut backoff = Backoff::steady(RECONNECT_MIN, RECONNECT_MAX);
         loop {
             let done = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.ssubscribe(&channel)).await;
             let Some(shared) = shared.upgrade() else {
@@ -134,8 +134,7 @@ fn subscribe(shared: &Weak<Shared>, conn: &ClusterConnection, channel: String) {
                 }
             }
             drop(shared);
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RECONNECT_MAX);
+            tokio::time::sleep(backoff.next()).await;
         }
     });
 }

@@ -1,0 +1,106 @@
+//! A mutex hold's renewals (gathered into one script per keeper pass where it can) and
+//! release.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::conn::Conn;
+use super::node::Node;
+use super::scripts::{self, Keys};
+use super::{Inner, ms, renewals};
+use crate::backend::{Lease, LeaseCore};
+use crate::error::{Error, Result};
+
+/// One hold of a Redis lock.
+#[derive(Debug)]
+pub(super) struct RedisLease {
+    pub(super) core: LeaseCore,
+    pub(super) inner: Arc<Inner>,
+    pub(super) keys: Keys,
+    pub(super) token: String,
+}
+
+impl RedisLease {
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        let in_key = self
+            .keys
+            .lock
+            .strip_prefix(&scripts::lock_key(&self.inner.config.prefix, ""))
+            .unwrap_or(&self.keys.lock);
+        self.inner.name_in(in_key)
+    }
+}
+
+#[async_trait]
+impl Lease for RedisLease {
+    fn core(&self) -> &LeaseCore {
+        &self.core
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        crate::ttl::check_store_ttl(ttl)?;
+        let fence = self.core.fence().get();
+        let gathered = if self.inner.is_cluster() {
+            None
+        } else {
+            renewals::extend(&self.inner, &self.keys.lock, &self.token, fence, ms(ttl)).await
+        };
+        let owned: i64 = match gathered {
+            Some(owned) => owned,
+            None => {
+                let mut conn = self.inner.conn();
+                self.inner
+                    .scripts()
+                    .extend
+                    .key(&self.keys.lock)
+                    .arg(&self.token)
+                    .arg(fence)
+                    .arg(ms(ttl))
+                    .invoke_async(&mut conn)
+                    .await
+            }
+        }
+        .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
+        if owned != 1 {
+            return Err(Error::not_owned(&self.name()));
+        }
+        self.inner
+            .replicated("the extension", &self.keys.lock)
+            .await
+    }
+
+    async fn release(&self) -> Result<()> {
+        self.release_on(self.inner.conn()).await
+    }
+
+    /// On a connection of the runtime this runs on: the client's belongs to the runtime that
+    /// made it, which may be shutting down.
+    async fn release_elsewhere(&self) -> Result<()> {
+        let node = Node::connect(&self.inner.config, true).await?;
+        self.release_on(node.conn()).await
+    }
+}
+
+impl RedisLease {
+    async fn release_on(&self, mut conn: Conn) -> Result<()> {
+        let left: i64 = self
+            .inner
+            .scripts()
+            .release
+            .key(&self.keys.lock)
+            .key(&self.keys.queue)
+            .key(&self.keys.qexp)
+            .arg(&self.token)
+            .arg(self.core.fence().get())
+            .arg(&self.keys.channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
+        if left < 0 {
+            return Err(Error::not_owned(&self.name()));
+        }
+        Ok(())
+    }
+}
