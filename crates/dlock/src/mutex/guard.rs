@@ -104,7 +104,7 @@ impl MutexGuard {
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] when the lock was not acquired with
-    ///   [`reentrant`](MutexBuilder::reentrant);
+    ///   [`reentrant`](crate::MutexBuilder::reentrant);
     /// - [`Error::NotOwned`] when the hold is lost (expired, broken, taken over);
     /// - store errors.
     ///
