@@ -1,9 +1,9 @@
 #![doc = include_str!("docs.md")]
 
-pub(crate) mod driver;
 mod acquire;
 mod builder;
 mod config;
+pub(crate) mod driver;
 mod lease;
 mod monitor;
 mod store;
