@@ -88,6 +88,7 @@ impl<T, F: FnOnce(T)> Drop for Abandon<T, F> {
 /// Runs the clean-up `make` builds in a task of its own on the current runtime. Without one
 /// (the runtime is shutting down) nothing runs and `make` is not called: what it would give
 /// back (a lease, a queue place, an ephemeral node) expires on its own.
+#[cfg_attr(not(dlock_all_backends), allow(dead_code))]
 pub(crate) fn spawn_cleanup<Fut>(make: impl FnOnce() -> Fut)
 where
     Fut: Future<Output = ()> + Send + 'static,

@@ -360,6 +360,7 @@ impl Wait {
     }
 
     /// The wait that ends at `deadline`, or never without one.
+    #[cfg_attr(not(dlock_all_backends), allow(dead_code))]
     pub(crate) fn until(deadline: Option<Instant>) -> Wait {
         deadline.map_or(Wait::Forever, Wait::Until)
     }
@@ -370,6 +371,7 @@ impl Wait {
     }
 
     /// Sleeps until the deadline passes; forever without one.
+    #[cfg_attr(not(dlock_all_backends), allow(dead_code))]
     pub(crate) async fn ended(self) {
         match self.deadline() {
             Some(at) => tokio::time::sleep_until(at).await,

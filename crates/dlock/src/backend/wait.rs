@@ -129,6 +129,7 @@ impl Retries {
 
 /// Runs `attempt` until it succeeds or fails for good: a retryable failure is retried after
 /// `backoff`'s next pause while `wait` has time left (see [`Retries::pause`]).
+#[cfg_attr(not(dlock_all_backends), allow(dead_code))]
 pub(crate) async fn retry_until<T, F, Fut>(
     wait: Wait,
     backoff: Backoff,
