@@ -47,7 +47,8 @@ print_stages() {
 trap print_stages EXIT
 
 # Debian packages the tests use: the real servers (PostgreSQL, MariaDB and ZooKeeper too), and
-# setpriv (util-linux) for the file-permission test when running as root, and script (bsdutils)
+# setpriv (util-linux) for the file-permission test when running as root, unshare (util-linux)
+# for SQLite's time-namespace tests, and script (bsdutils)
 # for the terminal test. etcd: the server and etcdctl (the tests drive it). No protoc: the etcd
 # client's build uses the one vendored in a crate (see .cargo/config.toml). faketime (with its
 # libfaketime) moves one process's wall clock for the SQLite clock-step test. prometheus brings
@@ -89,6 +90,7 @@ need=(
     "/usr/lib/jvm/default-java/bin/java:default-jre-headless"
     "kill:procps"                                   # the ZooKeeper and etcd pause tests
     "setpriv:util-linux"
+    "unshare:util-linux"                            # SQLite's time-namespace tests
     "script:bsdutils"
     "promtool:prometheus"                           # dlock serve's /metrics, the dashboard
     "chromium:chromium"                             # dlock serve's page, headless

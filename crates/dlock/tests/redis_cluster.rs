@@ -257,7 +257,9 @@ async fn a_hold_the_promoted_replica_never_had_is_signalled_within_a_third_of_it
     let cut = fault(&fx, |c| c.cut_off_replicas_of(&lost_key))?;
     let lost = holder.mutex(lost_name).acquire().await?;
     let lost_fence = lost.fence();
-    let promoted = tokio::task::spawn_blocking(move || became_primary(replica_addr, lease * 6));
+    let promoted = tokio::task::spawn_blocking(move || {
+        dlock_testkit::server::became_primary(replica_addr, lease * 6)
+    });
     let told = tokio::spawn(async move {
         let told = timeout(lease * 4, lost.lost())
             .await
@@ -293,28 +295,6 @@ async fn a_hold_the_promoted_replica_never_had_is_signalled_within_a_third_of_it
     next.release().await?;
     kept.release().await?;
     Ok(())
-}
-
-/// Polls `addr` until it answers as a primary (`role:master`); returns when it first did.
-fn became_primary(
-    addr: std::net::SocketAddr,
-    within: Duration,
-) -> anyhow::Result<std::time::Instant> {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let info: String = redis::Client::open(format!("redis://{addr}"))
-            .and_then(|client| client.get_connection_with_timeout(Duration::from_millis(200)))
-            .and_then(|mut conn| redis::cmd("INFO").arg("replication").query(&mut conn))
-            .unwrap_or_default();
-        if info.contains("role:master") {
-            return Ok(std::time::Instant::now());
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "{addr} was not promoted within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[cfg_attr(

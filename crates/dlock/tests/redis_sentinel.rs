@@ -133,7 +133,9 @@ async fn a_killed_primary_is_replaced_and_a_hold_it_alone_had_is_signalled_lost(
     let killed_at = Instant::now();
     // When the replica first answers as a primary: from then on the lost hold's renewal is
     // refused, and the promise is a lost signal within a third of the lease.
-    let promoted = tokio::task::spawn_blocking(move || became_primary(replica, lease * 4));
+    let promoted = tokio::task::spawn_blocking(move || {
+        dlock_testkit::server::became_primary(replica, lease * 4)
+    });
     let told = tokio::spawn(async move {
         let told = timeout(lease * 2, lost.lost())
             .await
@@ -178,22 +180,6 @@ async fn a_killed_primary_is_replaced_and_a_hold_it_alone_had_is_signalled_lost(
 /// What a lost signal may take beyond its promised bound here: the client's sentinel query
 /// and reconnection to the new primary, and scheduling on a loaded 2-core test machine.
 const SIGNAL_TOLERANCE: Duration = Duration::from_millis(500);
-
-/// Polls `addr` until it answers as a primary (`role:master`); returns when it first did.
-fn became_primary(addr: SocketAddr, within: Duration) -> anyhow::Result<std::time::Instant> {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let info: String = query(addr, &["INFO", "replication"]).unwrap_or_default();
-        if info.contains("role:master") {
-            return Ok(std::time::Instant::now());
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "{addr} was not promoted within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// Bad sentinel URLs fail with a typed error that names the problem, and print no secret.
 #[cfg_attr(

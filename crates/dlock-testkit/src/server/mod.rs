@@ -40,8 +40,8 @@ pub use port::free_port;
 pub use postgres::Postgres;
 pub use process::ServerProcess;
 pub use redis::{
-    Redis, RedisNodes, RedisReplicaSet, RedisTls, redis_command, redis_command_with_timeout,
-    redis_get, restore_snapshot, save_snapshot,
+    Redis, RedisNodes, RedisReplicaSet, RedisTls, became_primary, redis_command,
+    redis_command_with_timeout, redis_get, restore_snapshot, save_snapshot,
 };
 pub use redis_cluster::RedisCluster;
 pub use redis_sentinel::{RedisSentinel, RedisSentinelSet, SENTINEL_MASTER};

@@ -356,6 +356,27 @@ pub(super) fn wait_until(
     Ok(())
 }
 
+/// Polls the Redis server at `addr` until it answers as a primary (`role:master`), and returns
+/// when it first did: the moment a failover's promotion took effect, as a client sees it.
+///
+/// # Errors
+///
+/// It did not answer as a primary within `within`.
+pub fn became_primary(addr: SocketAddr, within: Duration) -> io::Result<std::time::Instant> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if replication_info(addr).is_ok_and(|info| info.contains("role:master")) {
+            return Ok(std::time::Instant::now());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::other(format!(
+                "{addr} was not promoted within {within:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// `INFO replication`'s text.
 pub(super) fn replication_info(addr: SocketAddr) -> io::Result<String> {
     let (mut reader, line) = exchange(addr, &["INFO", "replication"], COMMAND_TIMEOUT)?;
