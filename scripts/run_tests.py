@@ -156,6 +156,21 @@ def finish(job: Job, code: int) -> None:
         print(f"---- {job.log} ----\n{shown}\n---- end of {job.name} ----", flush=True)
 
 
+def digest(job: Job) -> str:
+    """The first lines of each failure of a failed job, printed again after the table: a CI
+    log that keeps only its head and tail still says why each test failed."""
+    text = job.log.read_text(errors="replace")
+    blocks = re.findall(r"^---- (\S+) (?:stdout )?----\n(.*?)(?=^---- |^failures:$|\Z)", text, re.S | re.M)
+    lines = [f"why {job.name} failed ({job.status}):"]
+    for name, body in blocks[:8]:
+        kept = [line for line in body.splitlines() if line.strip()][:6]
+        lines.append(f"  {name}:")
+        lines.extend(f"    {line[:300]}" for line in kept)
+    if not blocks:
+        lines.extend(f"    {line[:300]}" for line in text.splitlines()[-12:])
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("DLOCK_TEST_JOBS", "3")))
@@ -222,6 +237,9 @@ def main() -> int:
     busy = sum(job.seconds for job in jobs)
     print(f"{'all (' + str(len(jobs)) + ' jobs)':<40} {wall:>8.0f} {total[0]:>7} {total[1]:>7} {total[2]:>8}  ({busy:.0f} s of job time in {wall:.0f} s)")
     bad = [job.name for job in jobs if job.status != "ok"]
+    for job in jobs:
+        if job.status != "ok":
+            print(digest(job), flush=True)
     if bad:
         print(f"run_tests: {len(bad)} job(s) failed: {', '.join(bad)}", file=sys.stderr)
         return 1

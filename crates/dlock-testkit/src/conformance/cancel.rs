@@ -33,7 +33,11 @@ async fn dropping_a_waiting_acquire_leaves_nothing_held(cx: Ctx) -> anyhow::Resu
         .lock(&c, &name)
         .wait(Duration::from_secs(10))
         .acquire()
-        .await?;
+        .await;
+    let next = match next {
+        Ok(next) => next,
+        Err(e) => anyhow::bail!("{e}; {}", holders(&cx, &c, &name).await),
+    };
     next.release().await?;
     Ok(())
 }
@@ -71,7 +75,14 @@ async fn dropping_an_acquire_at_any_point_leaves_nothing_held(cx: Ctx) -> anyhow
             .ttl(Duration::from_secs(600))
             .wait(Duration::from_secs(10))
             .acquire()
-            .await?;
+            .await;
+        let check = match check {
+            Ok(check) => check,
+            Err(e) => anyhow::bail!(
+                "{e} ({dropped} dropped, {granted} granted before); {}",
+                holders(&cx, &b, &name).await
+            ),
+        };
         check.release().await?;
     }
     ensure!(
@@ -115,4 +126,23 @@ async fn dropping_a_multi_lock_acquire_at_any_point_leaves_nothing_held(
         "no multi-lock acquire was dropped: the case tested nothing"
     );
     Ok(())
+}
+
+/// Who holds `name` and the parts a composed primitive keeps under it (a semaphore's slot and
+/// gate), as inspection sees them: what a failure reports, so that a lock left held says by
+/// whom (a dlock holder with its fence, or a connection that is none).
+async fn holders(cx: &Ctx, locks: &dlock::Locks, name: &str) -> String {
+    let mut names = vec![name.to_owned()];
+    if cx.primitive() == super::Primitive::Semaphore1 {
+        names.extend([format!("{name}#p0of1"), format!("{name}#pgate")]);
+    }
+    let mut seen = Vec::new();
+    for name in names {
+        match locks.inspect(&name).await {
+            Ok(Some(info)) => seen.push(format!("{name} held: {info:?}")),
+            Ok(None) => seen.push(format!("{name} free")),
+            Err(error) => seen.push(format!("{name} not inspected: {error}")),
+        }
+    }
+    seen.join("; ")
 }

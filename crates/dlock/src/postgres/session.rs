@@ -180,7 +180,7 @@ async fn wait_for_lock(
     .execute(&mut **conn);
     match tokio::time::timeout(slice + Duration::from_secs(2), wait).await {
         Ok(Ok(_)) => Ok(true),
-        Ok(Err(e)) if is_lock_timeout(&e) => Ok(false),
+        Ok(Err(e)) if is_lock_timeout(&e) => granted_despite_timeout(conn, req).await,
         Ok(Err(e)) => {
             conn.close_on_drop();
             Err(from_sqlx(e))
@@ -192,6 +192,43 @@ async fn wait_for_lock(
             Err(Error::Unavailable {
                 backend: "postgres",
                 source: "no answer to a lock wait".into(),
+            })
+        }
+    }
+}
+
+/// Whether the lock was granted after all to a wait that ended in a lock timeout. PostgreSQL
+/// keeps a lock granted at the moment the timeout fires (its `LockErrorCleanup` keeps what the
+/// releaser already handed over) and still reports the timeout: taken for busy, the
+/// connection would go back to the pool holding the lock, and nobody could take it until
+/// that connection closed. The grant is kept as this attempt's; a failed check closes the
+/// connection, which frees whatever it held.
+async fn granted_despite_timeout(
+    conn: &mut PoolConnection<Postgres>,
+    req: &AcquireRequest,
+) -> Result<bool> {
+    // An advisory lock on a bigint key is listed with its high half in `classid`, its low half
+    // in `objid` and `objsubid` 1.
+    let held = sqlx::query_scalar::<_, bool>(
+        "WITH k AS (SELECT hashtextextended($1, $2) AS key) \
+         SELECT EXISTS (SELECT 1 FROM pg_locks, k WHERE locktype = 'advisory' \
+         AND pid = pg_backend_pid() AND granted AND objsubid = 1 \
+         AND classid = ((key >> 32) & 4294967295)::oid AND objid = (key & 4294967295)::oid)",
+    )
+    .bind(req.name.as_str())
+    .bind(KEY_SEED)
+    .fetch_one(&mut **conn);
+    match tokio::time::timeout(Duration::from_secs(2), held).await {
+        Ok(Ok(held)) => Ok(held),
+        Ok(Err(e)) => {
+            conn.close_on_drop();
+            Err(from_sqlx(e))
+        }
+        Err(_) => {
+            conn.close_on_drop();
+            Err(Error::Unavailable {
+                backend: "postgres",
+                source: "no answer to a check after a lock wait".into(),
             })
         }
     }
