@@ -99,6 +99,7 @@ pub(crate) async fn elect(url: &str, label: Option<String>, args: ElectArgs) -> 
             ("DLOCK_TERM", leading.term().to_string()),
             ("DLOCK_VALUE", args.value.clone()),
         ],
+        lost_exit: exit::LOST,
     };
     supervise(Held::Leader(leading), what, signals).await
 }

@@ -21,6 +21,7 @@ Exit codes:
   run:   the command's own code (128+N if it died of signal N), or
          75 lock busy (--no-wait)   124 wait timed out   76 lock lost while the command ran (and it exited 0)
          125 dlock error            126 command not executable   127 command not found
-         128+N if signal N ended the wait (the command never ran)
+         128+N if signal N ended the wait (the command never ran);
+         --busy-exit and --lost-exit choose other codes for busy and lost
   other: 0 ok, 1 lock not held or break declined, 75 busy, 76 lock lost (hold), 124 timed out,
          125 dlock error; hold: 128+N if signal N ended the wait";

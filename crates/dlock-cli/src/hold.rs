@@ -47,7 +47,7 @@ pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i3
     tokio::select! {
         () = guard.lost() => {
             eprintln!("dlock: lock {} lost", shown(&args.name));
-            return exit::LOST;
+            return args.lost_exit.into();
         }
         () = stdin_closed => {}
         _ = signals.recv() => {}
@@ -56,7 +56,7 @@ pub(crate) async fn hold(url: &str, label: Option<String>, args: HoldArgs) -> i3
         Ok(()) => 0,
         Err(dlock::Error::NotOwned { .. }) => {
             eprintln!("dlock: lock {} was lost before release", shown(&args.name));
-            exit::LOST
+            args.lost_exit.into()
         }
         Err(e) => fail(&e.into()),
     }

@@ -91,6 +91,7 @@ pub(crate) async fn run(url: &str, label: Option<String>, args: RunArgs) -> i32 
         kill_after: args.kill_after,
         command: &args.command,
         envs: Vec::new(),
+        lost_exit: args.lock.lost_exit.into(),
     };
     supervise(guard, what, signals).await
 }
@@ -103,6 +104,8 @@ pub(crate) struct Supervised<'a> {
     pub(crate) command: &'a [OsString],
     /// Environment beyond DLOCK_FENCE and DLOCK_NAME.
     pub(crate) envs: Vec<(&'static str, String)>,
+    /// The exit code of a command that succeeded after the hold was lost.
+    pub(crate) lost_exit: i32,
 }
 
 /// Reports a command that could not be started; its exit code.
@@ -126,6 +129,7 @@ pub(crate) async fn supervise(guard: Held, what: Supervised<'_>, mut signals: Si
         kill_after,
         command,
         envs: extra,
+        lost_exit,
     } = what;
     let fence = guard.fence();
     let shown_name = shown(name);
@@ -196,17 +200,29 @@ pub(crate) async fn supervise(guard: Held, what: Supervised<'_>, mut signals: Si
         }
     };
     job.finish();
-    settle(guard, status, lost, &shown_name).await
+    let code = settle(guard, status, lost, &shown_name).await;
+    match code {
+        Settled::Lost => lost_exit,
+        Settled::Code(code) => code,
+    }
 }
 
-/// The exit code once the command ended: its own, or 76 for a success after a loss (found
+/// How a command's run ended for its exit code.
+enum Settled {
+    /// It succeeded, but the hold was lost first: the lost exit code (76 by default).
+    Lost,
+    /// Its own exit code, or dlock's for a wait that failed.
+    Code(i32),
+}
+
+/// How the run ended once the command did: its own code, or a success after a loss (found
 /// now by the release, if not told before).
 async fn settle(
     guard: Held,
     status: std::io::Result<std::process::ExitStatus>,
     mut lost: bool,
     shown_name: &str,
-) -> i32 {
+) -> Settled {
     let code = match status {
         Ok(status) => status
             .code()
@@ -227,5 +243,9 @@ async fn settle(
             Err(e) => eprintln!("dlock: release failed ({e}); the lock expires with its lease"),
         }
     }
-    if lost && code == 0 { exit::LOST } else { code }
+    if lost && code == 0 {
+        Settled::Lost
+    } else {
+        Settled::Code(code)
+    }
 }

@@ -40,16 +40,38 @@ pub(crate) struct LockArgs {
     #[arg(long, value_name = "N", conflicts_with = "fair")]
     pub(crate) permits: Option<u32>,
 
+    /// Take the read side of the read-write lock NAME: any number of --shared holders at
+    /// once, none beside an --exclusive one. The read-write lock NAME is not the lock NAME that
+    /// a plain `dlock run NAME` takes: its writers use --exclusive.
+    #[arg(long, conflicts_with_all = ["permits", "exclusive", "fair"])]
+    pub(crate) shared: bool,
+
+    /// Take the write side of the read-write lock NAME: alone, beside no --shared holder and no
+    /// other --exclusive one.
+    #[arg(long, conflicts_with_all = ["permits", "fair"])]
+    pub(crate) exclusive: bool,
+
+    /// The exit code when the lock is busy and --no-wait was given.
+    #[arg(long, value_name = "CODE", default_value_t = exit::BUSY as u8)]
+    pub(crate) busy_exit: u8,
+
+    /// The exit code when the lock is lost and the command itself succeeded.
+    #[arg(long, value_name = "CODE", default_value_t = exit::LOST as u8)]
+    pub(crate) lost_exit: u8,
+
     /// Do not show who holds the lock while waiting, even on a terminal.
     #[arg(long, short)]
     pub(crate) quiet: bool,
 }
 
-/// What a command holds: a lock, or one permit of a semaphore.
+/// What a command holds: a lock, one permit of a semaphore, a side of a read-write lock, or
+/// the leadership of an election.
 #[derive(Debug)]
 pub(crate) enum Held {
     Lock(dlock::MutexGuard),
     Permit(dlock::Permit),
+    Read(dlock::ReadGuard),
+    Write(dlock::WriteGuard),
     Leader(dlock::Leadership),
 }
 
@@ -58,6 +80,8 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.fence(),
             Held::Permit(permit) => permit.fence(),
+            Held::Read(reading) => reading.fence(),
+            Held::Write(writing) => writing.fence(),
             Held::Leader(leading) => leading.term(),
         }
     }
@@ -66,6 +90,8 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.lost(),
             Held::Permit(permit) => permit.lost(),
+            Held::Read(reading) => reading.lost(),
+            Held::Write(writing) => writing.lost(),
             Held::Leader(leading) => leading.lost(),
         }
     }
@@ -74,6 +100,8 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.release().await,
             Held::Permit(permit) => permit.release().await,
+            Held::Read(reading) => reading.release().await,
+            Held::Write(writing) => writing.release().await,
             Held::Leader(leading) => leading.resign().await,
         }
     }
@@ -93,6 +121,24 @@ async fn take_permit(locks: &dlock::Locks, args: &LockArgs, permits: u32) -> dlo
     builder.acquire().await.map(Held::Permit)
 }
 
+/// One side of the read-write lock `args.name`, with the command's wait and hold options.
+async fn take_side(locks: &dlock::Locks, args: &LockArgs) -> dlock::Result<Held> {
+    let mut builder = locks.rwlock(&args.name);
+    if let Some(max) = args.max_hold {
+        builder = builder.max_hold(max);
+    }
+    if args.no_wait {
+        builder = builder.no_wait();
+    } else if let Some(wait) = args.wait {
+        builder = builder.wait(wait);
+    }
+    if args.shared {
+        builder.read().await.map(Held::Read)
+    } else {
+        builder.write().await.map(Held::Write)
+    }
+}
+
 /// Takes the lock; on failure, reports it and returns the exit code.
 pub(crate) async fn take(url: &str, label: Option<String>, args: &LockArgs) -> Result<Held, i32> {
     let mut locks = connect(url, label).await?;
@@ -109,7 +155,25 @@ pub(crate) async fn take(url: &str, label: Option<String>, args: &LockArgs) -> R
                     "dlock: all {permits} permits of {} are taken",
                     shown(&args.name)
                 );
-                Err(exit::BUSY)
+                Err(args.busy_exit.into())
+            }
+            Err(error) => Err(report_failure(&args.name, error)),
+        };
+    }
+    if args.shared || args.exclusive {
+        return match take_side(&locks, args).await {
+            Ok(held) => Ok(held),
+            Err(dlock::Error::Timeout { waited, .. }) if waited.is_zero() => {
+                let by = if args.shared {
+                    "a writer"
+                } else {
+                    "readers or a writer"
+                };
+                eprintln!(
+                    "dlock: the read-write lock {} is held by {by}",
+                    shown(&args.name)
+                );
+                Err(args.busy_exit.into())
             }
             Err(error) => Err(report_failure(&args.name, error)),
         };
@@ -141,7 +205,7 @@ pub(crate) async fn take(url: &str, label: Option<String>, args: &LockArgs) -> R
                 _ => String::new(),
             };
             eprintln!("dlock: {} is held{holder}", shown(&args.name));
-            Err(exit::BUSY)
+            Err(args.busy_exit.into())
         }
         Err(error) => Err(report_failure(&args.name, error)),
     }

@@ -1186,3 +1186,107 @@ fn man_page_is_roff_with_every_public_command() {
     assert_eq!(out.status.code(), Some(125));
     assert!(stderr(&out).contains("no command"), "{}", stderr(&out));
 }
+
+#[test]
+fn shared_holders_run_together_and_exclude_an_exclusive_one() {
+    let env = Env::new();
+    // Two --shared holders at once: the second is not kept out by the first.
+    let mut first = env
+        .cmd()
+        .args(["run", "--shared", "catalog", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(10), "the first reader holds", || {
+        !env.held().is_empty()
+    });
+    let out = env.run(&["run", "--shared", "--no-wait", "catalog", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A writer is busy beside a reader, with the default code and with one of its own.
+    let out = env.run(&["run", "--exclusive", "--no-wait", "catalog", "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("read-write lock catalog is held"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&[
+        "run",
+        "--exclusive",
+        "--no-wait",
+        "--busy-exit",
+        "3",
+        "catalog",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // The reader's process is gone: its hold frees with its lease, then a writer gets in and
+    // keeps readers out.
+    let reader = format!(
+        "'{}' run --shared --no-wait catalog -- true; echo $?",
+        env!("CARGO_BIN_EXE_dlock")
+    );
+    let out = env.run(&[
+        "run",
+        "--exclusive",
+        "--wait",
+        "40s",
+        "catalog",
+        "--",
+        "sh",
+        "-c",
+        &reader,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "75\n");
+}
+
+#[test]
+fn lost_exit_chooses_the_code_of_a_success_after_a_loss() {
+    let env = Env::new();
+    let mut run = env
+        .cmd()
+        .args([
+            "run",
+            "--ttl",
+            "300ms",
+            "--on-lost",
+            "ignore",
+            "--lost-exit",
+            "9",
+            "fragile",
+            "--",
+            "sleep",
+            "1",
+        ])
+        .spawn()
+        .unwrap();
+    wait_until_held(&env, "fragile");
+    assert!(env.run(&["break", "--yes", "fragile"]).status.success());
+    let status = wait_with_timeout(&mut run, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(9));
+}
+
+#[test]
+fn a_side_of_a_read_write_lock_is_no_semaphore_and_codes_are_bytes() {
+    let env = Env::new();
+    for args in [
+        &["run", "--shared", "--permits", "2", "x", "--", "true"][..],
+        &["run", "--shared", "--exclusive", "x", "--", "true"],
+        &["run", "--exclusive", "--fair", "x", "--", "true"],
+        &["run", "--busy-exit", "256", "x", "--", "true"],
+        &["run", "--lost-exit=-1", "x", "--", "true"],
+    ] {
+        let out = env.run(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let said = stderr(&out);
+        assert!(
+            said.contains("cannot be used with") || said.contains("invalid value"),
+            "{args:?}: {said}"
+        );
+        assert!(!said.contains("panicked"), "{args:?}: {said}");
+    }
+    assert!(env.held().is_empty(), "a refused run left a lock");
+}
