@@ -202,9 +202,11 @@ class Locks:
         ttl: Optional[Number] = None,
         wait: Optional[Number] = None,
         max_hold: Optional[Number] = None,
+        count: int = 1,
     ) -> "Semaphore":
-        """The counting semaphore ``name`` with ``permits`` leased permits (never exceeded)."""
-        return Semaphore(self, _args.lock_name(name), _args.count(permits, "permits"), ttl=ttl, wait=wait, max_hold=max_hold)
+        """The counting semaphore ``name`` with ``permits`` leased permits (never exceeded);
+        each ``acquire()`` takes ``count`` of them at once, all or nothing."""
+        return Semaphore(self, _args.lock_name(name), _args.count(permits, "permits"), ttl=ttl, wait=wait, max_hold=max_hold, count=_args.count(count, "count"))
 
     def multi_lock(
         self,
@@ -594,18 +596,20 @@ class Mutex(_Acquirable):
 
 
 class Semaphore(_Acquirable):
-    """The counting semaphore of ``Locks.semaphore``: ``acquire()`` takes one permit."""
+    """The counting semaphore of ``Locks.semaphore``: ``acquire()`` takes ``count`` permits
+    (one by default) at once, all or nothing."""
 
-    def __init__(self, locks: Locks, name: str, permits: int, *, ttl: Any, wait: Any, max_hold: Any) -> None:
+    def __init__(self, locks: Locks, name: str, permits: int, *, ttl: Any, wait: Any, max_hold: Any, count: int = 1) -> None:
         super().__init__(locks, ttl, wait, max_hold)
         self.name = name
         self.permits = permits
+        self.count = count
 
     def _label(self) -> str:
         return self.name
 
     def _take(self, wait: Optional[float]) -> Optional[Hold]:
-        return self._locks._client.semaphore(self.name, self.permits, self._ttl, wait, self._max_hold)
+        return self._locks._client.semaphore(self.name, self.permits, self._ttl, wait, self._max_hold, count=self.count)
 
 
 class MultiLock(_Acquirable):

@@ -208,8 +208,9 @@ class Locks:
         ttl: Optional[Number] = None,
         wait: Optional[Number] = None,
         max_hold: Optional[Number] = None,
+        count: int = 1,
     ) -> "Semaphore":
-        return Semaphore(self, _args.lock_name(name), _args.count(permits, "permits"), ttl=ttl, wait=wait, max_hold=max_hold)
+        return Semaphore(self, _args.lock_name(name), _args.count(permits, "permits"), ttl=ttl, wait=wait, max_hold=max_hold, count=_args.count(count, "count"))
 
     def multi_lock(
         self,
@@ -516,16 +517,17 @@ class Mutex(_Acquirable):
 
 
 class Semaphore(_Acquirable):
-    def __init__(self, locks: Locks, name: str, permits: int, *, ttl: Any, wait: Any, max_hold: Any) -> None:
+    def __init__(self, locks: Locks, name: str, permits: int, *, ttl: Any, wait: Any, max_hold: Any, count: int = 1) -> None:
         super().__init__(locks, ttl, wait, max_hold)
         self.name = name
         self.permits = permits
+        self.count = count
 
     def _label(self) -> str:
         return self.name
 
     async def _take(self, wait: Optional[float]) -> Optional[Hold]:
-        return await self._locks._client.semaphore(self.name, self.permits, self._ttl, wait, self._max_hold, aio=_bridge())
+        return await self._locks._client.semaphore(self.name, self.permits, self._ttl, wait, self._max_hold, aio=_bridge(), count=self.count)
 
 
 class MultiLock(_Acquirable):

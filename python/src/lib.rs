@@ -296,8 +296,9 @@ impl Client {
         })
     }
 
-    /// Takes one of `permits` permits of the semaphore `name`; `None` when `wait` ran out.
-    #[pyo3(signature = (name, permits, ttl=None, wait=None, max_hold=None, aio=None))]
+    /// Takes `count` of the `permits` permits of the semaphore `name` at once (all or
+    /// nothing); `None` when `wait` ran out.
+    #[pyo3(signature = (name, permits, ttl=None, wait=None, max_hold=None, aio=None, count=1))]
     #[allow(clippy::too_many_arguments)]
     fn semaphore<'py>(
         &self,
@@ -308,15 +309,21 @@ impl Client {
         wait: Option<f64>,
         max_hold: Option<f64>,
         aio: Option<Bound<'py, Notifier>>,
+        count: u32,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = ttl.map(|s| seconds("ttl", s)).transpose()?;
         let max_hold = max_hold.map(|s| seconds("max_hold", s)).transpose()?;
         let wait = WaitFor::from_py(wait)?;
         let locks = self.locks(py)?;
-        let builder = configure!(locks.semaphore(name.clone(), permits), ttl, wait, max_hold);
+        let builder = locks.semaphore(name.clone(), permits).count(count);
+        let builder = configure!(builder, ttl, wait, max_hold);
         run_acquire(py, aio, &locks, &name.clone(), async move {
             timed_out_is_none(builder.acquire().await, |g| {
-                let fences = vec![(g.slot().as_str().to_owned(), g.fence().get())];
+                let fences = g
+                    .slots()
+                    .into_iter()
+                    .map(|(slot, fence)| (slot.as_str().to_owned(), fence.get()))
+                    .collect();
                 Hold::with_fences(name, fences, g)
             })
         })

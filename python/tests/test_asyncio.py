@@ -136,6 +136,10 @@ def test_async_primitives(store_url, name):
         permit = await semaphore.acquire()
         assert await semaphore.try_acquire() is None
         await permit.release()
+        both = await locks.semaphore(name + "/sem2", 2, count=2).acquire()
+        assert len(both.fences) == 2
+        assert await locks.semaphore(name + "/sem2", 2).try_acquire() is None
+        await both.release()
         rw = locks.rwlock(name + "/rw")
         reader = await rw.read()
         assert await rw.try_write() is None

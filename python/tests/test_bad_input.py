@@ -87,6 +87,10 @@ def test_bad_primitive_arguments(locks, name):
         locks.semaphore(name, 0)
     with pytest.raises(TypeError):
         locks.semaphore(name, 2.5)
+    with pytest.raises(ValueError):
+        locks.semaphore(name, 2, count=0)
+    with pytest.raises(TypeError):
+        locks.semaphore(name, 2, count=1.5)
     with pytest.raises(TypeError):
         locks.multi_lock(name)  # a single string, not a list of names
     with pytest.raises(ValueError):

@@ -65,6 +65,22 @@ def test_semaphore_never_exceeds_its_permits(locks, name):
         permit.release()
 
 
+def test_semaphore_takes_several_permits_all_or_nothing(locks, name):
+    two = locks.semaphore(name, 3, ttl=10, count=2).acquire()
+    assert len(two.fences) == 2 and two.fence == max(fence for _, fence in two.fences)
+    # One permit is left: two at once cannot be had, and the refused attempt keeps none.
+    assert locks.semaphore(name, 3, count=2).try_acquire() is None
+    one = locks.semaphore(name, 3).try_acquire()
+    assert one is not None
+    with pytest.raises(LockTimeoutError):
+        locks.semaphore(name, 3, count=2, wait=0.2).acquire()
+    two.release()
+    again = locks.semaphore(name, 3, count=2).try_acquire()
+    assert again is not None
+    for permit in (one, again):
+        permit.release()
+
+
 def test_rwlock(locks, name):
     rw = locks.rwlock(name, max_readers=4, ttl=10)
     r1 = rw.read()

@@ -19,7 +19,10 @@ cases!["semaphore",
         bad_semaphore_input_is_rejected_before_the_store,
         expired_permit_is_lost_when_a_waiter_takes_it_over,
         extending_an_expired_permit_is_not_owned,
-        a_permit_lost_signal_does_not_fire_while_its_lease_is_valid;
+        a_permit_lost_signal_does_not_fire_while_its_lease_is_valid,
+        several_permits_are_taken_all_or_nothing,
+        a_wait_for_several_permits_gets_them_as_they_free_up,
+        a_wait_for_several_permits_that_runs_out_gives_back_what_it_took;
     Needs::SemaphoreSize =>
         another_size_than_the_holders_use_is_refused
 ];
@@ -178,6 +181,12 @@ async fn bad_semaphore_input_is_rejected_before_the_store(cx: Ctx) -> anyhow::Re
         locks.semaphore("a\0b", 1).acquire().await,
         Error::InvalidName { .. }
     );
+    for count in [0, 2] {
+        expect_err!(
+            locks.semaphore(&name, 1).count(count).acquire().await,
+            Error::InvalidArgument { .. }
+        );
+    }
     // Nothing was left behind: the single permit is free.
     ensure!(
         locks
@@ -296,5 +305,128 @@ async fn another_size_than_the_holders_use_is_refused(cx: Ctx) -> anyhow::Result
     // With no holder left, any size may start it again.
     let resized = b.semaphore(&name, 5).ttl(TTL).acquire().await?;
     resized.release().await?;
+    Ok(())
+}
+
+/// Whether one more single permit of the semaphore `name` (of `permits`) can be had now; a
+/// permit taken to find out is given back.
+async fn one_more_is_free(locks: &dlock::Locks, name: &str, permits: u32) -> anyhow::Result<bool> {
+    match locks
+        .semaphore(name, permits)
+        .ttl(TTL)
+        .try_acquire()
+        .await?
+    {
+        Some(permit) => {
+            permit.release().await?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+async fn several_permits_are_taken_all_or_nothing(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("several");
+    let two = a.semaphore(&name, 3).count(2).ttl(TTL).acquire().await?;
+    ensure!(
+        two.count() == 2,
+        "took {} permits, asked for 2",
+        two.count()
+    );
+    let slots = two.slots();
+    ensure!(slots.len() == 2, "{} slots for 2 permits", slots.len());
+    ensure!(
+        slots.iter().map(|(_, fence)| *fence).max() == Some(two.fence()),
+        "the hold's fence is not the largest of its permits'"
+    );
+    // One permit is left: two at once cannot be had, and the refused attempt keeps none.
+    ensure!(
+        b.semaphore(&name, 3)
+            .count(2)
+            .ttl(TTL)
+            .try_acquire()
+            .await?
+            .is_none(),
+        "two permits taken where one was free"
+    );
+    ensure!(
+        one_more_is_free(&b, &name, 3).await?,
+        "a refused attempt for two permits kept the free one"
+    );
+    let third = b.semaphore(&name, 3).ttl(TTL).acquire().await?;
+    ensure!(
+        !one_more_is_free(&b, &name, 3).await?,
+        "a fourth permit of three"
+    );
+    // Released together: both come back at once.
+    two.release().await?;
+    let again = b
+        .semaphore(&name, 3)
+        .count(2)
+        .ttl(TTL)
+        .try_acquire()
+        .await?;
+    ensure!(
+        again.is_some(),
+        "the two released permits did not both come back"
+    );
+    third.release().await?;
+    Ok(())
+}
+
+async fn a_wait_for_several_permits_gets_them_as_they_free_up(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("several-wait");
+    let first = a.semaphore(&name, 3).ttl(TTL).acquire().await?;
+    let second = a.semaphore(&name, 3).ttl(TTL).acquire().await?;
+    let waiter = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            b.semaphore(&name, 3)
+                .count(2)
+                .ttl(TTL)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ensure!(
+        !waiter.is_finished(),
+        "two permits taken where one was free"
+    );
+    first.release().await?;
+    let both = tokio::time::timeout(Duration::from_secs(20), waiter).await???;
+    ensure!(both.count() == 2, "got {} permits", both.count());
+    ensure!(
+        !one_more_is_free(&a, &name, 3).await?,
+        "a fourth permit of three beside a hold of two"
+    );
+    second.release().await?;
+    both.release().await?;
+    Ok(())
+}
+
+async fn a_wait_for_several_permits_that_runs_out_gives_back_what_it_took(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    let name = cx.name("several-timeout");
+    let held = a.semaphore(&name, 3).count(2).ttl(TTL).acquire().await?;
+    expect_err!(
+        b.semaphore(&name, 3)
+            .count(2)
+            .ttl(TTL)
+            .wait(Duration::from_millis(300))
+            .acquire()
+            .await,
+        Error::Timeout { .. }
+    );
+    ensure!(
+        one_more_is_free(&a, &name, 3).await?,
+        "a wait for two permits that ran out kept the one it took"
+    );
+    held.release().await?;
     Ok(())
 }

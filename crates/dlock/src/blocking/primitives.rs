@@ -253,6 +253,20 @@ pub struct SemaphoreBuilder {
 impl SemaphoreBuilder {
     blocking_option_setters!("SemaphoreBuilder");
 
+    /// See [`crate::SemaphoreBuilder::count`]: this many permits at once, all or nothing.
+    ///
+    /// ```
+    /// let locks = dlock::blocking::Locks::connect("memory://blocking-semaphore-count-doc")?;
+    /// let both = locks.semaphore("uploads", 2).count(2).acquire()?;
+    /// assert_eq!(both.count(), 2);
+    /// assert!(locks.semaphore("uploads", 2).try_acquire()?.is_none());
+    /// # Ok::<(), dlock::Error>(())
+    /// ```
+    pub fn count(mut self, count: u32) -> Self {
+        self.inner = self.inner.count(count);
+        self
+    }
+
     /// See [`crate::SemaphoreBuilder::acquire`]; blocks the thread while waiting.
     ///
     /// # Errors
@@ -300,6 +314,16 @@ impl Permit {
     /// See [`crate::Permit::slot`].
     pub fn slot(&self) -> &LockName {
         self.held.get().slot()
+    }
+
+    /// See [`crate::Permit::slots`].
+    pub fn slots(&self) -> Vec<(&LockName, FencingToken)> {
+        self.held.get().slots()
+    }
+
+    /// See [`crate::Permit::count`].
+    pub fn count(&self) -> u32 {
+        self.held.get().count()
     }
 
     /// See [`crate::Permit::fence`].

@@ -1,15 +1,16 @@
 //! [`SemaphoreBuilder`]: a counting semaphore whose permits are leased like locks.
 
 use crate::backend::LockKind;
+use crate::backend::Wait;
 use crate::error::{Error, Result};
-use crate::fence::FencingToken;
 use crate::hold::acquire;
 use crate::hold::options::{HoldOptions, Terms};
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::ComposedPart;
-use crate::primitives::guard_set::{hold_methods, release_part};
+use crate::primitives::Permit;
+use crate::primitives::guard_set::{release_all, release_part};
 use crate::primitives::options::{base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
@@ -52,6 +53,8 @@ pub struct SemaphoreBuilder {
     locks: Locks,
     name: String,
     permits: u32,
+    /// How many permits one acquisition takes, all or nothing.
+    count: u32,
     options: HoldOptions,
 }
 
@@ -61,11 +64,40 @@ impl SemaphoreBuilder {
             locks,
             name,
             permits,
+            count: 1,
             options: HoldOptions::default(),
         }
     }
 
     hold_option_setters!("a permit");
+
+    /// Takes `count` permits at once (default 1), all or nothing: the acquisition holds none
+    /// of them until it holds every one, and gives back those it took if the wait runs out.
+    /// The permits live and die together: one lost signal (any of them lost), one release, and
+    /// the largest of their fences.
+    ///
+    /// An acquisition of several permits collects them one by one while it holds the
+    /// semaphore's gate `<name>#pgate`, so two such acquisitions never each hold part of what
+    /// the other waits for; acquisitions of one permit may take a permit that frees up before
+    /// it. `count` must be in `1..=permits` ([`Error::InvalidArgument`] otherwise).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://semaphore-count-doc").await?;
+    /// let big_job = locks.semaphore("gpus", 4).count(3).acquire().await?;
+    /// assert_eq!(big_job.count(), 3);
+    /// // One permit is left: two at once cannot be had, one can.
+    /// assert!(locks.semaphore("gpus", 4).count(2).try_acquire().await?.is_none());
+    /// assert!(locks.semaphore("gpus", 4).try_acquire().await?.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn count(mut self, count: u32) -> Self {
+        self.count = count;
+        self
+    }
 
     async fn run(self, default_wait: WaitSpec) -> Result<Option<Permit>> {
         let base = base_name(&self.name)?;
@@ -75,24 +107,27 @@ impl SemaphoreBuilder {
                 format!("{} permits; must be 1..={MAX_SLOTS}", self.permits),
             ));
         }
-        let terms = self.options.validate(&self.locks, default_wait)?;
-        if self.locks.info().capabilities.permits {
-            // The store's own semaphore (Redis): one request, woken by releases.
-            let kind = LockKind::Permit {
-                permits: self.permits,
-            };
-            let request = terms.request(base, kind, terms.deadline);
-            let guard = acquire::take(&self.locks, &terms, request).await?;
-            return Ok(guard.map(|guard| Permit { guard }));
+        if self.count == 0 || self.count > self.permits {
+            return Err(Error::invalid_argument(
+                "count",
+                format!(
+                    "{} permits at once from a semaphore of {}; must be 1..={}",
+                    self.count, self.permits, self.permits
+                ),
+            ));
         }
-        let slots = (0..self.permits)
-            .map(|slot| {
-                let permits = self.permits;
-                part_name(&base, ComposedPart::PermitSlot { slot, permits })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if let Some(guard) = slots::try_any(&self.locks, &terms, &slots).await? {
-            return self.checked(&base, guard).await.map(Some);
+        let terms = self.options.validate(&self.locks, default_wait)?;
+        let taker = Taker::new(&self, &base)?;
+        if self.count > 1 {
+            return self.several(&base, &terms, &taker).await;
+        }
+        if let Taker::Native(_) = taker {
+            // The store's own semaphore (Redis): one request, woken by releases.
+            let guard = taker.one(&self, &terms, terms.deadline).await?;
+            return Ok(guard.map(Permit::one));
+        }
+        if let Some(guard) = taker.one(&self, &terms, Wait::No).await? {
+            return self.checked(&base, vec![guard]).await.map(Some);
         }
         if terms.deadline.passed() {
             return Ok(None);
@@ -100,14 +135,63 @@ impl SemaphoreBuilder {
         let Some(gate) = self.gate(&base, &terms).await? else {
             return Ok(None);
         };
-        let permit = slots::wait_any(&self.locks, &terms, &slots, terms.deadline).await;
+        let permit = taker.one(&self, &terms, terms.deadline).await;
         if let Err(error) = release_part(gate).await {
             tracing::debug!(%error, "releasing a semaphore gate failed");
         }
         match permit? {
-            Some(guard) => self.checked(&base, guard).await.map(Some),
+            Some(guard) => self.checked(&base, vec![guard]).await.map(Some),
             None => Ok(None),
         }
+    }
+
+    /// [`count`](Self::count) permits, all or nothing: first a try of each without waiting
+    /// (given back unless every one was had), then, holding the gate, one by one until the
+    /// deadline.
+    async fn several(
+        &self,
+        base: &LockName,
+        terms: &Terms,
+        taker: &Taker,
+    ) -> Result<Option<Permit>> {
+        let wanted = self.count as usize;
+        let mut taken = Vec::with_capacity(wanted);
+        while taken.len() < wanted {
+            match taker.one(self, terms, Wait::No).await? {
+                Some(guard) => taken.push(guard),
+                None => break,
+            }
+        }
+        if taken.len() == wanted {
+            return self.checked(base, taken).await.map(Some);
+        }
+        release_all(taken).await;
+        if terms.deadline.passed() {
+            return Ok(None);
+        }
+        let Some(gate) = self.gate(base, terms).await? else {
+            return Ok(None);
+        };
+        let mut taken = Vec::with_capacity(wanted);
+        let mut failed = None;
+        while taken.len() < wanted {
+            match taker.one(self, terms, terms.deadline).await {
+                Ok(Some(guard)) => taken.push(guard),
+                Ok(None) => break,
+                Err(error) => {
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        if let Err(error) = release_part(gate).await {
+            tracing::debug!(%error, "releasing a semaphore gate failed");
+        }
+        if taken.len() < wanted {
+            release_all(taken).await;
+            return failed.map_or(Ok(None), Err);
+        }
+        self.checked(base, taken).await.map(Some)
     }
 
     /// The gate waiters of a composed semaphore queue on (FIFO where the store can).
@@ -118,14 +202,14 @@ impl SemaphoreBuilder {
         acquire::take(&self.locks, terms, request).await
     }
 
-    /// Keeps a composed permit only if no holder of the semaphore uses another size. The
+    /// Keeps composed permits only if no holder of the semaphore uses another size. The
     /// slots' names carry their semaphore's size (`<name>#p<i>of<n>`), and the check lists
-    /// them after the slot is taken, so of two clients with different sizes the later one
-    /// always sees the earlier (both may refuse, never both keep). Stores that cannot list
-    /// their locks skip the check.
-    async fn checked(&self, base: &LockName, guard: MutexGuard) -> Result<Permit> {
-        if !self.locks.info().capabilities.list {
-            return Ok(Permit { guard });
+    /// them after the slots are taken, so of two clients with different sizes the later one
+    /// always sees the earlier (both may refuse, never both keep). Native semaphores check the
+    /// size in the store; stores that cannot list their locks skip the check.
+    async fn checked(&self, base: &LockName, guards: Vec<MutexGuard>) -> Result<Permit> {
+        if self.locks.info().capabilities.permits || !self.locks.info().capabilities.list {
+            return Ok(Permit::several(guards));
         }
         let prefix = format!("{base}#p");
         let mut held = self.locks.list(&prefix);
@@ -141,11 +225,9 @@ impl SemaphoreBuilder {
             }
         }
         let Some(held_with) = other else {
-            return Ok(Permit { guard });
+            return Ok(Permit::several(guards));
         };
-        if let Err(error) = release_part(guard).await {
-            tracing::debug!(%error, "returning a permit of the wrong size failed");
-        }
+        release_all(guards).await;
         Err(Error::SizeMismatch {
             name: self.name.clone(),
             asked: self.permits,
@@ -188,42 +270,45 @@ impl SemaphoreBuilder {
     }
 }
 
-/// One held permit of a semaphore; made by [`SemaphoreBuilder`]. Dropping it returns the
-/// permit in the background.
-///
-/// # Examples
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> dlock::Result<()> {
-/// let locks = dlock::connect("memory://permit-doc").await?;
-/// let permit = locks.semaphore("uploads", 4).acquire().await?;
-/// tokio::select! {
-///     () = permit.lost() => { /* the lease is gone: stop */ }
-///     () = async { /* work */ } => {}
-/// }
-/// permit.release().await?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-#[clippy::has_significant_drop]
-#[must_use = "if unused the permit will immediately be returned"]
-pub struct Permit {
-    guard: MutexGuard,
+/// How one permit is taken: one request of the store's own semaphore, or one of the slots a
+/// composed semaphore is made of.
+enum Taker {
+    Native(LockName),
+    Slots(Vec<LockName>),
 }
 
-impl Permit {
-    /// What this permit holds in the store: the slot lock `<name>#p<i>of<permits>`, or the semaphore's
-    /// own name where the store has native semaphores.
-    pub fn slot(&self) -> &LockName {
-        self.guard.name()
+impl Taker {
+    fn new(builder: &SemaphoreBuilder, base: &LockName) -> Result<Taker> {
+        if builder.locks.info().capabilities.permits {
+            return Ok(Taker::Native(base.clone()));
+        }
+        let permits = builder.permits;
+        (0..permits)
+            .map(|slot| part_name(base, ComposedPart::PermitSlot { slot, permits }))
+            .collect::<Result<Vec<_>>>()
+            .map(Taker::Slots)
     }
 
-    /// This permit's fence: greater than every earlier permit's of the semaphore (native
-    /// semaphores) or of the same slot (composed ones).
-    pub fn fence(&self) -> FencingToken {
-        self.guard.fence()
+    /// One permit of `builder`'s semaphore, waiting until `deadline`. A composed semaphore's
+    /// waiting taker holds the gate, so it is the only one waiting for a slot.
+    async fn one(
+        &self,
+        builder: &SemaphoreBuilder,
+        terms: &Terms,
+        deadline: Wait,
+    ) -> Result<Option<MutexGuard>> {
+        let locks = &builder.locks;
+        match self {
+            Taker::Native(name) => {
+                let kind = LockKind::Permit {
+                    permits: builder.permits,
+                };
+                acquire::take(locks, terms, terms.request(name.clone(), kind, deadline)).await
+            }
+            Taker::Slots(slots) if deadline == Wait::No => {
+                slots::try_any(locks, terms, slots).await
+            }
+            Taker::Slots(slots) => slots::wait_any(locks, terms, slots, deadline).await,
+        }
     }
-
-    hold_methods!(guard);
 }
