@@ -30,9 +30,10 @@ use dlock_testkit::checker::worker::{self, Primitive};
 use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
-    EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, MysqlFixture, PostgresFixture,
-    RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture,
-    SqlServer, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
+    EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, MysqlFixture,
+    PostgresFixture, RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture,
+    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
+    ZookeeperFixture,
 };
 use dlock_testkit::server::{self, Mariadb, Postgres};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -151,7 +152,7 @@ struct Backend {
 
 /// The backends and their fixtures: the faults each trial can use come from the fixture's
 /// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
-const BACKENDS: [Backend; 14] = [
+const BACKENDS: [Backend; 15] = [
     Backend {
         name: "memory",
         offers: MemoryFixture::OFFERS,
@@ -163,6 +164,17 @@ const BACKENDS: [Backend; 14] = [
         offers: SqliteFixture::OFFERS,
         tuning: LEASES,
         start: |tuning| Stand::new(Some(SqliteFixture::new()?), tuning),
+    },
+    Backend {
+        // A flock is held while its process lives: a frozen holder keeps it, as a session
+        // lock does; a killed one frees it at once.
+        name: "file",
+        offers: FileFixture::OFFERS,
+        tuning: Tuning {
+            lease: false,
+            ..LEASES
+        },
+        start: |tuning| Stand::new(Some(FileFixture::new()?), tuning),
     },
     Backend {
         // A primary with a real replica, behind one address: the partial-loss faults.
