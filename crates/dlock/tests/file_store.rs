@@ -1,4 +1,4 @@
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 //! What is specific to the file backend: its locks are the `flock` that `flock(1)` and
 //! Python's `filelock` take on the same path, both ways; the file's removal under a holder; the
 //! mapping of names to paths. Lock behaviour itself is specified by the conformance suite.

@@ -84,6 +84,11 @@ impl FileBackend {
         &self.inner.config.dir
     }
 
+    /// The options this backend was built with.
+    pub fn config(&self) -> &FileConfig {
+        &self.inner.config
+    }
+
     /// The lock file of `req`, its folders made.
     fn prepare(&self, req: &AcquireRequest) -> Result<(PathBuf, PathBuf)> {
         crate::ttl::check_store_ttl(req.ttl)?;
