@@ -166,14 +166,12 @@ const BACKENDS: [Backend; 15] = [
         start: |tuning| Stand::new(Some(SqliteFixture::new()?), tuning),
     },
     Backend {
-        // A flock is held while its process lives: a frozen holder keeps it, as a session
-        // lock does; a killed one frees it at once.
+        // A killed holder's flock is freed at once; a frozen one keeps it while frozen, and
+        // lets go as it runs again (its client-kept TTL ran out), told at once: judged as a
+        // lease, so a frozen holder never told is a violation.
         name: "file",
         offers: FileFixture::OFFERS,
-        tuning: Tuning {
-            lease: false,
-            ..LEASES
-        },
+        tuning: LEASES,
         start: |tuning| Stand::new(Some(FileFixture::new()?), tuning),
     },
     Backend {
@@ -548,12 +546,16 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
 
 /// Trials that fail on a real library bug the stricter rules found and that is not fixed yet:
 /// kept (run them with `--include-ignored`), listed as ignored with the reason.
-fn known_bug(backend: &str, fault: FaultKind) -> Option<&'static str> {
-    // None at present. The last one (SQL session locks after a server restart or a reset of
-    // the connections: the server freed the lock at once, the holder heard of it only at its
-    // next check) is fixed by the session watcher, which wakes every holder of the client.
-    let _ = (backend, fault);
-    None
+fn known_bug(backend: &str, fault: FaultKind, prim: Prim) -> Option<&'static str> {
+    // The last SQL one (session locks after a server restart or a reset of the connections:
+    // the server freed the lock at once, the holder heard of it only at its next check) is
+    // fixed by the session watcher, which wakes every holder of the client.
+    (backend == "file" && fault == FaultKind::HolderPause && prim == Prim::RwLock).then_some(
+        "file locks, composed read-write lock, holder frozen past its TTL: as the holder runs \
+         again, a read hold whose gate fence is below a writer's begins while that writer \
+         holds (overlap and fence rules; 2 runs in 3); not yet understood (RELIABILITY.md, \
+         \"Known bugs\")",
+    )
 }
 
 /// A deliberately broken variant the checker must flag.
@@ -690,7 +692,7 @@ impl CanaryKind {
 /// when `DLOCK_TEST_REQUIRE` asks for it.
 fn installed(backend: &str) -> bool {
     let (kind, found) = match backend {
-        "memory" | "sqlite" => return true,
+        "memory" | "sqlite" | "file" => return true,
         "redis" | "redlock" | "redis-sentinel" | "redis-cluster" => (
             "redis",
             server::find_binary(&server::Redis::default()).is_some(),
@@ -1247,7 +1249,7 @@ fn main() {
                 let name = format!("{backend}::{}{}", prim.prefix(), fault.slug());
                 let run = !soak && (full || in_ci(backend, fault, prim));
                 let trial = Trial::test(name.clone(), move || trial(backend, fault, prim));
-                match known_bug(backend, fault) {
+                match known_bug(backend, fault, prim) {
                     Some(reason) if installed => {
                         known.push((name, reason));
                         trials.push(trial.with_ignored_flag(true).with_kind("known-bug"));
