@@ -16,8 +16,10 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// # fn main() -> dlock::Result<()> {
-/// let dir = std::env::temp_dir().join("dlock-file-builder-doc");
-/// let backend = dlock::file::FileBuilder::new(&dir).create_dirs(true).build()?;
+/// # let dir = tempfile::tempdir().unwrap();
+/// let backend = dlock::file::FileBuilder::new(dir.path().join("locks"))
+///     .create_dirs(true)
+///     .build()?;
 /// let locks = dlock::Locks::new(backend);
 /// # drop(locks);
 /// # Ok(()) }

@@ -57,9 +57,8 @@ const INFO: BackendInfo = BackendInfo::new(
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> dlock::Result<()> {
-/// let dir = std::env::temp_dir().join(format!("dlock-file-doc-{}", std::process::id()));
-/// std::fs::create_dir_all(&dir).unwrap();
-/// let locks = dlock::Locks::new(dlock::file::FileBuilder::new(&dir).build()?);
+/// # let dir = tempfile::tempdir().unwrap();
+/// let locks = dlock::Locks::new(dlock::file::FileBuilder::new(dir.path()).build()?);
 /// let guard = locks.mutex("reports/daily").acquire().await?; // flock on DIR/reports/daily
 /// assert!(guard.fence().get() >= 1);
 /// guard.release().await?;
