@@ -53,8 +53,9 @@ trap print_stages EXIT
 # client's build uses the one vendored in a crate (see .cargo/config.toml). faketime (with its
 # libfaketime) moves one process's wall clock for the SQLite clock-step test. prometheus brings
 # promtool, which checks `dlock serve`'s /metrics and the dashboard's queries; chromium loads the
-# page of `dlock serve` headless.
-packages=(redis-server redis-tools postgresql mariadb-server mariadb-server-core zookeeper libslf4j-java default-jre-headless util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime libfaketime python3-venv prometheus chromium)
+# page of `dlock serve` headless. python3-filelock: the file backend's test that Python's
+# `filelock` and dlock exclude each other on one lock file (flock(1) comes with util-linux).
+packages=(redis-server redis-tools postgresql mariadb-server mariadb-server-core zookeeper libslf4j-java default-jre-headless util-linux bsdutils etcd-server etcd-client procps gcc libc6-dev faketime libfaketime python3-venv python3-filelock prometheus chromium)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -91,6 +92,8 @@ need=(
     "kill:procps"                                   # the ZooKeeper and etcd pause tests
     "setpriv:util-linux"
     "unshare:util-linux"                            # SQLite's time-namespace tests
+    "flock:util-linux"                              # the file backend's flock(1) interop
+    "/usr/lib/python3/dist-packages/filelock/__init__.py:python3-filelock"
     "script:bsdutils"
     "promtool:prometheus"                           # dlock serve's /metrics, the dashboard
     "chromium:chromium"                             # dlock serve's page, headless

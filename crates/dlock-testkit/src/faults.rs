@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::fixture::{
-    EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, RedisClusterFixture, RedisFixture,
-    RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer,
+    EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, RedisClusterFixture,
+    RedisFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer,
     SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use crate::server::{self, ServerProcess};
@@ -249,6 +249,19 @@ impl Strikable for MemoryFixture {
 }
 
 impl Strikable for SqliteFixture {
+    const OFFERS: Offers = Offers {
+        holder_processes: true,
+        ..Offers::NONE
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        Faults {
+            holder_processes: true,
+            ..Faults::default()
+        }
+    }
+}
+
+impl Strikable for FileFixture {
     const OFFERS: Offers = Offers {
         holder_processes: true,
         ..Offers::NONE

@@ -128,6 +128,50 @@ impl Fixture for SqliteFixture {
     }
 }
 
+/// The file backend on a temp dir: lock files that other processes, `flock(1)` and Python's
+/// `filelock` see too. Its holds are kept by the client as the SQL session locks' are: no
+/// expiry to report, and each attempt holds its own descriptor.
+#[derive(Debug)]
+pub struct FileFixture {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl FileFixture {
+    /// A fixture on a new folder.
+    pub fn new() -> anyhow::Result<Arc<FileFixture>> {
+        let dir = tempfile::Builder::new().prefix("dlock-file-").tempdir()?;
+        let url = format!("file://{}", dir.path().display());
+        Ok(Arc::new(FileFixture { dir, url }))
+    }
+
+    /// The folder of the lock files.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Fixture for FileFixture {
+    fn backend(&self) -> &'static str {
+        "file"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, anyhow::Result<Locks>> {
+        Box::pin(async move { Ok(dlock::connect(&self.url).await?) })
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+
+    fn traits(&self) -> StoreTraits {
+        StoreTraits {
+            reports_ttl: false,
+            ..OWN_OBJECT_PER_ATTEMPT
+        }
+    }
+}
+
 /// The memory backend with every optional capability masked out (no reentrancy, no fair
 /// queue, no inspection), so the suite's "unsupported" cases run: the API must answer
 /// [`dlock::Error::Unsupported`] where a store cannot serve a request.
@@ -727,6 +771,14 @@ pub const STARTERS: &[Starter] = &[
         several_servers: false,
         masked: false,
         start: || Ok(vec![SqliteFixture::new()?]),
+    },
+    Starter {
+        driver: "file",
+        backends: &["file"],
+        server: None,
+        several_servers: false,
+        masked: false,
+        start: || Ok(vec![FileFixture::new()?]),
     },
     Starter {
         driver: "redis",

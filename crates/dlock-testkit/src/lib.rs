@@ -18,5 +18,6 @@ pub mod server;
 pub mod tls;
 
 pub use fixture::{
-    Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode, SqliteFixture,
+    FileFixture, Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode,
+    SqliteFixture,
 };

@@ -29,6 +29,7 @@
 //! | `mysql://…/db?mode=session` | `GET_LOCK` session locks (`mysql`) | as above |
 //! | `etcd://[user:pass@]h1:p1[,h2:p2…]` | etcd v3 (`etcd`) | `prefix`, `tls`, `ca`, `timeout`, `connect_timeout` |
 //! | `zk://[user:pass@]h1[:p1][,h2[:p2]…][/chroot]` (or `zookeeper://`) | ZooKeeper (`zookeeper`) | `session_timeout`, `connect_timeout`, `acl=open\|creator` |
+//! | `file:///ABSOLUTE/DIR` | `flock(2)` on `DIR/NAME`, the lock `flock(1)` and Python's `filelock` take (`file`) | `check_interval`, `create_dirs` |
 //!
 //! Durations are written like `250ms`, `2s`. Each backend's module documents its URL and
 //! options in full; [`default_url`] names the embedded store the `dlock` command uses.
@@ -37,7 +38,7 @@
 //!
 //! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`,
 //!   `"memory://"`, `"redis://…"`, `"redlock://h1,h2,h3"`, `"zk://…"`, `"etcd://…"`,
-//!   `"postgres://…"`, `"mysql://…"`.
+//!   `"postgres://…"`, `"mysql://…"`, `"file:///var/lock/app"`.
 //! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
 //!   protected resource can reject a holder that was paused past its lease.
 //! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
@@ -124,6 +125,10 @@
     feature = "zookeeper",
     doc = "* [`zookeeper`]: ZooKeeper, ephemeral sequential nodes with predecessor watches."
 )]
+#![cfg_attr(
+    feature = "file",
+    doc = "* [`file`]: the kernel's `flock` on files of a folder, shared with `flock(1)` and Python's `filelock`."
+)]
 //!
 //! # Guarantees
 //!
@@ -154,6 +159,7 @@
 //! * `etcd`: the etcd backend (etcd-client, rustls). etcd-client's build runs `protoc`: this
 //!   repository vendors one (`scripts/protoc`); elsewhere set `PROTOC` or install it.
 //! * `zookeeper`: the ZooKeeper backend (zookeeper-client, pure Rust).
+//! * `file`: the file-lock backend (`flock` on `DIR/NAME`, inotify wake-ups; Linux).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
@@ -174,6 +180,9 @@ mod value;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub mod etcd;
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub mod file;
 pub mod memory;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
@@ -292,6 +301,7 @@ pub fn default_url() -> String {
 /// | `mysql://user@host/db[?mode=session]`, `mariadb://…` | `mysql`: lease table or `GET_LOCK` |
 /// | `etcd://host:port[,host:port…]` | `etcd`: leases, revision-ordered hand-off |
 /// | `zk://h1[:p1][,h2[:p2]…][/chroot]`, `zookeeper://…` | `zookeeper`: ephemeral sequential nodes |
+/// | `file:///ABSOLUTE/DIR` | `file`: `flock` on `DIR/NAME`, shared with `flock(1)` and Python's `filelock` |
 ///
 /// [`enabled_schemes`] lists the schemes of this build (each backend is behind its cargo
 /// feature, in parentheses in the crate docs' table).

@@ -49,6 +49,8 @@ const DRIVERS: &[Driver] = &[
     crate::etcd::driver::DRIVER,
     #[cfg(feature = "zookeeper")]
     crate::zookeeper::driver::DRIVER,
+    #[cfg(feature = "file")]
+    crate::file::driver::DRIVER,
 ];
 
 /// A backend left out of this build: its cargo feature and schemes, so a URL of it is told
@@ -85,6 +87,7 @@ not_built! {
     "mysql" => ["mysql", "mariadb"],
     "etcd" => ["etcd"],
     "zookeeper" => ["zk", "zookeeper"],
+    "file" => ["file"],
 }
 
 /// The URL schemes this build can connect to, each backend's usual scheme first.

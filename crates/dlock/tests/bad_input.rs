@@ -428,7 +428,9 @@ async fn api_matrix(fixture: &dyn Fixture) -> Failures {
     }
     for left in std::iter::once(&name).chain(&tricky) {
         match held_by_probe(left).await {
+            // A store that refuses a name (the file backend: `a//b`, `..`) holds nothing by it.
             Ok(None) => {}
+            Err(error) if invalid_name(&error) => {}
             other => f.push(format!("{left:?} left held: {other:?}")),
         }
     }

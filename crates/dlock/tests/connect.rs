@@ -198,6 +198,14 @@ fn every_backend_exports_the_fixed_set() {
         let _: fn(&dlock::zookeeper::ZookeeperBackend) -> &dlock::zookeeper::ZookeeperConfig =
             dlock::zookeeper::ZookeeperBackend::config;
     }
+    #[cfg(feature = "file")]
+    {
+        let _: &[&str] = dlock::file::FILE_SCHEMES;
+        let _ = dlock::file::FileBuilder::new("/var/lock/app");
+        config::<dlock::file::FileConfig>();
+        let _: fn(&dlock::file::FileBackend) -> &dlock::file::FileConfig =
+            dlock::file::FileBackend::config;
+    }
     for scheme in dlock::enabled_schemes() {
         assert!(!scheme.is_empty());
     }

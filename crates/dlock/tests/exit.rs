@@ -42,7 +42,8 @@ const MARK: &str = "dlock-exit: ";
     feature = "postgres",
     feature = "mysql",
     feature = "etcd",
-    feature = "zookeeper"
+    feature = "zookeeper",
+    feature = "file"
 ))]
 const SHAPES: [&str; 3] = ["tokio-main", "runtime-dropped", "close-then-exit"];
 
@@ -225,7 +226,8 @@ fn free_within(
     feature = "mysql",
     feature = "redis",
     feature = "etcd",
-    feature = "zookeeper"
+    feature = "zookeeper",
+    feature = "file"
 ))]
 fn settle_time(backend: &str) -> Duration {
     if backend.ends_with("-session") {
@@ -285,7 +287,8 @@ fn check_cron_job(url: &str, settle: Duration) -> anyhow::Result<()> {
     feature = "postgres",
     feature = "mysql",
     feature = "etcd",
-    feature = "zookeeper"
+    feature = "zookeeper",
+    feature = "file"
 ))]
 fn every_shape_releases(fixtures: &[Arc<dyn Fixture>]) {
     let mut failures = Vec::new();
@@ -409,4 +412,12 @@ fn zookeeper_releases_at_every_end_of_a_program() {
     )
     .unwrap();
     every_shape_releases(&[zookeeper]);
+}
+
+/// A file lock needs no settling: the child closes its descriptor as it lets go.
+#[cfg(feature = "file")]
+#[test]
+fn file_releases_at_every_end_of_a_program() {
+    let file = dlock_testkit::fixture::FileFixture::new().unwrap();
+    every_shape_releases(&[file]);
 }

@@ -30,9 +30,10 @@ use dlock_testkit::checker::worker::{self, Primitive};
 use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
-    EtcdClusterFixture, EtcdFixture, Fixture, MemoryFixture, MysqlFixture, PostgresFixture,
-    RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture,
-    SqlServer, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
+    EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, MysqlFixture,
+    PostgresFixture, RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture,
+    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
+    ZookeeperFixture,
 };
 use dlock_testkit::server::{self, Mariadb, Postgres};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -151,7 +152,7 @@ struct Backend {
 
 /// The backends and their fixtures: the faults each trial can use come from the fixture's
 /// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
-const BACKENDS: [Backend; 14] = [
+const BACKENDS: [Backend; 15] = [
     Backend {
         name: "memory",
         offers: MemoryFixture::OFFERS,
@@ -163,6 +164,15 @@ const BACKENDS: [Backend; 14] = [
         offers: SqliteFixture::OFFERS,
         tuning: LEASES,
         start: |tuning| Stand::new(Some(SqliteFixture::new()?), tuning),
+    },
+    Backend {
+        // A killed holder's flock is freed at once; a frozen one keeps it while frozen, and
+        // lets go as it runs again (its client-kept TTL ran out), told at once: judged as a
+        // lease, so a frozen holder never told is a violation.
+        name: "file",
+        offers: FileFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(Some(FileFixture::new()?), tuning),
     },
     Backend {
         // A primary with a real replica, behind one address: the partial-loss faults.
@@ -536,12 +546,16 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
 
 /// Trials that fail on a real library bug the stricter rules found and that is not fixed yet:
 /// kept (run them with `--include-ignored`), listed as ignored with the reason.
-fn known_bug(backend: &str, fault: FaultKind) -> Option<&'static str> {
-    // None at present. The last one (SQL session locks after a server restart or a reset of
-    // the connections: the server freed the lock at once, the holder heard of it only at its
-    // next check) is fixed by the session watcher, which wakes every holder of the client.
-    let _ = (backend, fault);
-    None
+fn known_bug(backend: &str, fault: FaultKind, prim: Prim) -> Option<&'static str> {
+    // The last SQL one (session locks after a server restart or a reset of the connections:
+    // the server freed the lock at once, the holder heard of it only at its next check) is
+    // fixed by the session watcher, which wakes every holder of the client.
+    (backend == "file" && fault == FaultKind::HolderPause && prim == Prim::RwLock).then_some(
+        "file locks, composed read-write lock, holder frozen past its TTL: as the holder runs \
+         again, a read hold whose gate fence is below a writer's begins while that writer \
+         holds (overlap and fence rules; 2 runs in 3); not yet understood (RELIABILITY.md, \
+         \"Known bugs\")",
+    )
 }
 
 /// A deliberately broken variant the checker must flag.
@@ -678,7 +692,7 @@ impl CanaryKind {
 /// when `DLOCK_TEST_REQUIRE` asks for it.
 fn installed(backend: &str) -> bool {
     let (kind, found) = match backend {
-        "memory" | "sqlite" => return true,
+        "memory" | "sqlite" | "file" => return true,
         "redis" | "redlock" | "redis-sentinel" | "redis-cluster" => (
             "redis",
             server::find_binary(&server::Redis::default()).is_some(),
@@ -1235,7 +1249,7 @@ fn main() {
                 let name = format!("{backend}::{}{}", prim.prefix(), fault.slug());
                 let run = !soak && (full || in_ci(backend, fault, prim));
                 let trial = Trial::test(name.clone(), move || trial(backend, fault, prim));
-                match known_bug(backend, fault) {
+                match known_bug(backend, fault, prim) {
                     Some(reason) if installed => {
                         known.push((name, reason));
                         trials.push(trial.with_ignored_flag(true).with_kind("known-bug"));

@@ -23,9 +23,13 @@ pub(crate) mod gather;
 mod lease_core;
 #[cfg(dlock_any_backend)]
 pub(crate) mod list_family;
+#[cfg(any(feature = "sqlite", feature = "file"))]
+pub(crate) mod local_fs;
 mod monitor;
 #[cfg(dlock_any_backend)]
 pub(crate) mod queue_rules;
+#[cfg(dlock_any_backend)]
+pub(crate) mod session;
 mod store_lease;
 pub(crate) mod url;
 mod values;

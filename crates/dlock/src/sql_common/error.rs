@@ -54,3 +54,16 @@ pub(crate) fn from_driver(
         ServerFailure::Other => Error::Backend { backend, source },
     }
 }
+
+/// Session mode's fence counter row is gone (deleted by hand): refusing is the only safe
+/// answer, as starting it again could hand out a fence already given.
+pub(crate) fn counter_missing(backend: &'static str, table: &str) -> Error {
+    Error::Backend {
+        backend,
+        source: format!(
+            "the fence counter row (name '') of {table} is missing: restore it with a value at \
+             or above the highest fence handed out"
+        )
+        .into(),
+    }
+}

@@ -1,6 +1,6 @@
 //! What the PostgreSQL and MySQL/MariaDB backends share: the mode and URL options, waiters'
-//! in-process wake-ups and queue, the sweep of ended leases, the undo of a grant whose caller went away, and the task
-//! that keeps a session lock's connection.
+//! in-process wake-ups and queue, the sweep of ended leases, the undo of a grant whose caller went away; the task
+//! that keeps a session lock's connection is `backend/session.rs`, shared with the file backend.
 
 mod attempt;
 mod backend;
@@ -9,7 +9,6 @@ pub(crate) mod lease_table;
 mod options;
 mod queue;
 mod schema;
-mod session;
 mod store;
 mod sweep;
 
@@ -17,15 +16,15 @@ pub use options::Mode;
 
 pub(crate) use crate::backend::Wakers;
 
+pub(crate) use crate::backend::session::{SessionAlarm, SessionConn, SessionLease, SessionWatch};
 pub(crate) use attempt::{detached_attempt, ms};
 pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
-pub(crate) use error::{ServerFailure, from_driver};
+pub(crate) use error::{ServerFailure, counter_missing, from_driver};
 #[cfg(feature = "mysql")]
 pub(crate) use options::DLOCK_OPTIONS;
 pub(crate) use options::{Options, check_driver_read, driver_options, split_url, table_or_default};
 pub(crate) use queue::{LeaveQueue, QueueSpot, STARVATION_US, WAITER_STALE_MS, queued_hint};
 pub(crate) use schema::{Shape, check_shape, values_table, waiters_table};
-pub(crate) use session::{SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing};
 pub(crate) use store::{ModeStore, SqlStore};
 pub(crate) use sweep::{SWEEP_BATCH, Sweeper};
 

@@ -13,37 +13,7 @@ use std::path::Path;
 use super::clock::{self, MONOTONIC_OFFSET};
 use super::error::Error;
 use super::holders::HolderFile;
-
-/// `statfs` magic numbers of filesystems another machine can write (linux/magic.h and the
-/// filesystems' own sources), with the name shown in the error.
-const SHARED_FILESYSTEMS: &[(i64, &str)] = &[
-    (0x6969, "nfs"),
-    (0x517b, "smb"),
-    (0xff53_4d42, "cifs"),
-    (0xfe53_4d42, "smb2"),
-    (0x0102_1997, "9p"),
-    (0x00c3_6400, "ceph"),
-    (0x5346_414f, "afs"),
-    (0x6b41_4653, "kafs"),
-    (0x7375_7245, "coda"),
-    (
-        0x6573_5546,
-        "fuse (sshfs, virtiofs and other shared folders)",
-    ),
-    (0x7461_636f, "ocfs2"),
-    (0x0116_1970, "gfs2"),
-    (0x0bd0_0bd0, "lustre"),
-    (0x564c, "ncp"),
-    (0x786f_4256, "vboxsf"),
-];
-
-/// The name of the shared filesystem whose `statfs` type is `magic`, if it is one.
-fn shared_filesystem(magic: i64) -> Option<&'static str> {
-    SHARED_FILESYSTEMS
-        .iter()
-        .find(|(known, _)| *known == magic)
-        .map(|(_, name)| *name)
-}
+use crate::backend::local_fs::shared_filesystem_at;
 
 /// Refuses a database whose folder is on a network or shared filesystem.
 pub(super) fn refuse_shared_filesystem(db: &Path) -> Result<(), Error> {
@@ -51,14 +21,11 @@ pub(super) fn refuse_shared_filesystem(db: &Path) -> Result<(), Error> {
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let stat = nix::sys::statfs::statfs(dir).map_err(|e| Error::Io {
+    let shared = shared_filesystem_at(dir).map_err(|e| Error::Io {
         path: dir.to_owned(),
-        source: e.into(),
+        source: e,
     })?;
-    // The type's width differs between targets; the magic numbers fit in 32 bits.
-    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-    let magic = stat.filesystem_type().0 as i64;
-    match shared_filesystem(magic) {
+    match shared {
         None => Ok(()),
         Some(name) => Err(Error::NotOneMachine {
             path: db.to_owned(),
@@ -111,25 +78,6 @@ pub(super) fn refuse_foreign_clients(db: &Path, holder: &HolderFile) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn network_and_shared_filesystems_are_known_and_local_ones_are_not() {
-        for (magic, name) in [
-            (0x6969, "nfs"),
-            (0xff53_4d42, "cifs"),
-            (0x0102_1997, "9p"),
-            (0x6573_5546, "fuse"),
-        ] {
-            assert!(
-                shared_filesystem(magic).is_some_and(|shown| shown.starts_with(name)),
-                "{magic:#x}"
-            );
-        }
-        // ext4, tmpfs, btrfs, xfs, overlayfs: one machine's.
-        for magic in [0xef53, 0x0102_1994, 0x9123_683e, 0x5846_5342, 0x794c_7630] {
-            assert_eq!(shared_filesystem(magic), None, "{magic:#x}");
-        }
-    }
 
     #[test]
     fn a_folder_on_a_local_filesystem_is_accepted() {

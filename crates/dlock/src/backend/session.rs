@@ -1,5 +1,10 @@
-//! Session locks: the task that keeps a session lock's connection and serves its lease, and
-//! the watcher that wakes those tasks when the client's connections drop.
+//! Session locks: the task that keeps a lock held by a connection or an open file (a SQL
+//! session lock, a file lock) and serves its client-kept lease, and the watcher that wakes
+//! those tasks when a SQL client's connections drop.
+
+// Shared by the SQL session modes and the file backend; a build without some of them leaves
+// parts unused (the full build, which CI lints, uses all of it).
+#![cfg_attr(not(dlock_all_backends), allow(dead_code))]
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -21,6 +26,9 @@ use crate::lease::keeper::LostReason;
 pub(crate) trait SessionConn: Send + 'static {
     /// The backend's scheme name, for errors.
     const BACKEND: &'static str;
+    /// Why the hold is lost when a check fails: a dead connection ends a session; a lock
+    /// file replaced under its holder was broken.
+    const CHECK_FAILED: LostReason = LostReason::SessionEnded;
     /// A cheap round trip: fails when the connection (and so the lock) is gone.
     async fn ping(&mut self) -> Result<()>;
     /// Releases the server-side lock; `Ok(false)` when the server says it was not held.
@@ -53,19 +61,6 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(2);
 /// watcher's connection may fail a moment before the holder's (a server ends its sessions
 /// one by one).
 const ALARM_RECHECK: Duration = Duration::from_millis(20);
-
-/// Session mode's fence counter row is gone (deleted by hand): refusing is the only safe
-/// answer, as starting it again could hand out a fence already given.
-pub(crate) fn counter_missing(backend: &'static str, table: &str) -> Error {
-    Error::Backend {
-        backend,
-        source: format!(
-            "the fence counter row (name '') of {table} is missing: restore it with a value at \
-             or above the highest fence handed out"
-        )
-        .into(),
-    }
-}
 
 /// Wakes every session lock of one client to check its connection now.
 ///
@@ -364,7 +359,7 @@ async fn keep_session<C: SessionConn>(
                         Err(error) => {
                             tracing::debug!(%name, %error, "session lock connection is gone");
                             let _ = reply.send(Err(Error::not_owned(&name)));
-                            lost.fire(LostReason::SessionEnded);
+                            lost.fire(C::CHECK_FAILED);
                             conn.discard();
                             return;
                         }
@@ -394,7 +389,7 @@ async fn keep_session<C: SessionConn>(
             () = tokio::time::sleep_until(next_check) => {
                 if let Err(error) = check(&mut conn, deadline).await {
                     tracing::warn!(%name, %error, "session lock lost: its connection is gone");
-                    lost.fire(LostReason::SessionEnded);
+                    lost.fire(C::CHECK_FAILED);
                     conn.discard();
                     return;
                 }
