@@ -11,7 +11,9 @@
 
 use std::sync::LazyLock;
 
-use ::redis::Script;
+use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+
+use super::conn::Conn;
 
 /// Every script of the backend, in the variant for one way of publishing a release.
 pub(super) struct Scripts {
@@ -85,6 +87,31 @@ impl Scripts {
             inspect_shared: script(include_str!("scripts/inspect_shared.lua")),
             value_put: script(include_str!("scripts/value_put.lua")),
         }
+    }
+}
+
+/// An `EVALSHA` of `script` with `keys`, its arguments added by the caller: written straight
+/// into one command, where a `ScriptInvocation` copies every key and argument twice. Sent by
+/// [`run`].
+pub(super) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// Sends an [`evalsha`] command of `script`, loading the script once and sending it again
+/// when the server does not know it (`NOSCRIPT`: a restarted or new server), as redis-rs does.
+pub(super) async fn run<T: FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut Conn,
+) -> RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        answered => answered,
     }
 }
 
