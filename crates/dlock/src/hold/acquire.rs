@@ -140,11 +140,10 @@ pub(crate) async fn acquire_observed(locks: &Locks, ask: Ask<'_>) -> Option<Resu
         Err(_) => "error",
     };
     let took = started.elapsed().as_secs_f64();
-    metrics::histogram!("dlock_acquire_seconds", "backend" => backend, "outcome" => outcome)
-        .record(took);
+    let labels = metric_labels(backend, Some(outcome));
+    histogram("dlock_acquire_seconds", labels).record(took);
     if ask.waits() {
-        metrics::histogram!("dlock_wait_seconds", "backend" => backend, "outcome" => outcome)
-            .record(took);
+        histogram("dlock_wait_seconds", labels).record(took);
     }
     span.record("outcome", outcome);
     // A multi-lock's span shows the largest fence, as `Hold::fence` does.
@@ -290,13 +289,56 @@ struct Waiting(&'static str);
 
 impl Waiting {
     fn new(backend: &'static str) -> Waiting {
-        metrics::gauge!("dlock_waiting", "backend" => backend).increment(1.0);
+        gauge("dlock_waiting", metric_labels(backend, None)).increment(1.0);
         Waiting(backend)
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        metrics::gauge!("dlock_waiting", "backend" => self.0).decrement(1.0);
+        gauge("dlock_waiting", metric_labels(self.0, None)).decrement(1.0);
     }
+}
+
+/// What `metrics::histogram!` and `gauge!` give their metrics, for the ones recorded here.
+const METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+fn histogram(name: &'static str, labels: &'static [metrics::Label]) -> metrics::Histogram {
+    let key = metrics::Key::from_static_parts(name, labels);
+    metrics::with_recorder(|recorder| recorder.register_histogram(&key, &METADATA))
+}
+
+fn gauge(name: &'static str, labels: &'static [metrics::Label]) -> metrics::Gauge {
+    let key = metrics::Key::from_static_parts(name, labels);
+    metrics::with_recorder(|recorder| recorder.register_gauge(&key, &METADATA))
+}
+
+/// The labels `backend` and, if given, `outcome`, made once per pair of values (a handful per
+/// process), so recording a metric allocates nothing: the macros build a label vector on
+/// every call, recorder or not.
+fn metric_labels(
+    backend: &'static str,
+    outcome: Option<&'static str>,
+) -> &'static [metrics::Label] {
+    type Made = Vec<(
+        &'static str,
+        Option<&'static str>,
+        &'static [metrics::Label],
+    )>;
+    static MADE: std::sync::Mutex<Made> = std::sync::Mutex::new(Vec::new());
+    let mut made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(&(_, _, labels)) = made.iter().find(|(b, o, _)| *b == backend && *o == outcome) {
+        return labels;
+    }
+    let mut labels = vec![metrics::Label::from_static_parts("backend", backend)];
+    if let Some(outcome) = outcome {
+        labels.push(metrics::Label::from_static_parts("outcome", outcome));
+    }
+    // Bounded: one slice per backend and outcome this process records.
+    let labels: &'static [metrics::Label] = Box::leak(labels.into_boxed_slice());
+    made.push((backend, outcome, labels));
+    labels
 }

@@ -5,6 +5,7 @@
 pub(crate) mod acquire;
 pub(crate) mod options;
 mod run;
+pub(crate) mod token;
 
 pub use run::run_while_held;
 

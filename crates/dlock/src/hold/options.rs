@@ -89,7 +89,7 @@ impl Terms {
             deadline
         };
         // Unique per acquisition, reentrant or not: only the guard re-enters (with this token).
-        let token = uuid::Uuid::new_v4().simple().to_string();
+        let token = super::token::fresh();
         let mut request =
             AcquireRequest::new(name, token, self.owner.clone(), self.policy.ttl, wait);
         request.kind = kind;

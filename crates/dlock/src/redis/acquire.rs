@@ -1,15 +1,16 @@
 //! Taking a mutex (`acquire.lua`, waiting by pub/sub) or several at once
 //! (`acquire_all.lua`), and cleaning up after a call that ends without the lock.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::error::bad_reply;
 use super::lease::RedisLease;
-use super::scripts::Keys;
+use super::scripts::{self, Keys};
+use super::wake::Waiter;
 use super::{Inner, RedisBackend, ms, owner_field, woken};
 use crate::backend::abandon::{Abandon, spawn_cleanup};
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
@@ -58,6 +59,11 @@ fn abandon_mutex(inner: &Inner, keys: &Keys, token: &str, reentrant: bool, lefto
     });
 }
 
+/// Completes when the waiter registered by a busy attempt is woken; never before one is.
+async fn woken_lazily(waiter: &OnceLock<Waiter>) {
+    woken(waiter.get()).await;
+}
+
 impl RedisBackend {
     /// A mutex hold: `acquire.lua`, waiting by pub/sub.
     pub(super) async fn acquire_mutex(
@@ -65,12 +71,13 @@ impl RedisBackend {
         req: &AcquireRequest,
     ) -> Result<Option<Arc<dyn Lease>>> {
         let inner = &self.inner;
-        let keys = inner.keys(req.name.as_str());
+        let keys = Arc::new(inner.keys(req.name.as_str()));
         let waits = req.wait != Wait::No;
         let leftovers = Leftovers::default();
         let abandon =
             Abandon::on_drop(|| abandon_mutex(inner, &keys, &req.token, req.reentrant, &leftovers));
-        let waiter = waits.then(|| inner.node.wakeups.waiter(&keys.channel, &req.token));
+        // Registered on the first busy reply: a call that gets the lock at once never waits.
+        let waiter = OnceLock::new();
         let ttl_ms = ms(req.ttl);
         let owner = owner_field(&req.owner);
         let poll = Backoff::new(inner.config.poll_min, inner.config.poll_max);
@@ -79,10 +86,10 @@ impl RedisBackend {
             Some(poll),
             || async {
                 let mut conn = inner.conn();
-                let mut invocation = inner.scripts().acquire.key(&keys.lock);
+                let script = &inner.scripts().acquire;
+                let mut invocation =
+                    scripts::evalsha(script, &[&keys.lock, &keys.queue, &keys.qexp]);
                 invocation
-                    .key(&keys.queue)
-                    .key(&keys.qexp)
                     .arg(&req.token)
                     .arg(ttl_ms)
                     .arg(u8::from(req.reentrant))
@@ -90,10 +97,10 @@ impl RedisBackend {
                     .arg(u8::from(waits))
                     .arg(u8::from(leftovers.queued.load(Ordering::Relaxed)))
                     .arg(&owner);
+                let heard = inner.node.wakeups.heard();
                 let start = Instant::now();
                 leftovers.in_flight.store(true, Ordering::Relaxed);
-                let reply: Result<Vec<i64>> = invocation
-                    .invoke_async(&mut conn)
+                let reply: Result<Vec<i64>> = scripts::run(script, &invocation, &mut conn)
                     .await
                     .map_err(|e| inner.fail(e, &keys.lock));
                 leftovers.in_flight.store(false, Ordering::Relaxed);
@@ -107,6 +114,12 @@ impl RedisBackend {
                     [0, free_in] => {
                         if waits {
                             leftovers.queued.store(true, Ordering::Relaxed);
+                            waiter.get_or_init(|| {
+                                inner
+                                    .node
+                                    .wakeups
+                                    .waiter_after(&keys.channel, &req.token, heard)
+                            });
                         }
                         Ok(Attempt::Busy {
                             free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
@@ -115,7 +128,8 @@ impl RedisBackend {
                     _ => Err(bad_reply("acquire")),
                 }
             },
-            || woken(waiter.as_ref()),
+            // Looked up when polled, after the attempt: the first one registers the waiter.
+            || woken_lazily(&waiter),
         )
         .await;
         if matches!(acquired, Ok(Some(_))) {
@@ -163,7 +177,7 @@ impl RedisBackend {
                     .map(|((req, keys), fence)| {
                         Arc::new(RedisLease {
                             inner: self.inner.clone(),
-                            keys,
+                            keys: Arc::new(keys),
                             token: req.token.clone(),
                             core: LeaseCore::new(FencingToken::from_signed(*fence), start),
                         }) as Arc<dyn Lease>

@@ -18,7 +18,8 @@ use crate::error::{Error, Result};
 pub(super) struct RedisLease {
     pub(super) core: LeaseCore,
     pub(super) inner: Arc<Inner>,
-    pub(super) keys: Keys,
+    /// Shared with the acquire call that made it (no copy per grant).
+    pub(super) keys: Arc<Keys>,
     pub(super) token: String,
 }
 
@@ -85,19 +86,16 @@ impl Lease for RedisLease {
 
 impl RedisLease {
     async fn release_on(&self, mut conn: Conn) -> Result<()> {
-        let left: i64 = self
-            .inner
-            .scripts()
-            .release
-            .key(&self.keys.lock)
-            .key(&self.keys.queue)
-            .key(&self.keys.qexp)
+        let keys = &self.keys;
+        let script = &self.inner.scripts().release;
+        let mut release = scripts::evalsha(script, &[&keys.lock, &keys.queue, &keys.qexp]);
+        release
             .arg(&self.token)
             .arg(self.core.fence().get())
-            .arg(&self.keys.channel)
-            .invoke_async(&mut conn)
+            .arg(&keys.channel);
+        let left: i64 = scripts::run(script, &release, &mut conn)
             .await
-            .map_err(|e| self.inner.fail(e, &self.keys.lock))?;
+            .map_err(|e| self.inner.fail(e, &keys.lock))?;
         if left < 0 {
             return Err(Error::not_owned(&self.name()));
         }

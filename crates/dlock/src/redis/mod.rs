@@ -139,10 +139,10 @@ impl Backend for RedisBackend {
             Some(shared) => shared?,
             None => self.acquire_mutex(req).await?,
         };
-        let key = self.inner.keys(req.name.as_str()).lock;
+        let key = || self.inner.keys(req.name.as_str()).lock;
         let confirmed = self
             .inner
-            .confirm_grants(granted.map(|lease| vec![lease]), &key)
+            .confirm_grants(granted.map(|lease| vec![lease]), key)
             .await?;
         Ok(confirmed.and_then(|mut leases| leases.pop()))
     }
@@ -170,11 +170,12 @@ impl Backend for RedisBackend {
             Ok(granted) => granted,
             Err(error) => return Some(Err(error)),
         };
-        let key = reqs
-            .first()
-            .map(|req| self.inner.keys(req.name.as_str()).lock)
-            .unwrap_or_default();
-        Some(self.inner.confirm_grants(granted, &key).await)
+        let key = || {
+            reqs.first()
+                .map(|req| self.inner.keys(req.name.as_str()).lock)
+                .unwrap_or_default()
+        };
+        Some(self.inner.confirm_grants(granted, key).await)
     }
 
     fn values(&self) -> Option<&dyn ValueStore> {

@@ -12,7 +12,10 @@
 -- Speed matters here: every operation is one of these scripts, and on a warm server a Lua
 -- string loop or a table per call costs more than the commands themselves. So the value is
 -- read with one pattern match and written with one concatenation, and the queue helpers are
--- only built (queue()) on the paths that need them.
+-- only built (queue()) on the paths that need them. Even building this file's functions costs
+-- about as much as a command on every call, so the common acquire, release and extension run
+-- before it (acquire_fast.lua, release_fast.lua, extend_fast.lua: they read and write this
+-- layout too, and must change with it).
 
 -- The layout's version, the first field of every value: another layout is refused, not misread.
 local LAYOUT = 'dlock1'

@@ -1,16 +1,19 @@
 //! Hand-off by notification: one pub/sub connection per client carries the subscriptions of
 //! every lock its tasks wait for, and wakes exactly the waiters a release names.
 //!
-//! A waiter registers (a map insert) before its first attempt; the channel is subscribed only
-//! when an attempt finds the lock busy. Until the server confirms that subscription the waiter
-//! is not trusted to hear a release, so it tries once more right after the confirmation: a
-//! release between a failed attempt and the subscription is never missed. The connection is
+//! A waiter registers (a map insert) before its first attempt, or, for a mutex, only once an
+//! attempt finds the lock busy ([`Wakeups::waiter_after`]: a waiter registered late tries once
+//! more if anything was heard on its channel since that attempt was sent). The channel is
+//! subscribed only when an attempt finds the lock busy. Until the server confirms that
+//! subscription the waiter is not trusted to hear a release, so it tries once more right after
+//! the confirmation: a release between a failed attempt and the subscription is never missed. The connection is
 //! opened on the first wait and re-established when it drops; every waiter is then woken,
 //! since messages may have been lost in between. Channels stay subscribed for a while after
 //! their last waiter leaves, so a lock that is contended again costs no new round trip.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -42,6 +45,9 @@ pub(crate) struct Wakeups {
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
+    /// Counts what woke waiters (a message, a reconnection), for [`Wakeups::waiter_after`];
+    /// read without the lock, raised under it.
+    events: AtomicU64,
     /// Channels to subscribe; the task starts on the first one.
     requests: mpsc::UnboundedSender<String>,
     task: Mutex<Option<Task>>,
@@ -72,7 +78,23 @@ struct Channel {
     requested: bool,
     /// When the last waiter left.
     idle_since: Option<Instant>,
+    /// The last of [`Shared::events`] that woke this channel's waiters (0: none).
+    last_event: u64,
 }
+
+impl Channel {
+    /// Wakes every waiter of the channel, as `event`.
+    fn wake_all(&mut self, event: u64) {
+        self.last_event = event;
+        for waiting in &self.waiters {
+            waiting.notify.notify_one();
+        }
+    }
+}
+
+/// Where a client's wake-ups stood when an attempt was sent ([`Wakeups::heard`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Heard(u64);
 
 #[derive(Debug)]
 struct Waiting {
@@ -99,6 +121,7 @@ impl Wakeups {
         Wakeups {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
+                events: AtomicU64::new(0),
                 requests,
                 task: Mutex::new(Some(Task {
                     primary,
@@ -112,6 +135,26 @@ impl Wakeups {
     /// Registers a waiter for the lock whose channel is `channel`; it is woken by releases
     /// that name `token` or nobody in particular. Dropping the returned value unregisters.
     pub(crate) fn waiter(&self, channel: &str, token: &str) -> Waiter {
+        self.register(channel, token, None)
+    }
+
+    /// Where the wake-ups stand, read before an attempt is sent: a waiter registered after
+    /// its busy reply ([`waiter_after`](Wakeups::waiter_after)) then knows whether it may have
+    /// missed a release.
+    pub(crate) fn heard(&self) -> Heard {
+        Heard(self.shared.events.load(Ordering::SeqCst))
+    }
+
+    /// A waiter registered after an attempt found the lock busy, `heard` read before that
+    /// attempt was sent. A release published after the attempt reached the server cannot have
+    /// been dispatched before `heard` was read; if anything woke the channel's waiters since,
+    /// this waiter is woken at once and tries again, so no release is missed. Saves the
+    /// registration on every call that never waits.
+    pub(crate) fn waiter_after(&self, channel: &str, token: &str, heard: Heard) -> Waiter {
+        self.register(channel, token, Some(heard))
+    }
+
+    fn register(&self, channel: &str, token: &str, heard: Option<Heard>) -> Waiter {
         let notify = Arc::new(Notify::new());
         let mut state = self.shared.lock();
         state.next_id += 1;
@@ -124,8 +167,14 @@ impl Wakeups {
                 active: watch::channel(false).0,
                 requested: false,
                 idle_since: None,
+                last_event: 0,
             });
         entry.idle_since = None;
+        // An inactive channel needs no wake-up: its first wait ends with the subscription
+        // confirmed, and the caller tries again then anyway.
+        if heard.is_some_and(|Heard(seen)| entry.last_event > seen) && *entry.active.borrow() {
+            notify.notify_one();
+        }
         entry.waiters.push(Waiting {
             id,
             token: token.to_owned(),
@@ -145,6 +194,11 @@ impl Wakeups {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new event ([`Shared::events`]); called with the state locked.
+    fn next_event(&self) -> u64 {
+        self.events.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// Asks the task to subscribe `channel` if nobody has yet on this connection.
@@ -186,10 +240,11 @@ impl Shared {
 
     /// Wakes the waiters a message names: the one whose token it carries, or all of them.
     fn dispatch(&self, channel: &str, payload: &[u8]) {
-        let state = self.lock();
-        let Some(entry) = state.channels.get(channel) else {
+        let mut state = self.lock();
+        let Some(entry) = state.channels.get_mut(channel) else {
             return;
         };
+        entry.last_event = self.next_event();
         for waiting in &entry.waiters {
             if payload.is_empty() || waiting.token.as_bytes() == payload {
                 waiting.notify.notify_one();
@@ -199,11 +254,10 @@ impl Shared {
 
     /// After a reconnection: every waiter tries again, as releases may have been missed.
     fn wake_all(&self) {
-        let state = self.lock();
-        for entry in state.channels.values() {
-            for waiting in &entry.waiters {
-                waiting.notify.notify_one();
-            }
+        let mut state = self.lock();
+        let event = self.next_event();
+        for entry in state.channels.values_mut() {
+            entry.wake_all(event);
         }
     }
 }
@@ -474,5 +528,47 @@ impl Drop for Waiter {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    /// The client side alone: no connection, no task (nothing is subscribed for real).
+    fn wakeups() -> Wakeups {
+        let (requests, _) = mpsc::unbounded_channel();
+        Wakeups {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                events: AtomicU64::new(0),
+                requests,
+                task: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// A release that reached this client after the busy attempt was sent and before its
+    /// waiter registered: the waiter must try again at once rather than sleep until a poll.
+    #[tokio::test]
+    async fn a_waiter_registered_after_its_release_arrived_tries_again_at_once() {
+        let wakeups = wakeups();
+        // Another waiter keeps the channel subscribed (and live) meanwhile.
+        let _other = wakeups.waiter("wake:x", "other");
+        if let Some(channel) = wakeups.shared.lock().channels.get_mut("wake:x") {
+            channel.active.send_replace(true);
+        }
+        let heard = wakeups.heard();
+        wakeups.shared.dispatch("wake:x", b"late");
+        let late = wakeups.waiter_after("wake:x", "late", heard);
+        assert!(
+            late.woken().now_or_never().is_some(),
+            "a waiter registered after its release was heard slept instead of trying again"
+        );
+        // Nothing heard since the attempt: the waiter waits for the next release.
+        let quiet = wakeups.waiter_after("wake:x", "quiet", wakeups.heard());
+        assert!(quiet.woken().now_or_never().is_none());
     }
 }

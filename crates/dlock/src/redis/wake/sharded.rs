@@ -160,7 +160,7 @@ impl Shared {
                     entry.requested = true;
                     entry.active.send_replace(true);
                     if unasked {
-                        entry.waiters.iter().for_each(|w| w.notify.notify_one());
+                        entry.wake_all(self.next_event());
                     }
                 }
             }
@@ -172,7 +172,7 @@ impl Shared {
                 if let Some(entry) = state.channels.get_mut(name) {
                     entry.requested = false;
                     entry.active.send_replace(false);
-                    entry.waiters.iter().for_each(|w| w.notify.notify_one());
+                    entry.wake_all(self.next_event());
                 }
             }
             PushKind::Disconnection => self.connection_lost(),
