@@ -194,6 +194,33 @@ pub trait Lease: Debug + Send + Sync {
     async fn release_elsewhere(&self) -> Result<()> {
         self.release().await
     }
+
+    /// Whether this hold is renewed by a store call it shares with the client's other holds
+    /// that say so (etcd's session lease: one keep-alive renews them all). The keeper then
+    /// renews all such holds in the same pass, so that they travel in one call, rather than
+    /// each at its own time. The default is `false`: each hold renews on its own schedule.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use dlock::backend::{AcquireRequest, Backend, Wait};
+    /// let backend = dlock::memory::MemoryBackend::new();
+    /// let request = AcquireRequest::new(
+    ///     dlock::LockName::new("jobs")?,
+    ///     "token".into(),
+    ///     dlock::Owner::current(),
+    ///     std::time::Duration::from_secs(5),
+    ///     Wait::No,
+    /// );
+    /// let lease = backend.acquire(&request).await?.expect("free");
+    /// assert!(!lease.shares_renewal());
+    /// # Ok(()) }
+    /// ```
+    fn shares_renewal(&self) -> bool {
+        false
+    }
 }
 
 /// What a backend is and can do.
@@ -410,6 +437,10 @@ pub struct AcquireRequest {
     pub reentrant: bool,
     /// FIFO waiting.
     pub fair: bool,
+    /// Renewed by the client's keeper for as long as it is held (no fixed TTL, no maximum
+    /// hold): a store may keep it alive with a lease the client shares among such holds (its
+    /// session) rather than with a lease of its own. `false` from [`AcquireRequest::new`].
+    pub watchdog: bool,
 }
 
 impl AcquireRequest {
@@ -424,6 +455,7 @@ impl AcquireRequest {
             wait,
             reentrant: false,
             fair: false,
+            watchdog: false,
         }
     }
 }

@@ -7,6 +7,7 @@ mod error;
 mod lease;
 mod monitor;
 mod queue_rules;
+mod session;
 mod values;
 
 pub use config::{EtcdConfig, WAITER_LEASE_SECS};
@@ -184,7 +185,11 @@ impl EtcdBuilder {
         config.validate()?;
         let client = connect_client(&config).await?;
         let backend = EtcdBackend {
-            inner: Arc::new(Inner { client, config }),
+            inner: Arc::new(Inner {
+                client,
+                config,
+                sessions: session::Sessions::default(),
+            }),
         };
         // The connection is lazy: fail here (unreachable, no right to read) rather than on the
         // first lock. A request can land on a member that is down before the balancer has
@@ -215,7 +220,8 @@ impl EtcdBuilder {
     }
 }
 
-/// Locks in an etcd cluster: one lease per hold, a key per waiter ordered by create revision,
+/// Locks in an etcd cluster: watchdog holds on one session lease per client, a lease of its own
+/// for a fixed-TTL hold, a key per waiter ordered by create revision,
 /// each waiter watching only the key just before its own, fences from create revisions.
 ///
 /// # Examples
@@ -267,6 +273,8 @@ async fn connect_client(config: &EtcdConfig) -> Result<Client> {
 struct Inner {
     client: Client,
     config: EtcdConfig,
+    /// The session leases the client's watchdog holds ride on.
+    sessions: session::Sessions,
 }
 
 impl std::fmt::Debug for Inner {
@@ -405,6 +413,29 @@ impl Inner {
         });
     }
 
+    /// Deletes keys in the background: clean-up that nobody waits for (keys of an abandoned
+    /// call on the session lease). Without a runtime they stay until the session ends.
+    fn delete_later(self: &Arc<Self>, keys: Vec<Vec<u8>>) {
+        if keys.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        runtime.spawn(async move {
+            for key in keys {
+                let key = &key;
+                if let Err(error) = inner
+                    .resend(|mut c| async move { c.delete(key.as_slice(), None).await })
+                    .await
+                {
+                    tracing::debug!(%error, "deleting a queued key failed; its session's end deletes it");
+                }
+            }
+        });
+    }
+
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         self.raw_txn(txn).await.map_err(map)
     }
@@ -473,6 +504,7 @@ impl Backend for EtcdBackend {
             Pending {
                 inner: self.inner.clone(),
                 leases: Mutex::new(Vec::new()),
+                keys: Mutex::new(Vec::new()),
             },
             |pending| pending.revoke_all(),
         );
