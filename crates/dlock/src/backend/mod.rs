@@ -194,33 +194,6 @@ pub trait Lease: Debug + Send + Sync {
     async fn release_elsewhere(&self) -> Result<()> {
         self.release().await
     }
-
-    /// Whether this hold is renewed by a store call it shares with the client's other holds
-    /// that say so (etcd's session lease: one keep-alive renews them all). The keeper then
-    /// renews all such holds in the same pass, so that they travel in one call, rather than
-    /// each at its own time. The default is `false`: each hold renews on its own schedule.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> dlock::Result<()> {
-    /// use dlock::backend::{AcquireRequest, Backend, Wait};
-    /// let backend = dlock::memory::MemoryBackend::new();
-    /// let request = AcquireRequest::new(
-    ///     dlock::LockName::new("jobs")?,
-    ///     "token".into(),
-    ///     dlock::Owner::current(),
-    ///     std::time::Duration::from_secs(5),
-    ///     Wait::No,
-    /// );
-    /// let lease = backend.acquire(&request).await?.expect("free");
-    /// assert!(!lease.shares_renewal());
-    /// # Ok(()) }
-    /// ```
-    fn shares_renewal(&self) -> bool {
-        false
-    }
 }
 
 /// What a backend is and can do.

@@ -323,8 +323,4 @@ impl Lease for EtcdLease {
             Err(Error::not_owned(&self.name))
         }
     }
-
-    fn shares_renewal(&self) -> bool {
-        matches!(*lock(&self.attached), Attached::Session { .. })
-    }
 }

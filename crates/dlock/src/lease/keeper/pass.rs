@@ -140,8 +140,6 @@ fn due_renewals(
     let mut batch = Vec::new();
     // Leases due a little later that could not join this pass, to schedule again.
     let mut not_yet = Vec::new();
-    // Whether a lease that shares its renewal goes in this pass (see `join_shared`).
-    let mut shared = false;
     while let Some(&(due, id)) = state.schedule.first() {
         if due > now + EARLY_MAX {
             break;
@@ -161,7 +159,6 @@ fn due_renewals(
             continue;
         }
         if !entry.renewing {
-            shared |= renew_allowed(entry, now) && entry.lease.shares_renewal();
             batch.push(renewal(entry, id, now));
         }
         // Until the renewal answers, the deadline is the next thing to act on.
@@ -169,39 +166,7 @@ fn due_renewals(
         state.schedule.insert((entry.due, id));
     }
     state.schedule.extend(not_yet);
-    if shared {
-        for id in join_shared(state, now) {
-            if let Some(entry) = state.entries.get_mut(&id) {
-                batch.push(renewal(entry, id, now));
-            }
-        }
-    }
     batch
-}
-
-/// The leases sharing their renewal ([`Lease::shares_renewal`]) not yet due, to add to a pass
-/// that renews one of them: the store renews them all with the one call anyway, and renewed
-/// together once they stay together, so a client's session costs one call per pass however
-/// many holds ride on it. Early is safe: a renewal only moves the deadline later. Each is
-/// rescheduled at its deadline, as a renewal in flight is.
-///
-/// [`Lease::shares_renewal`]: crate::backend::Lease::shares_renewal
-fn join_shared(state: &mut State, now: Instant) -> Vec<u64> {
-    let mut joined = Vec::new();
-    for (&id, entry) in &mut state.entries {
-        if entry.renewing
-            || now >= entry.deadline
-            || !renew_allowed(entry, now)
-            || !entry.lease.shares_renewal()
-        {
-            continue;
-        }
-        state.schedule.remove(&(entry.due, id));
-        entry.due = entry.deadline;
-        state.schedule.insert((entry.due, id));
-        joined.push(id);
-    }
-    joined
 }
 
 /// Gives up a lease whose local deadline passed before a renewal was confirmed.
