@@ -247,7 +247,7 @@ impl EtcdBackend {
     /// A lease of `secs` for this call, tracked by `pending` until a hold takes it.
     async fn grant_tracked(&self, secs: i64, pending: &Pending) -> Result<Granted> {
         let since = Instant::now();
-        let (id, secs) = self.inner.grant(secs).await?;
+        let (id, secs) = self.inner.grant_or_reuse(secs).await?;
         pending.track(id);
         Ok(Granted {
             id,

@@ -55,6 +55,9 @@ pub(super) struct EtcdLease {
     /// Set by whichever of the release and the clean-up on loss deals with the store first,
     /// so the other does not do it again (one `LeaseRevoke` per hold, not two).
     cleaned: Arc<AtomicBool>,
+    /// The own lease the hold began on (0 on the session): only that one may serve the next
+    /// hold once released, for the hold's start says since when etcd keeps it.
+    began_on: i64,
     /// Ends the task that cleans up on loss (see [`EtcdLease::new`]).
     _stop: tokio_util::sync::DropGuard,
 }
@@ -72,6 +75,10 @@ impl EtcdLease {
         if let Attached::Session { session, seq } = &attached {
             session.join(*seq, key.clone(), fence, lost.clone());
         }
+        let began_on = match &attached {
+            Attached::Own { id, .. } => *id,
+            Attached::Session { .. } => 0,
+        };
         let attached = Arc::new(Mutex::new(attached));
         let cleaned = Arc::new(AtomicBool::new(false));
         let stop = CancellationToken::new();
@@ -108,6 +115,7 @@ impl EtcdLease {
             fence,
             attached,
             cleaned,
+            began_on,
             core: LeaseCore::with_signal(FencingToken::from_signed(fence), lost, start),
             _stop: stop.drop_guard(),
         }
@@ -271,9 +279,16 @@ impl Lease for EtcdLease {
             .await;
         match (&attached, &deleted) {
             // The key is gone either way; the lease has nothing left to keep.
-            (Attached::Own { id, .. }, _) => {
+            (Attached::Own { id, secs }, _) => {
                 if !self.cleaned.swap(true, Ordering::SeqCst) {
-                    self.inner.revoke_later(vec![*id]);
+                    // Our key is gone: nothing rides on the lease, the next hold may.
+                    let deleted = matches!(&deleted, Ok(reply) if reply.succeeded());
+                    let kept = deleted
+                        && self.began_on == *id
+                        && self.inner.spares.put(*id, *secs, self.core.lease_start());
+                    if !kept {
+                        self.inner.revoke_later(vec![*id]);
+                    }
                 }
             }
             // Answered: nothing left to clean. Not answered: the clean-up on loss (which the
@@ -296,6 +311,7 @@ impl Lease for EtcdLease {
             client: connect_client(&config).await?,
             config,
             sessions: Default::default(),
+            spares: Default::default(),
         };
         let attached = self.current();
         let reply = fresh

@@ -8,6 +8,7 @@ mod lease;
 mod monitor;
 mod queue_rules;
 mod session;
+mod spare;
 mod values;
 
 pub use config::{EtcdConfig, WAITER_LEASE_SECS};
@@ -189,6 +190,7 @@ impl EtcdBuilder {
                 client,
                 config,
                 sessions: session::Sessions::default(),
+                spares: spare::SpareLeases::default(),
             }),
         };
         // The connection is lazy: fail here (unreachable, no right to read) rather than on the
@@ -275,6 +277,8 @@ struct Inner {
     config: EtcdConfig,
     /// The session leases the client's watchdog holds ride on.
     sessions: session::Sessions,
+    /// Leases of released fixed-TTL holds, for the next ones.
+    spares: spare::SpareLeases,
 }
 
 impl std::fmt::Debug for Inner {
@@ -371,6 +375,21 @@ impl Inner {
         key.extend_from_slice(name.as_bytes());
         key.push(0);
         key
+    }
+
+    /// A lease of `secs` for a new hold: a spare one restarted by a keep-alive (no Raft
+    /// write), or a new grant.
+    async fn grant_or_reuse(&self, secs: i64) -> Result<(i64, i64)> {
+        while let Some(id) = self.spares.take(secs, self.config.timeout) {
+            match self.keep_alive(id).await {
+                Ok(()) => return Ok((id, secs)),
+                // Gone after all (or unreachable, and then the grant says so): another.
+                Err(error) => {
+                    tracing::debug!(%error, lease = id, "a spare lease could not be kept alive")
+                }
+            }
+        }
+        self.grant(secs).await
     }
 
     async fn grant(&self, secs: i64) -> Result<(i64, i64)> {
