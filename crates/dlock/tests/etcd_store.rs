@@ -473,7 +473,7 @@ async fn fixed_ttl_holds_reuse_released_leases_and_revoke_none_twice() {
     );
     for i in 0..pairs {
         let guard = locks
-            .mutex(&format!("revoke/{i}"))
+            .mutex(format!("revoke/{i}"))
             .ttl(Duration::from_secs(5))
             .acquire()
             .await

@@ -368,7 +368,7 @@ impl EtcdBackend {
                 .resend(|mut c| async move { c.delete(key.as_slice(), None).await })
                 .await
                 .map_err(map)?;
-            pending.keep_key(&key);
+            pending.keep_key(key);
             pending.revoke_all();
             return Ok(Queued::Busy);
         }
