@@ -127,7 +127,7 @@
 )]
 #![cfg_attr(
     feature = "file",
-    doc = "* [`file`]: the kernel's `flock` on files of a folder, shared with `flock(1)` and Python's `filelock`."
+    doc = "* [`file`](mod@file): the kernel's `flock` on files of a folder, shared with `flock(1)` and Python's `filelock`."
 )]
 //!
 //! # Guarantees

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use dlock::Error;
 use dlock_testkit::cli::Holder;
-use dlock_testkit::server::{Etcd, EtcdCluster, ServerProcess, find_binary, required};
+use dlock_testkit::server::{
+    Etcd, EtcdCluster, ServerProcess, etcd_grpc_calls, find_binary, required,
+};
 
 /// Whether etcd is installed; panics when it is required but missing.
 fn have_etcd() -> bool {
@@ -443,4 +445,235 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() -> anyhow::Resul
         settle: Duration::from_secs(60),
     })
     .await
+}
+
+/// `etcd_grpc_calls` off the async worker (a blocking HTTP GET).
+fn grpc_calls(server: &ServerProcess, method: &str) -> u64 {
+    let addr = server.addr();
+    tokio::task::block_in_place(|| etcd_grpc_calls(addr, method).unwrap())
+}
+
+/// Released holds of a fixed TTL hand their lease to the next hold of the same length (a
+/// keep-alive, no grant), and no lease is revoked twice: the release's clean-up and the one
+/// that runs when a hold ends (the loss signal a release fires) do not both revoke.
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_ttl_holds_reuse_released_leases_and_revoke_none_twice() {
+    let Some(server) = server() else { return };
+    let locks = dlock::connect(&format!("etcd://{}", server.addr()))
+        .await
+        .unwrap();
+    let pairs = 20;
+    let (granted, revoked) = (
+        grpc_calls(&server, "LeaseGrant"),
+        grpc_calls(&server, "LeaseRevoke"),
+    );
+    for i in 0..pairs {
+        let guard = locks
+            .mutex(format!("revoke/{i}"))
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    // The revocations run in the background: let them all land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let granted = grpc_calls(&server, "LeaseGrant") - granted;
+    let revoked = grpc_calls(&server, "LeaseRevoke") - revoked;
+    assert!(
+        revoked <= granted,
+        "{revoked} LeaseRevoke calls for {granted} leases granted"
+    );
+    assert_eq!(
+        granted, 1,
+        "LeaseGrant calls for {pairs} holds one after another"
+    );
+}
+
+/// Waits up to `within` for every guard to report its loss; panics naming those that did not.
+async fn all_lost(guards: &[dlock::MutexGuard], within: Duration, what: &str) {
+    let all = futures::future::join_all(guards.iter().map(|g| g.lost()));
+    let told = tokio::time::timeout(within, all).await.is_ok();
+    let kept: Vec<String> = guards
+        .iter()
+        .filter(|g| !g.is_lost())
+        .map(|g| g.name().to_string())
+        .collect();
+    assert!(told && kept.is_empty(), "{what}: not told {kept:?}");
+}
+
+/// Watchdog holds of one client on a fresh member, and the etcd lease they ride on.
+async fn watchdog_holds(
+    locks: &dlock::Locks,
+    endpoint: &str,
+    names: &[String],
+) -> (Vec<dlock::MutexGuard>, std::collections::HashSet<i64>) {
+    let mut guards = Vec::new();
+    for name in names {
+        guards.push(locks.mutex(name).acquire().await.unwrap());
+    }
+    let mut client = etcd_client::Client::connect([endpoint], None)
+        .await
+        .unwrap();
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let reply = client.get("dlock/", Some(options)).await.unwrap();
+    let leases = reply.kvs().iter().map(|kv| kv.lease()).collect();
+    (guards, leases)
+}
+
+/// The client's session: its watchdog holds ride on one lease, and when etcd says that lease
+/// is gone (here revoked behind the client's back) every hold on it is told, with the reason;
+/// the next hold rides on a new lease and is kept.
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_signals_every_hold_on_it_within_one_lease() {
+    let Some(server) = server() else { return };
+    let endpoint = server.addr().to_string();
+    let lease = Duration::from_secs(3);
+    let locks = dlock::connect(&format!("etcd://{endpoint}"))
+        .await
+        .unwrap()
+        .with_watchdog_lease(lease)
+        .unwrap();
+    let names: Vec<String> = (0..5).map(|i| format!("session/{i}")).collect();
+    let (guards, leases) = watchdog_holds(&locks, &endpoint, &names).await;
+    assert_eq!(leases.len(), 1, "five watchdog holds on {leases:?}");
+    let session = *leases.iter().next().unwrap();
+    let mut client = etcd_client::Client::connect([endpoint.as_str()], None)
+        .await
+        .unwrap();
+    client.lease_revoke(session).await.unwrap();
+    all_lost(&guards, lease, "the session lease was revoked").await;
+    for guard in &guards {
+        assert_eq!(
+            guard.lost_reason(),
+            Some(dlock::LostReason::SessionEnded),
+            "{}",
+            guard.name()
+        );
+    }
+    let again = locks.mutex("session/0").acquire().await.unwrap();
+    tokio::time::sleep(2 * lease).await;
+    assert!(!again.is_lost(), "a hold on the new session was lost");
+    again.release().await.unwrap();
+}
+
+/// A member down for longer than the lease: every hold of the session is told within one
+/// lease, and once the member is back other clients get the names (the session's lease,
+/// which etcd restores with a full TTL on restart, is revoked or runs out).
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_down_past_the_lease_signals_every_session_hold() {
+    let Some(mut server) = server() else { return };
+    let endpoint = server.addr().to_string();
+    let url = format!("etcd://{endpoint}?timeout=500ms");
+    let lease = Duration::from_secs(3);
+    let locks = dlock::connect(&url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(lease)
+        .unwrap();
+    let names: Vec<String> = (0..5).map(|i| format!("restart/{i}")).collect();
+    let (guards, _) = watchdog_holds(&locks, &endpoint, &names).await;
+    tokio::task::block_in_place(|| server.kill().unwrap());
+    all_lost(
+        &guards,
+        lease + Duration::from_secs(1),
+        "the member was down",
+    )
+    .await;
+    tokio::task::block_in_place(|| server.restart().unwrap());
+    let other = dlock::connect(&url).await.unwrap();
+    for name in &names {
+        let taken = other
+            .mutex(name)
+            .wait(Duration::from_secs(15))
+            .acquire()
+            .await
+            .unwrap();
+        taken.release().await.unwrap();
+    }
+}
+
+/// A break of one lock (`force_release` deletes its key) is told to exactly that holder, at
+/// once (its watch on its key), and not to the other holds on the same session.
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_break_signals_exactly_the_hold_broken() {
+    let Some(server) = server() else { return };
+    let endpoint = server.addr().to_string();
+    let lease = Duration::from_secs(3);
+    let url = format!("etcd://{endpoint}");
+    let locks = dlock::connect(&url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(lease)
+        .unwrap();
+    let names: Vec<String> = (0..3).map(|i| format!("break/{i}")).collect();
+    let (mut guards, _) = watchdog_holds(&locks, &endpoint, &names).await;
+    let breaker = dlock::connect(&url).await.unwrap();
+    assert!(breaker.force_release("break/1").await.unwrap());
+    let broken = guards.remove(1);
+    all_lost(std::slice::from_ref(&broken), lease / 3, "the broken hold").await;
+    assert_eq!(broken.lost_reason(), Some(dlock::LostReason::Broken));
+    tokio::time::sleep(2 * lease).await;
+    for guard in &guards {
+        assert!(
+            !guard.is_lost(),
+            "{} was lost with its sibling: {:?}",
+            guard.name(),
+            guard.lost_reason()
+        );
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+/// Two hundred watchdog holds of one client are renewed by one keep-alive per pass (a pass
+/// every third of the lease), not one per hold.
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server and etcd-client (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_holds_cost_one_keep_alive_per_pass() {
+    let Some(server) = server() else { return };
+    let endpoint = server.addr().to_string();
+    let lease = Duration::from_secs(3);
+    let locks = dlock::connect(&format!("etcd://{endpoint}"))
+        .await
+        .unwrap()
+        .with_watchdog_lease(lease)
+        .unwrap();
+    let holds = 200;
+    let names: Vec<String> = (0..holds).map(|i| format!("many/{i}")).collect();
+    let (guards, _) = watchdog_holds(&locks, &endpoint, &names).await;
+    // Let the renewals fall into step, then count over five passes.
+    tokio::time::sleep(lease).await;
+    let passes = 5;
+    let before = grpc_calls(&server, "LeaseKeepAlive");
+    tokio::time::sleep(passes * lease / 3).await;
+    let sent = grpc_calls(&server, "LeaseKeepAlive") - before;
+    assert!(
+        sent <= 2 * u64::from(passes),
+        "{sent} keep-alives in {passes} passes for {holds} holds"
+    );
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
 }

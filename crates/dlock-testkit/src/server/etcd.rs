@@ -128,6 +128,38 @@ pub fn etcd_is_leader(addr: SocketAddr) -> io::Result<bool> {
         .any(|line| line.trim() == "etcd_server_is_leader 1"))
 }
 
+/// How many gRPC calls of `method` (`LeaseRevoke`, `LeaseGrant`, ...) the member on `addr` has
+/// answered since it started, every result code counted (its `grpc_server_handled_total`);
+/// for a stream method (`LeaseKeepAlive`) the messages it received on such streams
+/// (`grpc_server_msg_received_total`).
+///
+/// ```no_run
+/// use dlock_testkit::server::{Etcd, ServerProcess, etcd_grpc_calls};
+///
+/// let server = ServerProcess::start(Etcd::single()?)?;
+/// assert_eq!(etcd_grpc_calls(server.addr(), "LeaseRevoke")?, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// The member cannot be reached.
+pub fn etcd_grpc_calls(addr: SocketAddr, method: &str) -> io::Result<u64> {
+    let metric = if method == "LeaseKeepAlive" || method == "Watch" {
+        "grpc_server_msg_received_total{"
+    } else {
+        "grpc_server_handled_total{"
+    };
+    let label = format!("grpc_method=\"{method}\"");
+    let metrics = http_get(addr, "/metrics")?;
+    Ok(metrics
+        .lines()
+        .filter(|line| line.starts_with(metric) && line.contains(&label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|count| count as u64)
+        .sum())
+}
+
 /// Three etcd members on loopback forming one cluster, each a [`ServerProcess`] so faults can
 /// be injected per member. All are stopped on drop.
 ///

@@ -33,7 +33,7 @@ pub mod redis_sentinel;
 mod template;
 pub mod zookeeper;
 
-pub use etcd::{Etcd, EtcdCluster, etcd_is_leader};
+pub use etcd::{Etcd, EtcdCluster, etcd_grpc_calls, etcd_is_leader};
 pub use kind::{ServerError, ServerKind, find_binary, required};
 pub use mariadb::Mariadb;
 pub use port::free_port;

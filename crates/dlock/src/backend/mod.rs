@@ -414,6 +414,10 @@ pub struct AcquireRequest {
     pub reentrant: bool,
     /// FIFO waiting.
     pub fair: bool,
+    /// Renewed by the client's keeper for as long as it is held (no fixed TTL, no maximum
+    /// hold): a store may keep it alive with a lease the client shares among such holds (its
+    /// session) rather than with a lease of its own. `false` from [`AcquireRequest::new`].
+    pub watchdog: bool,
 }
 
 impl AcquireRequest {
@@ -428,6 +432,7 @@ impl AcquireRequest {
             wait,
             reentrant: false,
             fair: false,
+            watchdog: false,
         }
     }
 }

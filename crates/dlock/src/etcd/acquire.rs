@@ -1,5 +1,6 @@
-//! Acquiring an etcd lock: a queue key under a fresh lease, the wait for the turn (watching the
-//! predecessor), and the clean-up of an abandoned attempt.
+//! Acquiring an etcd lock: a queue key on the client's session lease (a watchdog hold) or on a
+//! fresh lease (a fixed TTL), the wait for the turn (watching the predecessor), and the
+//! clean-up of an abandoned attempt.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -15,22 +16,26 @@ use super::config::WAITER_LEASE_SECS;
 use super::encode_value;
 use super::error::{BACKEND, bad_reply, lease_gone, map};
 use super::first_by_create;
-use super::lease::EtcdLease;
+use super::lease::{Attached, EtcdLease};
 use super::lease_secs;
 use super::queue_rules::{Wanted, key_base, queue_key};
 use super::revision;
+use super::session::Session;
 use super::{EtcdBackend, Inner, RETRY_MAX, RETRY_MIN};
 use crate::backend::LockKind;
 use turn::{Confirmed, Turn};
 
 mod turn;
 
-/// Leases an acquire call has granted and not handed over yet; revoked (which deletes their
-/// keys) if the call ends without the lock, including when its future is dropped (the call
-/// keeps it in an [`Abandon`](crate::backend::abandon::Abandon) that revokes them all).
+/// Leases an acquire call has granted and keys it put on the session lease, not handed over
+/// yet; revoked (which deletes their keys) and deleted if the call ends without the lock,
+/// including when its future is dropped (the call keeps it in an
+/// [`Abandon`](crate::backend::abandon::Abandon) that revokes them all). A key on the session
+/// would otherwise live as long as the session.
 pub(super) struct Pending {
     pub(super) inner: Arc<Inner>,
     pub(super) leases: Mutex<Vec<i64>>,
+    pub(super) keys: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Pending {
@@ -52,14 +57,48 @@ impl Pending {
         self.inner.revoke_later(vec![id]);
     }
 
+    fn keys(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A key about to be put on the session lease: deleted if the call ends without it.
+    fn track_key(&self, key: &[u8]) {
+        self.keys().push(key.to_vec());
+    }
+
+    fn keep_key(&self, key: &[u8]) {
+        self.keys().retain(|k| k != key);
+    }
+
+    /// `hold`'s lease and `key` go to a hold: no longer ours to clean up.
+    fn hand_over(&self, hold: &Granted, key: &[u8]) {
+        match hold.session {
+            Some(_) => self.keep_key(key),
+            None => self.keep(hold.id),
+        }
+    }
+
     pub(super) fn revoke_all(&self) {
         let ids = std::mem::take(&mut *self.leases());
         self.inner.revoke_later(ids);
+        let keys = std::mem::take(&mut *self.keys());
+        self.inner.delete_later(keys);
     }
 
     /// Revokes every lease before returning, so the call's keys are gone when it reports:
     /// a refused call must not linger in the queue where the next caller would see it.
     pub(super) async fn revoke_now(&self) {
+        let keys = std::mem::take(&mut *self.keys());
+        for key in keys {
+            let key = &key;
+            let deleted = self
+                .inner
+                .resend(|mut c| async move { c.delete(key.as_slice(), None).await })
+                .await;
+            if let Err(error) = deleted {
+                tracing::debug!(%error, "deleting a queued key failed; its session's end deletes it");
+            }
+        }
         let ids = std::mem::take(&mut *self.leases());
         for id in ids {
             let revoked = self
@@ -98,20 +137,58 @@ fn lasts(secs: i64, since: Instant, now: Instant, margin: Duration) -> bool {
     since + granted > now + margin
 }
 
-/// A lease this call was granted: its id, its granted length in seconds, and an instant
-/// before it was asked for (etcd keeps it at least until `since + secs` unless it is kept
-/// alive).
-#[derive(Clone, Copy, Debug)]
+/// The lease a key goes on: its id, its granted length in seconds, and an instant before it
+/// was asked for or last kept alive (etcd keeps it at least until `since + secs` unless it is
+/// kept alive again); for a session lease, the session and this hold's number on it.
+#[derive(Clone, Debug)]
 struct Granted {
     id: i64,
     secs: i64,
     since: Instant,
+    session: Option<(Arc<Session>, u64)>,
 }
 
 impl Granted {
-    /// The id and length, as a hold keeps them.
-    fn lease(self) -> (i64, i64) {
-        (self.id, self.secs)
+    /// The lease as a hold keeps it.
+    fn attached(&self) -> Attached {
+        match &self.session {
+            Some((session, seq)) => Attached::Session {
+                session: session.clone(),
+                seq: *seq,
+            },
+            None => Attached::Own {
+                id: self.id,
+                secs: self.secs,
+            },
+        }
+    }
+
+    /// When the hold's lease started: a session's last confirmed keep-alive, or `fallback`.
+    fn start(&self, fallback: Instant) -> Instant {
+        self.session
+            .as_ref()
+            .map_or(fallback, |(session, _)| session.alive_since())
+    }
+
+    /// What ends the hold's key: the lease id, and on a session the hold's number too (many
+    /// holds of the client share the lease).
+    fn tag(&self) -> String {
+        match &self.session {
+            Some((session, seq)) => format!("{:016x}.{seq:x}", session.id),
+            None => format!("{:016x}", self.id),
+        }
+    }
+
+    /// A put on this lease failed with `error`: a session lease gone ended the session (every
+    /// hold on it is lost) and the call starts over on a new one.
+    fn put_failed(&self, error: etcd_client::Error, waiting: bool) -> Error {
+        match &self.session {
+            Some((session, _)) if lease_gone(&error) => {
+                session.end(crate::LostReason::SessionEnded);
+                place_lost()
+            }
+            _ => lease_lost_is_retryable(error, waiting),
+        }
     }
 }
 
@@ -143,26 +220,53 @@ impl EtcdBackend {
         let shape = req.kind;
         let prefix = key_base(shape, &self.inner.config.prefix, req.name.as_str());
         let secs = lease_secs(req.ttl);
-        let hold = self.grant_tracked(secs, pending).await?;
-        let key = queue_key(shape, &prefix, hold.id);
+        let hold = if req.watchdog {
+            self.session_hold(secs).await?
+        } else {
+            self.grant_tracked(secs, pending).await?
+        };
+        let key = queue_key(shape, &prefix, &hold.tag());
+        if hold.session.is_some() {
+            pending.track_key(&key);
+        }
         if req.wait == Wait::No && matches!(shape, LockKind::Exclusive) {
             return self.try_create(req, &prefix, key, hold, pending).await;
         }
-        let place = match self.enqueue(req, shape, prefix, key, hold, pending).await? {
+        let place = match self
+            .enqueue(req, shape, prefix, key, &hold, pending)
+            .await?
+        {
             Queued::Ours(lease) => return Ok(Some(lease)),
             Queued::Busy => return Ok(None),
             Queued::Waiting(place) => place,
         };
-        let queue_lease = self.waiter_lease(&place, hold, pending).await?;
+        let queue_lease = self.waiter_lease(&place, &hold, pending).await?;
         self.take_turn(req, place, hold, queue_lease, pending).await
     }
 
     /// A lease of `secs` for this call, tracked by `pending` until a hold takes it.
     async fn grant_tracked(&self, secs: i64, pending: &Pending) -> Result<Granted> {
         let since = Instant::now();
-        let (id, secs) = self.inner.grant(secs).await?;
+        let (id, secs) = self.inner.grant_or_reuse(secs).await?;
         pending.track(id);
-        Ok(Granted { id, secs, since })
+        Ok(Granted {
+            id,
+            secs,
+            since,
+            session: None,
+        })
+    }
+
+    /// A place on the client's session lease of `secs` (granted on first use).
+    async fn session_hold(&self, secs: i64) -> Result<Granted> {
+        let sessions = &self.inner.sessions;
+        let session = sessions.get(&self.inner, secs).await?;
+        Ok(Granted {
+            id: session.id,
+            secs: session.secs,
+            since: session.alive_since(),
+            session: Some((session, sessions.next_hold())),
+        })
     }
 
     /// A try of a mutex that does not wait: creates the key only if the lock has no key at
@@ -190,20 +294,25 @@ impl EtcdBackend {
                     )]),
             )
             .await
-            .map_err(|e| lease_lost_is_retryable(e, false))?;
+            .map_err(|e| hold.put_failed(e, false))?;
         if !reply.succeeded() {
-            pending.revoke(hold.id);
+            // Nothing was put: no key to delete, an own lease to revoke.
+            match hold.session {
+                Some(_) => pending.keep_key(&key),
+                None => pending.revoke(hold.id),
+            }
             return Ok(None);
         }
         let fence = revision(reply.header(), "acquire")?;
-        pending.keep(hold.id);
+        pending.hand_over(&hold, &key);
+        let start = hold.start(hold.since);
         Ok(Some(EtcdLease::new(
             inner.clone(),
             req,
             key,
             fence,
-            hold.lease(),
-            hold.since,
+            hold.attached(),
+            start,
         )))
     }
 
@@ -215,7 +324,7 @@ impl EtcdBackend {
         shape: LockKind,
         prefix: Vec<u8>,
         key: Vec<u8>,
-        hold: Granted,
+        hold: &Granted,
         pending: &Pending,
     ) -> Result<Queued> {
         let inner = &self.inner;
@@ -233,7 +342,7 @@ impl EtcdBackend {
                     ]),
             )
             .await
-            .map_err(|e| lease_lost_is_retryable(e, true))?;
+            .map_err(|e| hold.put_failed(e, true))?;
         if !reply.succeeded() {
             return Err(bad_reply("queue (the key of a fresh lease exists)"));
         }
@@ -259,18 +368,19 @@ impl EtcdBackend {
                 .resend(|mut c| async move { c.delete(key.as_slice(), None).await })
                 .await
                 .map_err(map)?;
+            pending.keep_key(key);
             pending.revoke_all();
             return Ok(Queued::Busy);
         }
         if ours {
-            pending.keep(hold.id);
+            pending.hand_over(hold, &key);
             return Ok(Queued::Ours(EtcdLease::new(
                 inner.clone(),
                 req,
                 key,
                 rev,
-                hold.lease(),
-                hold.since,
+                hold.attached(),
+                hold.start(hold.since),
             )));
         }
         Ok(Queued::Waiting(Place {
@@ -285,15 +395,16 @@ impl EtcdBackend {
     /// the queue for seconds, not for its TTL. The hold's own lease stays granted, with no key
     /// on it, so that the turn needs no LeaseGrant (a Raft write) on the hand-off path: a
     /// keep-alive restarts it at its full length then. A waiter that dies leaves a lease with
-    /// no key, which etcd expires.
+    /// no key, which etcd expires. A waiter for the session always waits on a waiter lease:
+    /// the session is renewed only while the client holds locks.
     async fn waiter_lease(
         &self,
         place: &Place,
-        hold: Granted,
+        hold: &Granted,
         pending: &Pending,
     ) -> Result<Granted> {
-        if hold.secs <= WAITER_LEASE_SECS {
-            return Ok(hold);
+        if hold.session.is_none() && hold.secs <= WAITER_LEASE_SECS {
+            return Ok(hold.clone());
         }
         let waiter = self.grant_tracked(WAITER_LEASE_SECS, pending).await?;
         let moved = self
@@ -328,9 +439,11 @@ impl EtcdBackend {
         queue_lease: Granted,
         pending: &Pending,
     ) -> Result<Option<EtcdLease>> {
-        let inner = &self.inner;
         loop {
-            match self.wait_turn(&place, queue_lease, req.wait).await? {
+            match self
+                .wait_turn(&place, queue_lease.clone(), req.wait)
+                .await?
+            {
                 Turn::TimedOut => {
                     pending.revoke_all();
                     return Ok(None);
@@ -338,22 +451,22 @@ impl EtcdBackend {
                 Turn::First => {}
             }
             let start = Instant::now();
-            let fresh = hold.id != queue_lease.id
-                && !lasts(hold.secs, hold.since, start, inner.config.timeout);
-            if fresh {
-                // Waited about as long as the hold's lease: a keep-alive could land on a lease
-                // that has just expired (and etcd would then delete our key with it). A fresh
-                // one instead.
-                let (id, secs) = inner.grant(lease_secs(req.ttl)).await?;
-                pending.track(id);
-                pending.revoke(hold.id);
-                hold = Granted {
-                    id,
-                    secs,
-                    since: start,
-                };
-            }
-            match self.confirm(&place, req, hold.id, !fresh).await? {
+            let keep_alive_first = match &hold.session {
+                // The session may have ended while we waited: the one live now.
+                Some((_, seq)) => {
+                    let seq = *seq;
+                    hold = self.session_hold(lease_secs(req.ttl)).await?;
+                    if let Some((_, fresh_seq)) = &mut hold.session {
+                        *fresh_seq = seq;
+                    }
+                    false
+                }
+                None => {
+                    self.lease_for_turn(req, &mut hold, &queue_lease, start, pending)
+                        .await?
+                }
+            };
+            match self.confirm(&place, req, hold.id, keep_alive_first).await? {
                 Confirmed::Ours => {}
                 // A key ahead is still there (the one we watched was a waiter that left):
                 // wait again.
@@ -362,16 +475,47 @@ impl EtcdBackend {
             if queue_lease.id != hold.id {
                 pending.revoke(queue_lease.id);
             }
-            pending.keep(hold.id);
+            pending.hand_over(&hold, &place.key);
+            let start = hold.start(start);
             return Ok(Some(EtcdLease::new(
-                inner.clone(),
+                self.inner.clone(),
                 req,
                 place.key,
                 place.rev,
-                hold.lease(),
+                hold.attached(),
                 start,
             )));
         }
+    }
+
+    /// The own lease to hold with once the turn came (at `start`), and whether it needs a
+    /// keep-alive first (it was granted before the wait).
+    async fn lease_for_turn(
+        &self,
+        req: &AcquireRequest,
+        hold: &mut Granted,
+        queue_lease: &Granted,
+        start: Instant,
+        pending: &Pending,
+    ) -> Result<bool> {
+        let inner = &self.inner;
+        let fresh =
+            hold.id != queue_lease.id && !lasts(hold.secs, hold.since, start, inner.config.timeout);
+        if fresh {
+            // Waited about as long as the hold's lease: a keep-alive could land on a lease
+            // that has just expired (and etcd would then delete our key with it). A fresh
+            // one instead.
+            let (id, secs) = inner.grant(lease_secs(req.ttl)).await?;
+            pending.track(id);
+            pending.revoke(hold.id);
+            *hold = Granted {
+                id,
+                secs,
+                since: start,
+                session: None,
+            };
+        }
+        Ok(!fresh)
     }
 }
 

@@ -7,6 +7,8 @@ mod error;
 mod lease;
 mod monitor;
 mod queue_rules;
+mod session;
+mod spare;
 mod values;
 
 pub use config::{EtcdConfig, WAITER_LEASE_SECS};
@@ -184,7 +186,12 @@ impl EtcdBuilder {
         config.validate()?;
         let client = connect_client(&config).await?;
         let backend = EtcdBackend {
-            inner: Arc::new(Inner { client, config }),
+            inner: Arc::new(Inner {
+                client,
+                config,
+                sessions: session::Sessions::default(),
+                spares: spare::SpareLeases::default(),
+            }),
         };
         // The connection is lazy: fail here (unreachable, no right to read) rather than on the
         // first lock. A request can land on a member that is down before the balancer has
@@ -215,7 +222,8 @@ impl EtcdBuilder {
     }
 }
 
-/// Locks in an etcd cluster: one lease per hold, a key per waiter ordered by create revision,
+/// Locks in an etcd cluster: watchdog holds on one session lease per client, a lease of its own
+/// for a fixed-TTL hold, a key per waiter ordered by create revision,
 /// each waiter watching only the key just before its own, fences from create revisions.
 ///
 /// # Examples
@@ -267,6 +275,10 @@ async fn connect_client(config: &EtcdConfig) -> Result<Client> {
 struct Inner {
     client: Client,
     config: EtcdConfig,
+    /// The session leases the client's watchdog holds ride on.
+    sessions: session::Sessions,
+    /// Leases of released fixed-TTL holds, for the next ones.
+    spares: spare::SpareLeases,
 }
 
 impl std::fmt::Debug for Inner {
@@ -365,6 +377,21 @@ impl Inner {
         key
     }
 
+    /// A lease of `secs` for a new hold: a spare one restarted by a keep-alive (no Raft
+    /// write), or a new grant.
+    async fn grant_or_reuse(&self, secs: i64) -> Result<(i64, i64)> {
+        while let Some(id) = self.spares.take(secs, self.config.timeout) {
+            match self.keep_alive(id).await {
+                Ok(()) => return Ok((id, secs)),
+                // Gone after all (or unreachable, and then the grant says so): another.
+                Err(error) => {
+                    tracing::debug!(%error, lease = id, "a spare lease could not be kept alive")
+                }
+            }
+        }
+        self.grant(secs).await
+    }
+
     async fn grant(&self, secs: i64) -> Result<(i64, i64)> {
         let granted = self
             .resend(|mut c| async move { c.lease_grant(secs, None).await })
@@ -400,6 +427,29 @@ impl Inner {
                     Err(error) => {
                         tracing::debug!(%error, lease = id, "revoking a lease failed; it expires instead");
                     }
+                }
+            }
+        });
+    }
+
+    /// Deletes keys in the background: clean-up that nobody waits for (keys of an abandoned
+    /// call on the session lease). Without a runtime they stay until the session ends.
+    fn delete_later(self: &Arc<Self>, keys: Vec<Vec<u8>>) {
+        if keys.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        runtime.spawn(async move {
+            for key in keys {
+                let key = &key;
+                if let Err(error) = inner
+                    .resend(|mut c| async move { c.delete(key.as_slice(), None).await })
+                    .await
+                {
+                    tracing::debug!(%error, "deleting a queued key failed; its session's end deletes it");
                 }
             }
         });
@@ -473,6 +523,7 @@ impl Backend for EtcdBackend {
             Pending {
                 inner: self.inner.clone(),
                 leases: Mutex::new(Vec::new()),
+                keys: Mutex::new(Vec::new()),
             },
             |pending| pending.revoke_all(),
         );

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
-use super::error::{lease_gone, map};
+use super::error::map;
 use super::queue_rules::{ahead_of, key_base};
 use super::{EtcdBackend, VALUE_TAG};
 
@@ -217,19 +217,9 @@ impl MonitorStore for EtcdBackend {
                     .and_then([TxnOp::delete(holder.key(), None)]),
             )
             .await?;
-        if reply.succeeded() && holder.lease() != 0 {
-            // The holder's keep-alive now fails, so it learns at its next renewal.
-            let lease = holder.lease();
-            match self
-                .inner
-                .resend(|mut c| async move { c.lease_revoke(lease).await })
-                .await
-            {
-                Ok(_) => {}
-                Err(error) if lease_gone(&error) => {}
-                Err(error) => return Err(map(error)),
-            }
-        }
+        // The lease is not revoked: it may be the holder's session, which other holds ride
+        // on. The holder learns from its watch on its key (a session hold) or at its next
+        // renewal or check, which reads the key.
         Ok(reply.succeeded())
     }
 }

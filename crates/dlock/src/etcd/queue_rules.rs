@@ -49,11 +49,12 @@ fn letter(kind: LockKind) -> Vec<u8> {
     }
 }
 
-/// This acquire's key: the base, the side or size, the hold's lease id.
-pub(super) fn queue_key(kind: LockKind, base: &[u8], hold: i64) -> Vec<u8> {
+/// This acquire's key: the base, the side or size, the hold's tag (its lease id, and on the
+/// session lease its number there; hex digits and a dot, never a side's or size's letter).
+pub(super) fn queue_key(kind: LockKind, base: &[u8], tag: &str) -> Vec<u8> {
     let mut key = base.to_vec();
     key.extend_from_slice(&letter(kind));
-    key.extend_from_slice(format!("{hold:016x}").as_bytes());
+    key.extend_from_slice(tag.as_bytes());
     key
 }
 

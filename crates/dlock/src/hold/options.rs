@@ -94,6 +94,7 @@ impl Terms {
             AcquireRequest::new(name, token, self.owner.clone(), self.policy.ttl, wait);
         request.kind = kind;
         request.fair = self.fair;
+        request.watchdog = self.policy.renew && self.policy.max_hold.is_none();
         // The first hold is a plain grant (a retry of it must not count a second hold); only
         // re-entries through the guard ask the store to count one more.
         request.reentrant = false;
