@@ -513,7 +513,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
         Prim::Mutex => matches!(
             (backend, fault),
             ("memory", Baseline)
-                | ("sqlite", HolderPause)
+                | ("sqlite" | "file", HolderPause)
                 | (
                     "redis",
                     ServerRestart | Partition | LaggingFailover | FixedTtlLatency | ReplyLost
