@@ -429,3 +429,52 @@ async fn an_ownership_check_has_the_full_node_timeout() -> anyhow::Result<()> {
     guard.release().await?;
     Ok(())
 }
+
+/// Lua numbers are doubles, exact only up to 2^53: past it, each node's fence must still rise by
+/// one per grant, and a node brought up to the quorum's fence must keep that fence exactly.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_keep_rising_past_two_to_the_53() -> anyhow::Result<()> {
+    const NEAR: u64 = (1 << 53) - 2;
+    let nodes = nodes_or_skip!();
+    let locks = dlock::connect(&url(&nodes, "?connect_timeout=200ms&timeout=200ms")).await?;
+    let admins = nodes
+        .addrs()
+        .iter()
+        .map(|addr| Ok(redis::Client::open(format!("redis://{addr}"))?.get_connection()?))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut admins = admins;
+    // Every node near 2^53; one of them 3 ahead, so every grant also brings the others up.
+    for (i, admin) in admins.iter_mut().enumerate() {
+        let last = if i == 4 { NEAR + 3 } else { NEAR };
+        redis::cmd("SET")
+            .arg("dlock:rfence:big")
+            .arg(last.to_string())
+            .query::<()>(admin)?;
+    }
+    let mut last = NEAR + 3;
+    for _ in 0..4 {
+        let guard = locks.mutex("big").acquire().await?;
+        let fence = guard.fence().get();
+        ensure!(fence > last, "fence {fence} after {last}");
+        guard.release().await?;
+        last = fence;
+    }
+    // The nodes that granted the last hold keep its fence exactly, as text.
+    let kept = admins
+        .iter_mut()
+        .map(|admin| {
+            redis::cmd("GET")
+                .arg("dlock:rfence:big")
+                .query::<String>(admin)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    ensure!(
+        kept.iter().all(|k| *k == last.to_string()),
+        "last fence {last}; the nodes keep {kept:?}"
+    );
+    Ok(())
+}

@@ -49,13 +49,14 @@ impl Scripts {
     }
 
     fn new(publish: &'static str) -> Scripts {
-        // A script is the shared constants, its fast path if it has one, `common.lua` and the
-        // operation's own body.
+        // A script is the shared constants, its fast path if it has one, `fence.lua`,
+        // `common.lua` and the operation's own body.
         let with_fast = |fast: &str, body: &str| {
             Script::new(&format!(
-                "local WAITER_TTL = {}\nlocal STARVATION = {}\nlocal PUBLISH = '{publish}'\n{fast}\n{}\n{body}",
+                "local WAITER_TTL = {}\nlocal STARVATION = {}\nlocal PUBLISH = '{publish}'\n{fast}\n{}\n{}\n{body}",
                 super::config::WAITER_TTL.as_millis(),
                 crate::backend::wait::STARVATION_THRESHOLD.as_millis(),
+                include_str!("scripts/fence.lua"),
                 include_str!("scripts/common.lua"),
             ))
         };

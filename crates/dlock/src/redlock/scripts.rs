@@ -1,4 +1,5 @@
-//! The scripts every node runs (`scripts/*.lua`, each after `common.lua`) and the keys of a
+//! The scripts every node runs (`scripts/*.lua`, each after the Redis backend's `fence.lua`
+//! and this folder's `common.lua`) and the keys of a
 //! lock name on every node.
 
 use std::sync::LazyLock;
@@ -6,7 +7,11 @@ use std::sync::LazyLock;
 use ::redis::Script;
 
 fn script(body: &str) -> Script {
-    Script::new(&format!("{}\n{body}", include_str!("scripts/common.lua")))
+    Script::new(&format!(
+        "{}\n{}\n{body}",
+        include_str!("../redis/scripts/fence.lua"),
+        include_str!("scripts/common.lua")
+    ))
 }
 
 pub(super) static ACQUIRE: LazyLock<Script> =

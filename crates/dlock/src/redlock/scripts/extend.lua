@@ -17,9 +17,9 @@ if token ~= nil then
   return -1
 end
 if ARGV[3] == '1' then
-  local fence = tonumber(ARGV[4])
-  if last_fence(KEYS[2]) < fence then
-    redis.call('SET', KEYS[2], ARGV[4])
+  local fence = ARGV[4]
+  if fence_behind(KEYS[2], fence) then
+    redis.call('SET', KEYS[2], fence)
   end
   set_lock(KEYS[1], ARGV[1], fence, ARGV[5], ARGV[2], true)
   return 2

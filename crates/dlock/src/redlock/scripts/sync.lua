@@ -4,9 +4,9 @@
 if holder(KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local fence = tonumber(ARGV[2])
-if last_fence(KEYS[2]) < fence then
-  redis.call('SET', KEYS[2], ARGV[2])
+local fence = ARGV[2]
+if fence_behind(KEYS[2], fence) then
+  redis.call('SET', KEYS[2], fence)
 end
 set_lock(KEYS[1], ARGV[1], fence, ARGV[3], redis.call('PTTL', KEYS[1]), false)
 return 1
