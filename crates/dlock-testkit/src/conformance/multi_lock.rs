@@ -13,7 +13,8 @@ cases!["multi_lock",
         multi_lock_holds_every_name,
         crossed_multi_locks_never_deadlock,
         partial_acquisition_is_released_on_failure,
-        bad_multi_lock_input_is_rejected_before_the_store;
+        bad_multi_lock_input_is_rejected_before_the_store,
+        a_multi_lock_that_waited_past_its_ttl_holds_every_lock;
     Needs::Monitor =>
         losing_any_lock_fires_the_one_lost_signal
 ];
@@ -150,5 +151,42 @@ async fn losing_any_lock_fires_the_one_lost_signal(cx: Ctx) -> anyhow::Result<()
         .await
         .map_err(|_| anyhow::anyhow!("the lost signal did not fire"))?;
     expect_err!(held.release().await, Error::NotOwned { .. });
+    Ok(())
+}
+
+/// A multi-lock with a short TTL that waits longer than it for its last lock: the locks it took
+/// before the wait must still be its own when it returns, each with its whole TTL.
+async fn a_multi_lock_that_waited_past_its_ttl_holds_every_lock(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b, c) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
+    let (first, last) = (cx.name("first"), cx.name("last"));
+    let ttl = Duration::from_millis(400);
+    let blocker = a.mutex(&last).ttl(TTL).acquire().await?;
+    let waiter = tokio::spawn({
+        let names = [first.clone(), last.clone()];
+        async move {
+            b.multi_lock(names)
+                .ttl(ttl)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    // Well past the multi-lock's TTL, counted from when it took its first lock.
+    tokio::time::sleep(ttl * 3).await;
+    blocker.release().await?;
+    let all = waiter.await??;
+    let start = tokio::time::Instant::now();
+    let intruder = c.mutex(&first).try_acquire().await?;
+    ensure!(
+        intruder.is_none() || start.elapsed() >= ttl,
+        "{first} was taken beside the multi-lock just granted (the multi-lock told lost: {})",
+        all.is_lost()
+    );
+    ensure!(
+        !all.is_lost() || start.elapsed() >= ttl,
+        "the new multi-lock was lost at once"
+    );
+    drop(intruder);
+    all.release().await?;
     Ok(())
 }

@@ -22,7 +22,8 @@ cases!["rwlock",
         expired_reader_is_lost_when_a_writer_takes_over,
         extending_an_expired_read_or_write_hold_is_not_owned,
         read_and_write_holds_are_kept_while_renewed,
-        a_writers_lost_hold_fires_its_one_lost_signal
+        a_writers_lost_hold_fires_its_one_lost_signal,
+        a_writer_that_waited_past_its_ttl_holds_a_whole_lease
 ];
 
 const TTL: Duration = Duration::from_secs(30);
@@ -359,5 +360,45 @@ async fn read_and_write_holds_are_kept_while_renewed(cx: Ctx) -> anyhow::Result<
     );
     r.release().await?;
     w.release().await?;
+    Ok(())
+}
+
+/// A writer with a short TTL that waits longer than it for a reader to leave: what it took
+/// before the wait (a composed lock's gate and free reader places) must not have run out by
+/// the time it returns, so the write hold it gets is whole, with its whole TTL.
+async fn a_writer_that_waited_past_its_ttl_holds_a_whole_lease(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b, c) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
+    let name = cx.name("slow-writer");
+    let ttl = Duration::from_millis(400);
+    let reader = a.rwlock(&name).max_readers(2).ttl(TTL).read().await?;
+    let writer = tokio::spawn({
+        let (b, name) = (b.clone(), name.clone());
+        async move {
+            b.rwlock(&name)
+                .max_readers(2)
+                .ttl(ttl)
+                .wait(Duration::from_secs(20))
+                .write()
+                .await
+        }
+    });
+    // Well past the writer's TTL, counted from when it started waiting.
+    tokio::time::sleep(ttl * 3).await;
+    reader.release().await?;
+    let writer = writer.await??;
+    let start = tokio::time::Instant::now();
+    let intruder = c.rwlock(&name).max_readers(2).ttl(TTL).try_read().await?;
+    let writer_lost = writer.is_lost();
+    ensure!(
+        intruder.is_none() || start.elapsed() >= ttl,
+        "a reader got in beside the writer that had just been granted (the writer told lost: \
+         {writer_lost})"
+    );
+    ensure!(
+        !writer_lost || start.elapsed() >= ttl,
+        "the writer's new hold was lost at once"
+    );
+    drop(intruder);
+    writer.release().await?;
     Ok(())
 }

@@ -22,7 +22,8 @@ cases!["semaphore",
         a_permit_lost_signal_does_not_fire_while_its_lease_is_valid,
         several_permits_are_taken_all_or_nothing,
         a_wait_for_several_permits_gets_them_as_they_free_up,
-        a_wait_for_several_permits_that_runs_out_gives_back_what_it_took;
+        a_wait_for_several_permits_that_runs_out_gives_back_what_it_took,
+        a_wait_for_several_permits_past_their_ttl_keeps_every_one;
     Needs::SemaphoreSize =>
         another_size_than_the_holders_use_is_refused
 ];
@@ -428,5 +429,43 @@ async fn a_wait_for_several_permits_that_runs_out_gives_back_what_it_took(
         "a wait for two permits that ran out kept the one it took"
     );
     held.release().await?;
+    Ok(())
+}
+
+/// Several permits with a short TTL, waited for longer than it: the permits taken before the
+/// wait must still be the caller's when it returns, each with its whole TTL.
+async fn a_wait_for_several_permits_past_their_ttl_keeps_every_one(cx: Ctx) -> anyhow::Result<()> {
+    let (a, b, c) = (cx.locks().await?, cx.locks().await?, cx.locks().await?);
+    let name = cx.name("slow-several");
+    let ttl = Duration::from_millis(400);
+    let blocker = a.semaphore(&name, 2).ttl(TTL).acquire().await?;
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move {
+            b.semaphore(&name, 2)
+                .count(2)
+                .ttl(ttl)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    // Well past the permits' TTL, counted from when the first was taken.
+    tokio::time::sleep(ttl * 3).await;
+    blocker.release().await?;
+    let both = waiter.await??;
+    let start = tokio::time::Instant::now();
+    let intruder = c.semaphore(&name, 2).ttl(TTL).try_acquire().await?;
+    ensure!(
+        intruder.is_none() || start.elapsed() >= ttl,
+        "a third permit was taken beside the two just granted (they were told lost: {})",
+        both.is_lost()
+    );
+    ensure!(
+        !both.is_lost() || start.elapsed() >= ttl,
+        "the new permits were lost at once"
+    );
+    drop(intruder);
+    both.release().await?;
     Ok(())
 }

@@ -54,6 +54,7 @@ impl HoldOptions {
             deadline,
             fair: self.fair,
             reentrant: self.reentrant,
+            collecting: false,
             owner: locks.owner().clone(),
         })
     }
@@ -75,10 +76,40 @@ pub(crate) struct Terms {
     pub(crate) fair: bool,
     /// The guard may re-enter the hold ([`MutexGuard::reenter`](crate::MutexGuard::reenter)).
     pub(crate) reentrant: bool,
+    /// Parts of a composed hold with a fixed TTL, kept renewed until the hold is whole
+    /// ([`Terms::collecting`]).
+    collecting: bool,
     owner: Owner,
 }
 
 impl Terms {
+    /// These terms for the parts of a composed hold (a read-write lock's gate and places, a
+    /// semaphore's gate and slots, a multi-lock's locks). A part with a fixed TTL is renewed
+    /// by the keeper while the call still waits for the other parts, so a part taken early
+    /// cannot run out (and be taken by someone else) before the hold is whole;
+    /// `guard_set::settle` then gives it its whole TTL from there and stops renewing it. The
+    /// store requests are unchanged: each part still asks for the fixed TTL.
+    pub(crate) fn collecting(&self) -> Terms {
+        Terms {
+            collecting: !self.policy.renew,
+            ..self.clone()
+        }
+    }
+
+    /// The fixed TTL the parts taken on these terms settle to, when they are renewed only
+    /// while collected.
+    pub(crate) fn settled_ttl(&self) -> Option<Duration> {
+        self.collecting.then_some(self.policy.ttl)
+    }
+
+    /// How the keeper looks after a hold taken on these terms.
+    pub(crate) fn kept_policy(&self) -> KeepPolicy {
+        KeepPolicy {
+            renew: self.policy.renew || self.collecting,
+            ..self.policy
+        }
+    }
+
     /// The request for one hold of `kind` on `name`, waiting until `deadline` (the call's, or
     /// an earlier one), with a token of its own. A deadline already passed is one try, as
     /// when no wait was asked for.

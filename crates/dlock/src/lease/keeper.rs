@@ -190,6 +190,14 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
+    /// Renewals stop: the lease runs out at its deadline unless extended (a composed hold's
+    /// fixed-TTL part, renewed only while the hold was collected).
+    pub(crate) fn stop_renewing(&self) {
+        if let Some(entry) = self.keeper.lock().entries.get_mut(&self.id) {
+            entry.policy.renew = false;
+        }
+    }
+
     /// Records a successful extension: the lease now lasts `ttl` from `started`.
     pub(crate) fn extended(&self, started: Instant, ttl: Duration) {
         let mut guard = self.keeper.lock();

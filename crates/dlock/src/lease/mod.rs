@@ -93,6 +93,16 @@ impl HeldLease {
         self.lease.lost().is_cancelled()
     }
 
+    pub(crate) fn held_for(&self) -> Duration {
+        self.lease.lease_start().elapsed()
+    }
+
+    pub(crate) fn stop_renewing(&self) {
+        if let Some(registration) = &self.registration {
+            registration.stop_renewing();
+        }
+    }
+
     /// Why the hold was lost: the first reason its loss signal was fired with (by the keeper
     /// giving the lease up, or by the store); `None` while it is held.
     pub(crate) fn lost_reason(&self) -> Option<keeper::LostReason> {

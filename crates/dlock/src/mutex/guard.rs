@@ -72,10 +72,10 @@ impl MutexGuard {
             Arc::new(Reentry {
                 locks: locks.clone(),
                 request: again,
-                policy: terms.policy,
+                policy: terms.kept_policy(),
             })
         });
-        let mut guard = MutexGuard::new(locks, request.name, terms.policy, lease);
+        let mut guard = MutexGuard::new(locks, request.name, terms.kept_policy(), lease);
         guard.reentry = reentry;
         guard
     }
@@ -95,6 +95,16 @@ impl MutexGuard {
             backend: locks.info().name,
             reentry: None,
         }
+    }
+
+    /// How long ago the lease was granted (from just before the winning request was sent).
+    pub(crate) fn held_for(&self) -> std::time::Duration {
+        self.held.held_for()
+    }
+
+    /// The keeper stops renewing this hold: it runs out at its deadline unless extended.
+    pub(crate) fn stop_renewing(&self) {
+        self.held.stop_renewing();
     }
 
     /// Re-enters this reentrant hold: a new guard for the same lock with the same fence, and

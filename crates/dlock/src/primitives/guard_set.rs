@@ -6,8 +6,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::hold::options::Terms;
 use crate::lease::Lost;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
@@ -207,4 +208,26 @@ pub(crate) async fn release_all(guards: Vec<MutexGuard>) {
             tracing::debug!(%error, "releasing a partial acquisition failed");
         }
     }
+}
+
+/// Ends the collection of a composed hold's parts, taken on [`Terms::collecting`] terms: a
+/// fixed-TTL part the keeper renewed while the call waited for the others gets its whole TTL
+/// again from now (one extension, only for parts taken more than a tenth of the TTL ago) and
+/// is no longer renewed. `Ok(false)` when a part was lost meanwhile: the hold is not whole,
+/// and the caller lets every part go (and starts again, or gives up).
+pub(crate) async fn settle(parts: &[MutexGuard], terms: &Terms) -> Result<bool> {
+    if let Some(ttl) = terms.settled_ttl() {
+        let stale = parts.iter().filter(|part| part.held_for() > ttl / 10);
+        for result in join_all(stale.map(|part| part.extend(ttl))).await {
+            match result {
+                Ok(()) => {}
+                Err(Error::NotOwned { .. }) => return Ok(false),
+                Err(error) => return Err(error),
+            }
+        }
+        for part in parts {
+            part.stop_renewing();
+        }
+    }
+    Ok(!parts.iter().any(MutexGuard::is_lost))
 }

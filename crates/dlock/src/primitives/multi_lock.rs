@@ -9,7 +9,7 @@ use crate::hold::acquire;
 use crate::hold::options::HoldOptions;
 use crate::locks::Locks;
 use crate::name::LockName;
-use crate::primitives::guard_set::{GuardSet, hold_methods, release_all};
+use crate::primitives::guard_set::{GuardSet, hold_methods, release_all, settle};
 use crate::primitives::options::hold_option_setters;
 use crate::ttl::WaitSpec;
 
@@ -105,21 +105,32 @@ impl MultiLockBuilder {
             Some(Ok(None)) if !terms.deadline.passed() => {}
             Some(outcome) => return outcome.map(|held| held.map(MultiGuard::new)),
         }
-        let mut held = Vec::with_capacity(names.len());
-        for name in &names {
-            match acquire::exclusive(&self.locks, &terms, name, terms.deadline).await {
-                Ok(Some(guard)) => held.push(guard),
-                Ok(None) => {
-                    release_all(held).await;
-                    return Ok(None);
+        let terms = terms.collecting();
+        loop {
+            let mut held = Vec::with_capacity(names.len());
+            for name in &names {
+                match acquire::exclusive(&self.locks, &terms, name, terms.deadline).await {
+                    Ok(Some(guard)) => held.push(guard),
+                    Ok(None) => {
+                        release_all(held).await;
+                        return Ok(None);
+                    }
+                    Err(error) => {
+                        release_all(held).await;
+                        return Err(error);
+                    }
                 }
+            }
+            match settle(&held, &terms).await {
+                Ok(true) => return Ok(Some(MultiGuard::new(held))),
+                // A lock taken early was lost while the later ones were awaited: start again.
+                Ok(false) => release_all(held).await,
                 Err(error) => {
                     release_all(held).await;
                     return Err(error);
                 }
             }
         }
-        Ok(Some(MultiGuard::new(held)))
     }
 
     /// Acquires every lock, waiting as configured (forever by default).

@@ -10,7 +10,9 @@ use crate::primitives::ComposedPart;
 /// HoldOptions` field); `$what` names what is waited for in the docs.
 macro_rules! hold_option_setters {
     ($what:literal) => {
-        /// A fixed lease; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl).
+        /// A fixed lease; see [`MutexBuilder::ttl`](crate::MutexBuilder::ttl). A hold made of
+        /// several store locks gets the whole TTL once it is complete: the parts taken while
+        /// the call still waits for others are renewed until then.
         pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
             self.options.ttl = Some(ttl);
             self

@@ -11,7 +11,7 @@ use crate::locks::Locks;
 use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::ComposedPart;
-use crate::primitives::guard_set::{GuardSet, hold_methods, release_all, release_part};
+use crate::primitives::guard_set::{GuardSet, hold_methods, release_all, release_part, settle};
 use crate::primitives::options::{base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
@@ -147,6 +147,7 @@ impl RwLockBuilder {
                 place,
             }));
         }
+        let terms = terms.collecting();
         loop {
             let Some((gate, places)) = self.enter(&base, &terms).await? else {
                 return Ok(None);
@@ -171,7 +172,20 @@ impl RwLockBuilder {
                 Err(error) => tracing::debug!(%error, "releasing a read-write gate failed"),
                 Ok(()) => {}
             }
-            return Ok(place?.map(|place| ReadGuard { place, fence }));
+            let Some(place) = place? else {
+                return Ok(None);
+            };
+            match settle(std::slice::from_ref(&place), &terms).await {
+                Ok(true) => return Ok(Some(ReadGuard { place, fence })),
+                // Lost since it was taken: start again.
+                Ok(false) => {
+                    let _ = release_part(place).await;
+                }
+                Err(error) => {
+                    let _ = release_part(place).await;
+                    return Err(error);
+                }
+            }
         }
     }
 
@@ -184,36 +198,50 @@ impl RwLockBuilder {
                 set: GuardSet::new(vec![hold]),
             }));
         }
-        let Some((gate, places)) = self.enter(&base, &terms).await? else {
-            return Ok(None);
-        };
-        let attempts = join_all(
-            places
-                .iter()
-                .map(|place| acquire::exclusive(&self.locks, &terms, place, terms.deadline)),
-        )
-        .await;
-        let mut held = vec![gate];
-        let mut outcome = Ok(true);
-        for attempt in attempts {
-            match attempt {
-                Ok(Some(place)) => held.push(place),
-                Ok(None) => outcome = outcome.map(|_| false),
-                Err(error) => outcome = outcome.and(Err(error)),
+        let terms = terms.collecting();
+        loop {
+            let Some((gate, places)) = self.enter(&base, &terms).await? else {
+                return Ok(None);
+            };
+            let attempts = join_all(
+                places
+                    .iter()
+                    .map(|place| acquire::exclusive(&self.locks, &terms, place, terms.deadline)),
+            )
+            .await;
+            let mut held = vec![gate];
+            let mut outcome = Ok(true);
+            for attempt in attempts {
+                match attempt {
+                    Ok(Some(place)) => held.push(place),
+                    Ok(None) => outcome = outcome.map(|_| false),
+                    Err(error) => outcome = outcome.and(Err(error)),
+                }
             }
-        }
-        match outcome {
-            Ok(true) => Ok(Some(WriteGuard {
-                fence: held[0].fence(),
-                set: GuardSet::new(held),
-            })),
-            Ok(false) => {
-                release_all(held).await;
-                Ok(None)
-            }
-            Err(error) => {
-                release_all(held).await;
-                Err(error)
+            // Whole only if no part taken early was lost while the others were awaited.
+            let outcome = match outcome {
+                Ok(true) => settle(&held, &terms)
+                    .await
+                    .map(|whole| whole.then_some(true)),
+                other => other.map(Some),
+            };
+            match outcome {
+                Ok(Some(true)) => {
+                    return Ok(Some(WriteGuard {
+                        fence: held[0].fence(),
+                        set: GuardSet::new(held),
+                    }));
+                }
+                Ok(Some(false)) => {
+                    release_all(held).await;
+                    return Ok(None);
+                }
+                // A part was lost meanwhile: start again.
+                Ok(None) => release_all(held).await,
+                Err(error) => {
+                    release_all(held).await;
+                    return Err(error);
+                }
             }
         }
     }

@@ -10,7 +10,7 @@ use crate::mutex::MutexGuard;
 use crate::name::LockName;
 use crate::primitives::ComposedPart;
 use crate::primitives::Permit;
-use crate::primitives::guard_set::{release_all, release_part};
+use crate::primitives::guard_set::{release_all, release_part, settle};
 use crate::primitives::options::{base_name, hold_option_setters, part_name};
 use crate::primitives::slots::{self, MAX_SLOTS};
 use crate::ttl::WaitSpec;
@@ -118,31 +118,56 @@ impl SemaphoreBuilder {
         }
         let terms = self.options.validate(&self.locks, default_wait)?;
         let taker = Taker::new(&self, &base)?;
-        if self.count > 1 {
-            return self.several(&base, &terms, &taker).await;
-        }
-        if let Taker::Native(_) = taker {
+        if self.count == 1
+            && let Taker::Native(_) = taker
+        {
             // The store's own semaphore (Redis): one request, woken by releases.
             let guard = taker.one(&self, &terms, terms.deadline).await?;
             return Ok(guard.map(Permit::one));
         }
-        if let Some(guard) = taker.one(&self, &terms, Wait::No).await? {
-            return self.checked(&base, vec![guard]).await.map(Some);
+        let terms = terms.collecting();
+        loop {
+            let taken = if self.count > 1 {
+                self.several(&base, &terms, &taker).await?
+            } else {
+                self.gated(&base, &terms, &taker).await?
+            };
+            let Some(taken) = taken else {
+                return Ok(None);
+            };
+            match settle(&taken, &terms).await {
+                Ok(true) => return self.checked(&base, taken).await.map(Some),
+                // A permit taken early was lost while the others were awaited: start again.
+                Ok(false) => release_all(taken).await,
+                Err(error) => {
+                    release_all(taken).await;
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    /// One composed permit: a try without waiting, then waiting behind the gate.
+    async fn gated(
+        &self,
+        base: &LockName,
+        terms: &Terms,
+        taker: &Taker,
+    ) -> Result<Option<Vec<MutexGuard>>> {
+        if let Some(guard) = taker.one(self, terms, Wait::No).await? {
+            return Ok(Some(vec![guard]));
         }
         if terms.deadline.passed() {
             return Ok(None);
         }
-        let Some(gate) = self.gate(&base, &terms).await? else {
+        let Some(gate) = self.gate(base, terms).await? else {
             return Ok(None);
         };
-        let permit = taker.one(&self, &terms, terms.deadline).await;
+        let permit = taker.one(self, terms, terms.deadline).await;
         if let Err(error) = release_part(gate).await {
             tracing::debug!(%error, "releasing a semaphore gate failed");
         }
-        match permit? {
-            Some(guard) => self.checked(&base, vec![guard]).await.map(Some),
-            None => Ok(None),
-        }
+        Ok(permit?.map(|guard| vec![guard]))
     }
 
     /// [`count`](Self::count) permits, all or nothing: first a try of each without waiting
@@ -153,7 +178,7 @@ impl SemaphoreBuilder {
         base: &LockName,
         terms: &Terms,
         taker: &Taker,
-    ) -> Result<Option<Permit>> {
+    ) -> Result<Option<Vec<MutexGuard>>> {
         let wanted = self.count as usize;
         let mut taken = Vec::with_capacity(wanted);
         while taken.len() < wanted {
@@ -163,7 +188,7 @@ impl SemaphoreBuilder {
             }
         }
         if taken.len() == wanted {
-            return self.checked(base, taken).await.map(Some);
+            return Ok(Some(taken));
         }
         release_all(taken).await;
         if terms.deadline.passed() {
@@ -191,7 +216,7 @@ impl SemaphoreBuilder {
             release_all(taken).await;
             return failed.map_or(Ok(None), Err);
         }
-        self.checked(base, taken).await.map(Some)
+        Ok(Some(taken))
     }
 
     /// The gate waiters of a composed semaphore queue on (FIFO where the store can).
