@@ -371,9 +371,15 @@ impl FencedResource {
 
     /// Marks the end of the hold started with `fence` by `worker` (any worker if `None`).
     pub fn end_hold_of(&self, fence: FencingToken, worker: Option<u32>) {
-        let now = Instant::now();
+        self.end_hold_of_at(fence, worker, Instant::now());
+    }
+
+    /// [`end_hold_of`](Self::end_hold_of), the hold ending `at` (a killed holder's: when the
+    /// kill was sent, not when the test got round to recording it, by which time the next
+    /// holder may already have begun).
+    pub fn end_hold_of_at(&self, fence: FencingToken, worker: Option<u32>, at: Instant) {
         for hold in Self::open_group(&mut self.record(), fence, worker) {
-            hold.end = Some(now);
+            hold.end = Some(at);
         }
     }
 

@@ -835,8 +835,10 @@ fn drive(
             child.kill()?;
             let killed = Instant::now();
             child.wait()?;
-            // The process can no longer touch anything: its hold ends here.
-            service.resource().end_hold_of(fence, Some(pid));
+            // The process can no longer touch anything: its hold ended with the kill. (Not
+            // now: the store frees its lock as the process dies, and the next holder may have
+            // begun before this thread runs again, most of all on a loaded machine.)
+            service.resource().end_hold_of_at(fence, Some(pid), killed);
             FaultTimes::new(killed, killed)
         }
         Fault::HolderPause(pause) => {
