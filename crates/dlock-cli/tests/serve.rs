@@ -5,8 +5,10 @@
 //! never printed), only requests naming this server in `Host`, and one store scan for a
 //! burst of requests (counted by the store itself).
 //!
-//! Tools the tests need and do not find are skipped, loudly, unless `DLOCK_TEST_REQUIRE`
-//! names them (`all`, or a list with `redis`, `promtool`, `chromium`): then they fail.
+//! A test whose server or tool (`redis`, `postgres`, `mariadb`, `etcd`, `zookeeper`,
+//! `promtool`, `chromium`) is not on this machine is reported as ignored, with what it needs,
+//! never as passed; when `DLOCK_TEST_REQUIRE` names it (`all`, or a list), it runs and fails.
+//! So the file is its own harness (libtest-mimic), which decides that before the run.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -15,9 +17,143 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock_testkit::fixture::{EtcdFixture, Fixture, SqlFixture, SqlServer, ZookeeperFixture};
-use dlock_testkit::server::{Mariadb, Postgres, Redis, ServerProcess, required};
+use dlock_testkit::server::{
+    Etcd, Mariadb, Postgres, Redis, ServerProcess, find_binary, required, zookeeper_installed,
+};
+use libtest_mimic::{Arguments, Failed, Trial};
 
 const REDIS_PASSWORD: &str = "pw-secret-serve";
+
+/// A test of this file: its name, what it needs from the machine, the test.
+type Case = (&'static str, &'static [&'static str], fn());
+
+/// Every test of this file.
+const TESTS: &[Case] = &[
+    (
+        "sqlite_held_lock_and_waiter_appear_in_metrics_and_api",
+        &["promtool"],
+        sqlite_held_lock_and_waiter_appear_in_metrics_and_api,
+    ),
+    (
+        "redis_held_lock_and_waiter_appear_in_metrics_and_api",
+        &["redis", "promtool"],
+        redis_held_lock_and_waiter_appear_in_metrics_and_api,
+    ),
+    (
+        "postgres_held_lock_and_waiter_appear_in_metrics_and_api",
+        &["postgres", "promtool"],
+        postgres_held_lock_and_waiter_appear_in_metrics_and_api,
+    ),
+    (
+        "mariadb_held_lock_and_waiter_appear_in_metrics_and_api",
+        &["mariadb", "promtool"],
+        mariadb_held_lock_and_waiter_appear_in_metrics_and_api,
+    ),
+    (
+        "etcd_held_lock_and_waiter_appear_in_metrics_and_api",
+        &["etcd", "promtool"],
+        etcd_held_lock_and_waiter_appear_in_metrics_and_api,
+    ),
+    (
+        "zookeeper_held_lock_and_waiter_appear_in_metrics_and_api",
+        &["zookeeper", "promtool"],
+        zookeeper_held_lock_and_waiter_appear_in_metrics_and_api,
+    ),
+    (
+        "redlock_held_lock_appears_in_metrics_and_api_without_a_waiter_count",
+        &["redis", "promtool"],
+        redlock_held_lock_appears_in_metrics_and_api_without_a_waiter_count,
+    ),
+    (
+        "the_store_password_is_never_served",
+        &["redis"],
+        the_store_password_is_never_served,
+    ),
+    (
+        "breaking_needs_allow_break_and_the_token",
+        &[],
+        breaking_needs_allow_break_and_the_token,
+    ),
+    (
+        "bad_serve_arguments_are_refused_without_a_panic",
+        &[],
+        bad_serve_arguments_are_refused_without_a_panic,
+    ),
+    (
+        "the_page_in_chromium_shows_a_held_lock_then_its_release",
+        &["chromium"],
+        the_page_in_chromium_shows_a_held_lock_then_its_release,
+    ),
+    (
+        "the_dashboard_queries_parse_and_use_documented_metrics",
+        &["promtool"],
+        the_dashboard_queries_parse_and_use_documented_metrics,
+    ),
+    (
+        "a_composed_semaphore_is_listed_as_one_entry",
+        &["promtool"],
+        a_composed_semaphore_is_listed_as_one_entry,
+    ),
+    (
+        "a_request_naming_another_host_is_refused_on_every_route",
+        &[],
+        a_request_naming_another_host_is_refused_on_every_route,
+    ),
+    (
+        "a_burst_of_requests_is_served_by_one_store_scan",
+        &["redis"],
+        a_burst_of_requests_is_served_by_one_store_scan,
+    ),
+    (
+        "a_listing_stops_at_max_locks_and_says_so",
+        &["promtool"],
+        a_listing_stops_at_max_locks_and_says_so,
+    ),
+    (
+        "a_generated_break_token_is_never_printed",
+        &[],
+        a_generated_break_token_is_never_printed,
+    ),
+];
+
+/// Whether this machine has `need` (a server of the test kit, or a tool on `PATH`).
+fn installed(need: &str) -> bool {
+    match need {
+        "redis" => find_binary(&Redis::default()).is_some(),
+        "postgres" => find_binary(&Postgres::default()).is_some(),
+        "mariadb" => find_binary(&Mariadb::default()).is_some(),
+        "etcd" => Etcd::single().is_ok_and(|etcd| find_binary(&etcd).is_some()),
+        "zookeeper" => zookeeper_installed(),
+        tool => find_tool(tool).is_some(),
+    }
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = Vec::new();
+    for &(name, needs, test) in TESTS {
+        let missing: Vec<&str> = needs
+            .iter()
+            .copied()
+            .filter(|need| !required(need) && !installed(need))
+            .collect();
+        if !missing.is_empty() {
+            eprintln!("ignored: {name} needs {} (not found)", missing.join(", "));
+        }
+        let trial = Trial::test(name, move || {
+            std::panic::catch_unwind(test).map_err(|panic| {
+                let text = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "panicked".into());
+                Failed::from(text)
+            })
+        });
+        trials.push(trial.with_ignored_flag(!missing.is_empty()));
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
 
 fn dlock(url: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
@@ -263,29 +399,27 @@ fn sample(body: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
     })
 }
 
-/// A tool from `PATH`, or `None` when the test may skip without it (it fails when
-/// `DLOCK_TEST_REQUIRE` names it).
-fn tool(name: &str, package: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
+/// A tool from `PATH`, or `None`.
+fn find_tool(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(name))
             .find(|path| path.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            !required(name),
+    })
+}
+
+/// A tool the running test needs (the harness ran it, so it is installed or required).
+fn tool(name: &str, package: &str) -> PathBuf {
+    find_tool(name).unwrap_or_else(|| {
+        panic!(
             "{name} is required (DLOCK_TEST_REQUIRE) but not on PATH: install Debian's {package}"
-        );
-        eprintln!("skipping the {name} check: {name} not found (Debian package {package})");
-    }
-    found
+        )
+    })
 }
 
 /// `promtool check metrics` on `body`: Prometheus's own parser and linter.
 fn promtool_accepts(body: &str) {
-    let Some(promtool) = tool("promtool", "prometheus") else {
-        return;
-    };
+    let promtool = tool("promtool", "prometheus");
     let mut child = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -417,89 +551,72 @@ fn sqlite_url(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("locks.db").display())
 }
 
-#[test]
 fn sqlite_held_lock_and_waiter_appear_in_metrics_and_api() {
     let dir = tempfile::tempdir().unwrap();
     held_lock_and_waiter_are_served(&sqlite_url(dir.path()));
 }
 
-/// A Redis server with a password, or `None` when redis-server is missing and not required.
-fn redis_with_password() -> Option<(ServerProcess, String)> {
+/// A Redis server with a password.
+fn redis_with_password() -> (ServerProcess, String) {
     let redis = Redis {
         extra_args: vec!["--requirepass".into(), REDIS_PASSWORD.into()],
     };
     match ServerProcess::start(redis) {
         Ok(server) => {
             let url = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{}", server.port());
-            Some((server, url))
-        }
-        Err(e) if e.is_not_found() && !required("redis") => {
-            eprintln!("skipping the Redis case: {e}");
-            None
+            (server, url)
         }
         Err(e) => panic!("{e}"),
     }
 }
 
-#[test]
 fn redis_held_lock_and_waiter_appear_in_metrics_and_api() {
-    let Some((_server, url)) = redis_with_password() else {
-        return;
-    };
+    let (_server, url) = redis_with_password();
     held_lock_and_waiter_are_served(&url);
 }
 
-/// The lease-table mode of a SQL store the test kit starts (skipped when its server is
-/// missing and not required).
+/// The lease-table mode of a SQL store the test kit starts.
 fn sql_lease_table_held_lock_and_waiter_are_served<K: SqlServer>() {
     let fixtures = SqlFixture::<K>::start_both().unwrap();
-    let Some(lease_table) = fixtures.iter().find(|f| !f.backend().ends_with("session")) else {
-        return;
-    };
+    let lease_table = fixtures
+        .iter()
+        .find(|f| !f.backend().ends_with("session"))
+        .expect("the SQL server: installed or required");
     held_lock_and_waiter_are_served(&lease_table.url().unwrap());
 }
 
-#[test]
 fn postgres_held_lock_and_waiter_appear_in_metrics_and_api() {
     sql_lease_table_held_lock_and_waiter_are_served::<Postgres>();
 }
 
-#[test]
 fn mariadb_held_lock_and_waiter_appear_in_metrics_and_api() {
     sql_lease_table_held_lock_and_waiter_are_served::<Mariadb>();
 }
 
-#[test]
 fn etcd_held_lock_and_waiter_appear_in_metrics_and_api() {
-    let Some(etcd) = EtcdFixture::start().unwrap() else {
-        return;
-    };
+    let etcd = EtcdFixture::start()
+        .unwrap()
+        .expect("etcd: installed or required");
     held_lock_and_waiter_are_served(&etcd.url().unwrap());
 }
 
-#[test]
 fn zookeeper_held_lock_and_waiter_appear_in_metrics_and_api() {
-    let Some(zookeeper) = ZookeeperFixture::start().unwrap() else {
-        return;
-    };
+    let zookeeper = ZookeeperFixture::start()
+        .unwrap()
+        .expect("ZooKeeper: installed or required");
     held_lock_and_waiter_are_served(&zookeeper.url().unwrap());
 }
 
-#[test]
 fn redlock_held_lock_appears_in_metrics_and_api_without_a_waiter_count() {
     let nodes = match dlock_testkit::server::RedisNodes::start(3) {
         Ok(nodes) => nodes,
-        Err(e) if e.is_not_found() && !required("redis") => return,
         Err(e) => panic!("{e}"),
     };
     held_lock_and_waiter_are_served(&dlock_testkit::fixture::redlock_url(&nodes.addrs()));
 }
 
-#[test]
 fn the_store_password_is_never_served() {
-    let Some((_server, url)) = redis_with_password() else {
-        return;
-    };
+    let (_server, url) = redis_with_password();
     let serve = Serve::start(&url, &["--allow-break", "--break-token", "t0ken"]);
     let mut holder = Hold::spawn(&url, "secret/x", "holder");
     holder.granted();
@@ -514,7 +631,6 @@ fn the_store_password_is_never_served() {
     assert!(!serve.stderr().contains(REDIS_PASSWORD));
 }
 
-#[test]
 fn breaking_needs_allow_break_and_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
@@ -582,7 +698,6 @@ fn breaking_needs_allow_break_and_the_token() {
     assert!(!status.success());
 }
 
-#[test]
 fn bad_serve_arguments_are_refused_without_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
@@ -705,11 +820,8 @@ fn rendered_dom(chromium: &Path, url: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-#[test]
 fn the_page_in_chromium_shows_a_held_lock_then_its_release() {
-    let Some(chromium) = tool("chromium", "chromium") else {
-        return;
-    };
+    let chromium = tool("chromium", "chromium");
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
     let serve = Serve::start(&url, &[]);
@@ -762,7 +874,6 @@ fn the_page_in_chromium_shows_a_held_lock_then_its_release() {
 
 /// The repository's Grafana dashboard: every query parses as PromQL (`promtool check rules`
 /// on a rule file made of them) and names only metrics documented in OBSERVABILITY.md.
-#[test]
 fn the_dashboard_queries_parse_and_use_documented_metrics() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dashboard: serde_json::Value =
@@ -797,9 +908,7 @@ fn the_dashboard_queries_parse_and_use_documented_metrics() {
             );
         }
     }
-    let Some(promtool) = tool("promtool", "prometheus") else {
-        return;
-    };
+    let promtool = tool("promtool", "prometheus");
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("dashboard-rules.yml");
     let mut text = String::from("groups:\n  - name: dashboard\n    rules:\n");
@@ -824,7 +933,6 @@ fn the_dashboard_queries_parse_and_use_documented_metrics() {
 }
 
 /// A composed semaphore (SQLite has no native one) is one entry, not one per permit slot.
-#[test]
 fn a_composed_semaphore_is_listed_as_one_entry() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
@@ -871,7 +979,6 @@ fn a_composed_semaphore_is_listed_as_one_entry() {
 /// A page of another site whose name was made to resolve to this server (DNS rebinding)
 /// sends its own name in `Host`: refused on every route, with a short text. The names the
 /// server is reached by, and those given with `--allow-host`, are answered.
-#[test]
 fn a_request_naming_another_host_is_refused_on_every_route() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
@@ -948,17 +1055,9 @@ fn a_request_naming_another_host_is_refused_on_every_route() {
     holder.release();
 }
 
-/// A Redis server of the test kit without a password, or `None` when redis-server is missing
-/// and not required.
-fn redis_server() -> Option<ServerProcess> {
-    match ServerProcess::start(Redis::default()) {
-        Ok(server) => Some(server),
-        Err(e) if e.is_not_found() && !required("redis") => {
-            eprintln!("skipping the Redis case: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
+/// A Redis server of the test kit without a password.
+fn redis_server() -> ServerProcess {
+    ServerProcess::start(Redis::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// How many `SCAN` commands the Redis server at `addr` has run (`INFO commandstats`).
@@ -988,11 +1087,8 @@ fn scan_calls(addr: SocketAddr) -> u64 {
 /// Requests that arrive together share one listing of the store: a burst of page, API and
 /// metrics requests makes the store run as many `SCAN`s as one listing does, and another
 /// burst within the listing interval none.
-#[test]
 fn a_burst_of_requests_is_served_by_one_store_scan() {
-    let Some(server) = redis_server() else {
-        return;
-    };
+    let server = redis_server();
     let url = format!("redis://{}", server.addr());
     let mut holder = Hold::spawn(&url, "burst/held", "holder");
     holder.granted();
@@ -1047,7 +1143,6 @@ fn a_burst_of_requests_is_served_by_one_store_scan() {
 
 /// One listing reads at most `--max-locks` locks from the store and says when it stopped
 /// short, in the JSON and in the metrics.
-#[test]
 fn a_listing_stops_at_max_locks_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
@@ -1086,7 +1181,6 @@ fn a_listing_stops_at_max_locks_and_says_so() {
 /// `--allow-break` without a token makes one, and never prints it (logs collect the output):
 /// it is written to a file only this user can read, whose path is printed; the token in it
 /// breaks a lock, and the file is gone once the server stops.
-#[test]
 fn a_generated_break_token_is_never_printed() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
