@@ -103,7 +103,8 @@ impl CountDownLatch {
     ///
     /// [`Error::InvalidArgument`] for a count of 0 (a latch of zero is open) or above
     /// `i64::MAX`; [`Error::InvalidName`]; [`Error::Unsupported`] on a store without
-    /// values; [`Error::WrongType`] when the latch's value is not a count; store errors.
+    /// values; [`Error::WrongType`] when the latch's value is not a count (or is negative);
+    /// store errors.
     ///
     /// # Cancel safety
     ///
@@ -117,7 +118,11 @@ impl CountDownLatch {
             })?;
         let counter = self.counter()?;
         let (before, _) = counter
-            .change(|current| Ok((current == 0).then_some(count)))
+            .change(|current| match current {
+                0 => Ok(Some(count)),
+                n if n > 0 => Ok(None),
+                _ => Err(self.negative()),
+            })
             .await?;
         Ok(before == 0)
     }
