@@ -24,7 +24,9 @@ cases!["coordination",
     Needs::Monitor =>
         a_barrier_removed_by_another_client_wakes_its_waiters;
     Needs::NotValues =>
-        counters_latches_and_double_barriers_without_versioned_values_are_unsupported
+        counters_latches_and_double_barriers_without_versioned_values_are_unsupported;
+    Needs::CrossProcess =>
+        the_blocking_primitives_work_across_threads_and_release_on_drop
 ];
 
 const LONG: Duration = Duration::from_secs(30);
@@ -154,10 +156,17 @@ async fn a_latch_wait_times_out_while_closed_and_leaves_nothing_queued(
         b.latch(&name).count().await? == 1,
         "a timed-out wait changed the count"
     );
-    let gate = a.mutex(format!("{name}#latch")).try_acquire().await?;
+    // A waiter's queued attempt that ends at its deadline is cleaned up in the background on
+    // some stores: the lock must be free well before a lease would free it, not at once.
+    let lease_third = a.watchdog_lease() / 3;
+    let gate = a
+        .mutex(format!("{name}#latch"))
+        .wait(lease_third)
+        .acquire()
+        .await;
     ensure!(
-        gate.is_some(),
-        "a timed-out wait left the waiters' lock held"
+        gate.is_ok(),
+        "a timed-out wait left the waiters' lock held: {gate:?}"
     );
     Ok(())
 }
@@ -395,5 +404,85 @@ async fn counters_latches_and_double_barriers_without_versioned_values_are_unsup
     ensure!(free.is_some(), "an unsupported entry left a lock held");
     // The plain barrier needs only locks.
     locks.barrier(&name).set(LONG).await?.remove().await?;
+    Ok(())
+}
+
+/// Runs `work` on a plain thread (the blocking facade refuses a runtime's threads) and waits
+/// for it without blocking the case's runtime.
+async fn on_plain_thread<T: Send + 'static>(
+    work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(work());
+    });
+    result.await?
+}
+
+async fn the_blocking_primitives_work_across_threads_and_release_on_drop(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    let (url, name) = (cx.url()?, cx.name("blocking"));
+    let locks = cx.locks().await?;
+    let values = locks.info().capabilities.values;
+    let raised = {
+        let (url, name) = (url.clone(), name.clone());
+        on_plain_thread(move || {
+            let blocking = dlock::blocking::Locks::connect(&url)?;
+            let raised = blocking.barrier(&name).set(LONG)?;
+            expect_err!(
+                blocking.barrier(&name).wait_on(Duration::from_millis(50)),
+                Error::Timeout { .. }
+            );
+            drop(raised);
+            // Dropped on a plain thread: released before the drop returned.
+            let free = blocking.mutex(format!("{name}#barrier")).try_acquire()?;
+            ensure!(
+                free.is_some(),
+                "a dropped blocking barrier guard still stood"
+            );
+            drop(free);
+            blocking.barrier(&name).wait_on(LONG)?;
+            if !values {
+                let barrier = blocking.double_barrier(&name, 2);
+                expect_err!(barrier.enter(LONG), Error::Unsupported { .. });
+                expect_err!(blocking.latch(&name).count(), Error::Unsupported { .. });
+                return Ok(false);
+            }
+            ensure!(blocking.counter(&name).add(2)? == 2);
+            ensure!(blocking.latch(&name).try_set_count(1)?);
+            Ok(true)
+        })
+        .await?
+    };
+    if !raised {
+        return Ok(());
+    }
+    // A blocking waiter opened by this client's count-down, and a blocking participant that
+    // drops out without leaving: the async partner's leave is not wedged.
+    let partner = locks.double_barrier(&name, 2);
+    let partner = tokio::spawn(async move { partner.enter(LONG).await });
+    let blocking = {
+        let (url, name) = (url.clone(), name.clone());
+        on_plain_thread(move || {
+            let blocking = dlock::blocking::Locks::connect(&url)?;
+            let inside = blocking.double_barrier(&name, 2).enter(LONG)?;
+            blocking.latch(&name).wait(LONG)?;
+            drop(inside);
+            Ok(())
+        })
+    };
+    let opener = locks.latch(&name);
+    let (waited, counted) = tokio::join!(blocking, async {
+        tokio::time::sleep(SETTLE).await;
+        opener.count_down().await
+    });
+    ensure!(counted? == 0);
+    waited?;
+    // Within a third of a lease: a participant dropped on a plain thread has left when the
+    // drop returns; one left to its lease would not be gone yet.
+    let lease_third = locks.watchdog_lease() / 3;
+    partner.await??.leave(lease_third).await?;
+    ensure!(locks.counter(&name).get().await? == 2);
     Ok(())
 }

@@ -1,12 +1,14 @@
 //! The blocking coordination primitives: [`Counter`], [`CountDownLatch`], [`Barrier`] (and
-//! its [`BarrierGuard`]), [`DoubleBarrier`] (and its [`Inside`]). Their guards are the async
-//! ones, whose drop releases before it returns outside a runtime too.
+//! its [`BarrierGuard`]), [`DoubleBarrier`] (and its [`Inside`]). Their guards release on
+//! drop before they return, as every blocking guard does.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Runtime;
+use super::held::Held;
 use crate::error::Result;
+use crate::mutex::MutexGuard;
 
 /// One blocking wrapper per async primitive: the async value and the client's runtime.
 macro_rules! blocking_twin {
@@ -252,10 +254,9 @@ impl Barrier {
     /// As [`crate::Barrier::set`], plus
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) inside an async runtime.
     pub fn set(&self, timeout: Duration) -> Result<BarrierGuard> {
-        let inner = self.rt.block_on(self.inner.set(timeout))??;
+        let raised = self.rt.block_on(self.inner.set(timeout))??;
         Ok(BarrierGuard {
-            inner,
-            rt: self.rt.clone(),
+            held: Held::new(raised.into_hold(), self.rt.clone()),
         })
     }
 
@@ -284,8 +285,7 @@ impl Barrier {
 #[derive(Debug)]
 #[must_use = "if unused, the barrier is removed at once"]
 pub struct BarrierGuard {
-    inner: crate::BarrierGuard,
-    rt: Arc<Runtime>,
+    held: Held<MutexGuard>,
 }
 
 impl BarrierGuard {
@@ -296,12 +296,12 @@ impl BarrierGuard {
     /// As [`crate::BarrierGuard::remove`], plus
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) inside an async runtime.
     pub fn remove(self) -> Result<()> {
-        self.rt.block_on(self.inner.remove())?
+        self.held.release()
     }
 
     /// See [`crate::BarrierGuard::is_lost`].
     pub fn is_lost(&self) -> bool {
-        self.inner.is_lost()
+        self.held.is_lost()
     }
 }
 
@@ -346,7 +346,7 @@ impl DoubleBarrier {
     pub fn enter(&self, timeout: Duration) -> Result<Inside> {
         let inner = self.rt.block_on(self.inner.enter(timeout))??;
         Ok(Inside {
-            inner,
+            inner: Some(inner),
             rt: self.rt.clone(),
         })
     }
@@ -356,14 +356,15 @@ impl DoubleBarrier {
 #[derive(Debug)]
 #[must_use = "if unused, the participant leaves at once"]
 pub struct Inside {
-    inner: crate::Inside,
+    /// Taken out only by `leave` and `Drop`, which both consume the participant.
+    inner: Option<crate::Inside>,
     rt: Arc<Runtime>,
 }
 
 impl Inside {
     /// See [`crate::Inside::is_lost`].
     pub fn is_lost(&self) -> bool {
-        self.inner.is_lost()
+        self.inner.as_ref().is_none_or(crate::Inside::is_lost)
     }
 
     /// Blocks until every participant has left; see [`crate::Inside::leave`].
@@ -372,7 +373,26 @@ impl Inside {
     ///
     /// As [`crate::Inside::leave`], plus
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) inside an async runtime.
-    pub fn leave(self, timeout: Duration) -> Result<()> {
-        self.rt.block_on(self.inner.leave(timeout))?
+    pub fn leave(mut self, timeout: Duration) -> Result<()> {
+        match self.inner.take() {
+            Some(inside) => self.rt.block_on(inside.leave(timeout))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let Some(inside) = self.inner.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Inside async code we must not block: the presence is released in the background.
+            drop(inside);
+            return;
+        }
+        if let Err(error) = self.rt.block_on(inside.drop_out()).and_then(|done| done) {
+            tracing::debug!(%error, "leaving a double barrier on drop failed");
+        }
     }
 }

@@ -147,7 +147,8 @@ impl Barrier {
     /// # Errors
     ///
     /// [`Error::InvalidName`]; [`Error::Unsupported`] on a store without inspection (the
-    /// MySQL/MariaDB session mode): remove it with its [`BarrierGuard`] there; store errors.
+    /// file backend, the MySQL/MariaDB session mode): remove it with its [`BarrierGuard`]
+    /// there; store errors.
     ///
     /// # Cancel safety
     ///
@@ -195,5 +196,11 @@ impl BarrierGuard {
     /// Completes when [`is_lost`](Self::is_lost) becomes true.
     pub fn lost(&self) -> Lost<'_> {
         self.held.lost()
+    }
+
+    /// The hold behind the barrier, for the blocking facade's guard.
+    #[cfg(feature = "blocking")]
+    pub(crate) fn into_hold(self) -> MutexGuard {
+        self.held
     }
 }

@@ -278,7 +278,10 @@ impl DoubleBarrier {
             if !now.remove(&inside.id)
                 || members::write(values, &names.members, version, &now).await?
             {
-                inside.presence.release().await?;
+                if let Err(error) = inside.presence.release().await {
+                    // Lost already: the others stopped counting it either way.
+                    tracing::debug!(barrier = %self.name, %error, "releasing a presence failed");
+                }
                 return Err(timed_out(&self.name, timeout));
             }
         }
@@ -361,6 +364,13 @@ impl Inside {
             written?;
         }
         Ok(())
+    }
+
+    /// Leaves without waiting for the others, as dropping does, but returns once the store
+    /// has answered (the blocking facade's drop).
+    #[cfg(feature = "blocking")]
+    pub(crate) async fn drop_out(self) -> Result<()> {
+        self.presence.release().await
     }
 
     /// Takes this participant out of the members; the others still registered.
