@@ -8,7 +8,7 @@ use anyhow::ensure;
 use dlock::coordination::MAX_PARTICIPANTS;
 use dlock::{Error, Locks};
 
-use super::{Ctx, Needs, cases, expect_err};
+use super::{Ctx, Needs, cases, drop_after_polls, expect_err};
 
 cases!["coordination",
     Needs::Values =>
@@ -18,6 +18,7 @@ cases!["coordination",
         a_latch_wait_times_out_while_closed_and_leaves_nothing_queued,
         a_double_barrier_lets_nobody_in_before_all_have_entered,
         a_double_barrier_of_three_is_not_wedged_by_a_participant_dropped_without_leaving,
+        cancelled_waits_leave_nothing_queued_and_are_not_counted,
         bad_coordination_input_gives_a_typed_error_and_no_state;
     Needs::Any =>
         removing_a_barrier_wakes_its_waiters_in_other_clients;
@@ -246,6 +247,59 @@ async fn a_double_barrier_of_three_is_not_wedged_by_a_participant_dropped_withou
     }
     let alone = clients[1].double_barrier(&name, 1).enter(LONG).await?;
     alone.leave(LONG).await?;
+    Ok(())
+}
+
+async fn cancelled_waits_leave_nothing_queued_and_are_not_counted(cx: Ctx) -> anyhow::Result<()> {
+    let name = cx.name("cancelled");
+    let (a, b) = (cx.locks().await?, cx.locks().await?);
+    ensure!(a.latch(&name).try_set_count(1).await?);
+    let latch = a.latch(&name);
+    let cut = drop_after_polls(latch.wait(LONG), 50, Duration::from_millis(2)).await;
+    ensure!(cut.is_none(), "a wait on a closed latch finished: {cut:?}");
+    let lease_third = a.watchdog_lease() / 3;
+    let gate = b
+        .mutex(format!("{name}#latch"))
+        .wait(lease_third)
+        .acquire()
+        .await;
+    ensure!(
+        gate.is_ok(),
+        "a cancelled wait left the waiters' lock held: {gate:?}"
+    );
+    drop(gate);
+    // A participant whose entry was cancelled is not counted: with it, the next entry would
+    // complete a round of 2 on its own.
+    let barrier = a.double_barrier(&name, 2);
+    let cut = drop_after_polls(barrier.enter(LONG), 50, Duration::from_millis(2)).await;
+    ensure!(cut.is_none(), "an entry into a barrier of 2 went in alone");
+    // A dropped guard is released in the background: its presence must be freed well before
+    // its lease would free it. (An entry probing at the very instant of a drop may still see
+    // it present, as it may see a participant that crashes an instant later.)
+    let members = a.value(format!("{name}#members")).get().await?;
+    let text = members.map(|m| String::from_utf8_lossy(&m.value).into_owned());
+    for id in text.iter().flat_map(|text| text.lines().skip(1)) {
+        let presence = b.mutex(format!("{name}#member-{id}"));
+        let freed = presence.wait(lease_third).acquire().await;
+        ensure!(
+            freed.is_ok(),
+            "a cancelled entry kept its presence: {freed:?}"
+        );
+    }
+    let second = enter_all(std::slice::from_ref(&b), &name, 2);
+    tokio::time::sleep(SETTLE).await;
+    ensure!(
+        second.iter().all(|e| !e.is_finished()),
+        "a cancelled entry was counted"
+    );
+    let third = a.double_barrier(&name, 2).enter(LONG).await?;
+    let mut inside = vec![third];
+    for entry in second {
+        inside.push(entry.await??);
+    }
+    for one in inside {
+        drop(one);
+    }
     Ok(())
 }
 

@@ -38,6 +38,9 @@ const ATTEMPTS: u32 = crate::value::DEFAULT_UPDATE_ATTEMPTS;
 ///   the rest: a leaving participant waits on each other participant's presence lock, which
 ///   a crashed one's store frees when its lease ends (a dropped [`Inside`] frees it at once).
 ///
+/// A participant that drops out at the very instant the round completes may be counted in
+/// it, as one that crashes an instant later is: the round then goes on without it.
+///
 /// A participant entering while a round is under way (someone still inside) joins it at
 /// once, as in Curator. Waiting is not a poll per participant: [`enter`](Self::enter) waits
 /// as a latch does (one waiter reads the members every [`poll_interval`](Self::poll_interval),
