@@ -18,6 +18,7 @@ releases the GIL while it talks to the store, and Ctrl-C interrupts a blocking a
 
 from __future__ import annotations
 
+from ._coordination import CountDownLatch, Counter
 from ._dlock import default_url, enabled_schemes
 from ._election import Election, Leader, Leadership
 from ._sync import (
@@ -55,6 +56,8 @@ __all__ = [
     "Election",
     "Leadership",
     "Leader",
+    "Counter",
+    "CountDownLatch",
     "Mutex",
     "RwLock",
     "Semaphore",

@@ -13,6 +13,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._coordination import CountDownLatch, Counter
 from ._election import Election
 from ._dlock import DEFAULT_UPDATE_ATTEMPTS as _RUST_DEFAULT_UPDATE_ATTEMPTS
 from ._dlock import Client, Hold
@@ -237,6 +238,28 @@ class Locks:
         True
         """
         return Election(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
+
+    def counter(self, name: Union[str, bytes], *, max_attempts: int = DEFAULT_UPDATE_ATTEMPTS) -> "Counter":
+        """The atomic counter ``name``: ``get()``, ``add(delta)``, ``compare_and_set(expected, new)``.
+        See ``dlock.Counter``.
+
+        >>> visits = dlock.connect("memory://").counter("visits")
+        >>> visits.get(), visits.add(3), visits.add(-1)
+        (0, 3, 2)
+        """
+        return Counter(self._client, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
+
+    def latch(self, name: Union[str, bytes], *, interval: Optional[Number] = None) -> "CountDownLatch":
+        """The count-down latch ``name``: ``try_set_count(n)``, ``count_down()``, ``count()``,
+        ``wait(timeout)``. See ``dlock.CountDownLatch``.
+
+        >>> started = dlock.connect("memory://").latch("started")
+        >>> started.try_set_count(2), started.try_set_count(5), started.count()
+        (True, False, 2)
+        >>> started.wait(timeout=0.05)
+        False
+        """
+        return CountDownLatch(self._client, _args.lock_name(name), interval)
 
     def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         """Who holds ``name`` now, or ``None`` when nobody does."""

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._coordination import AsyncCountDownLatch, AsyncCounter
 from ._election import AsyncElection
 from ._dlock import Ask, Client, Hold, Notifier, Task
 from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _SharedHold, _ThreadHold
@@ -231,6 +232,16 @@ class Locks:
         """See ``dlock.Locks.election``: ``await campaign(value)``, ``await leader()``,
         ``async for leader in observe()``."""
         return AsyncElection(self._client, _args.lock_name(name), ttl=ttl, wait=wait, interval=interval)
+
+    def counter(self, name: Union[str, bytes], *, max_attempts: int = DEFAULT_UPDATE_ATTEMPTS) -> "AsyncCounter":
+        """See ``dlock.Locks.counter``: ``await get()``, ``await add(delta)``,
+        ``await compare_and_set(expected, new)``."""
+        return AsyncCounter(self._client, _args.lock_name(name), _args.count(max_attempts, "max_attempts"))
+
+    def latch(self, name: Union[str, bytes], *, interval: Optional[Number] = None) -> "AsyncCountDownLatch":
+        """See ``dlock.Locks.latch``: ``await try_set_count(n)``, ``await count_down()``,
+        ``await wait(timeout)``."""
+        return AsyncCountDownLatch(self._client, _args.lock_name(name), interval)
 
     async def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         found = await self._client.inspect(_args.lock_name(name), aio=_bridge())

@@ -20,6 +20,7 @@ use pyo3::types::PyBytes;
 
 mod bridge;
 mod convert;
+mod coordination;
 mod election;
 mod errors;
 mod hold;
@@ -531,6 +532,16 @@ fn _dlock(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(election::election_leader, module)?)?;
     module.add_function(wrap_pyfunction!(election::election_proclaim, module)?)?;
     module.add_function(wrap_pyfunction!(election::election_observe, module)?)?;
+    module.add_function(wrap_pyfunction!(coordination::counter_get, module)?)?;
+    module.add_function(wrap_pyfunction!(coordination::counter_add, module)?)?;
+    module.add_function(wrap_pyfunction!(
+        coordination::counter_compare_and_set,
+        module
+    )?)?;
+    module.add_function(wrap_pyfunction!(coordination::latch_try_set_count, module)?)?;
+    module.add_function(wrap_pyfunction!(coordination::latch_count_down, module)?)?;
+    module.add_function(wrap_pyfunction!(coordination::latch_count, module)?)?;
+    module.add_function(wrap_pyfunction!(coordination::latch_wait, module)?)?;
     module.add(
         "DEFAULT_UPDATE_ATTEMPTS",
         dlock::limits::DEFAULT_UPDATE_ATTEMPTS,

@@ -163,6 +163,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+pub mod coordination;
 pub mod election;
 mod error;
 mod fence;
@@ -210,6 +211,7 @@ pub mod zookeeper;
 pub mod blocking;
 
 pub use backend::{HoldKind, LockInfo, Versioned};
+pub use coordination::{Barrier, BarrierGuard, CountDownLatch, Counter, DoubleBarrier, Inside};
 pub use election::{Election, Leader, Leadership};
 pub use error::{BoxError, Error, Result, redact_url};
 pub use fence::FencingToken;

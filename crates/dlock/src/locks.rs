@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::backend::{Backend, BackendInfo, DynBackend, ListQuery, LockInfo, MonitorStore};
+use crate::coordination::{Barrier, CountDownLatch, Counter, DoubleBarrier};
 use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::lease::keeper::Keeper;
@@ -350,6 +351,73 @@ impl Locks {
     /// ```
     pub fn election(&self, name: impl Into<String>) -> Election {
         Election::new(self.clone(), name.into())
+    }
+
+    /// The atomic counter `name` on the versioned values: `get`, `add`, `compare_and_set`.
+    /// See [`Counter`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://counter-method-doc").await?;
+    /// assert_eq!(locks.counter("orders-seen").add(1).await?, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn counter(&self, name: impl Into<String>) -> Counter {
+        Counter::new(self.clone(), name.into())
+    }
+
+    /// The count-down latch `name`. See [`CountDownLatch`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://latch-method-doc").await?;
+    /// let latch = locks.latch("imports");
+    /// assert!(latch.try_set_count(3).await?);
+    /// assert_eq!(latch.count().await?, 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name.into())
+    }
+
+    /// The barrier `name`: `set`, `remove`, `wait_on`. See [`Barrier`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let locks = dlock::connect("memory://barrier-method-doc").await?;
+    /// locks.barrier("never-raised").wait_on(Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn barrier(&self, name: impl Into<String>) -> Barrier {
+        Barrier::new(self.clone(), name.into())
+    }
+
+    /// The double barrier `name` of `participants`: `enter`, then `leave`. See
+    /// [`DoubleBarrier`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let locks = dlock::connect("memory://double-barrier-method-doc").await?;
+    /// let inside = locks.double_barrier("solo-run", 1).enter(Duration::from_secs(1)).await?;
+    /// inside.leave(Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn double_barrier(&self, name: impl Into<String>, participants: u32) -> DoubleBarrier {
+        DoubleBarrier::new(self.clone(), name.into(), participants)
     }
 
     /// The backend behind this client: the implementor side, for layers and for tests of the

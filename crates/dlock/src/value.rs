@@ -232,7 +232,7 @@ impl VersionedValue {
 /// write, so the store's own round trip) × 2^(attempt − 1), at most 64 cycles. A fixed
 /// microsecond window is shorter than one network round trip, so colliding writers on a
 /// server would collide again and again.
-fn retry_pause(cycle: Duration, attempt: u32) -> Duration {
+pub(crate) fn retry_pause(cycle: Duration, attempt: u32) -> Duration {
     let window = cycle
         .max(Duration::from_micros(50))
         .saturating_mul(1 << attempt.saturating_sub(1).min(6));

@@ -11,6 +11,7 @@
 
 mod blocking;
 mod cancel;
+mod coordination;
 mod cross_process;
 mod election;
 mod fair;
@@ -313,6 +314,7 @@ pub fn all_cases() -> Vec<Case> {
         blocking::cases(),
         election::cases(),
         run_while_held::cases(),
+        coordination::cases(),
     ]
     .concat()
 }

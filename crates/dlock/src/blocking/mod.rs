@@ -33,10 +33,12 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
+mod coordination;
 mod election;
 mod held;
 mod primitives;
 
+pub use coordination::{Barrier, BarrierGuard, CountDownLatch, Counter, DoubleBarrier, Inside};
 pub use election::{Election, Leadership, Observe};
 use held::{Held, blocking_hold_methods};
 pub use primitives::{
