@@ -1,4 +1,5 @@
-//! One ZooKeeper session and what is known about its state (connected, suspended, expired).
+//! One ZooKeeper session and what is known about its state (connected, suspended, expired),
+//! with the watchdog holds that ride it ([`SessionHolds`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +10,11 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, SessionState};
 
 use crate::error::{Error, Result};
+use crate::lease::keeper::LostReason;
 
 use super::config::ZookeeperConfig;
 use super::error::{BACKEND, map, session_lost, suspended};
+use super::session_holds::{SessionHolds, delete_all, watch_holds};
 
 /// A client in a new session of `config`'s ensemble, on the current runtime.
 pub(super) async fn connect_client(config: &ZookeeperConfig) -> Result<Client> {
@@ -41,6 +44,10 @@ pub(super) struct Session {
     pub(super) gone: CancellationToken,
     /// Whether the connection is up (false while suspended).
     connected: watch::Receiver<bool>,
+    /// When the last request the server answered was sent.
+    answered: watch::Receiver<Instant>,
+    /// The watchdog holds riding the session.
+    pub(super) holds: Arc<SessionHolds>,
     /// What the session was opened with, for a release from another runtime.
     pub(super) config: ZookeeperConfig,
 }
@@ -52,6 +59,7 @@ impl Session {
         let (connected_tx, connected) = watch::channel(true);
         let timeout = client.session_timeout();
         let (answered_tx, answered) = watch::channel(Instant::now());
+        let (holds, asks) = SessionHolds::new();
         tokio::spawn(exchange_regularly(
             client.clone(),
             timeout,
@@ -59,10 +67,18 @@ impl Session {
             gone.clone(),
         ));
         tokio::spawn(watch_state(
+            client.clone(),
             client.state_watcher(),
             timeout,
-            answered,
+            answered.clone(),
             connected_tx,
+            holds.clone(),
+            gone.clone(),
+        ));
+        tokio::spawn(watch_holds(
+            client.clone(),
+            holds.clone(),
+            asks,
             gone.clone(),
         ));
         Ok(Arc::new(Session {
@@ -70,8 +86,40 @@ impl Session {
             client,
             gone,
             connected,
+            answered,
+            holds,
             config: config.clone(),
         }))
+    }
+
+    /// Ends the session for `reason`, as the server told us (every hold on it is told).
+    pub(super) fn end(&self, reason: LostReason) {
+        self.holds.end(reason);
+        self.gone.cancel();
+    }
+
+    /// Why the session ended, for a hold that finds it over.
+    pub(super) fn end_reason(&self) -> LostReason {
+        self.holds.ended().unwrap_or(LostReason::SessionEnded)
+    }
+
+    /// Why the session is over, if it is: the server ended it, or no request was answered
+    /// within the session's safe window ([`answer_budget`]), which ends it here and now.
+    /// Read from local state only: this is a watchdog hold's renewal.
+    pub(super) fn over(&self) -> Option<LostReason> {
+        if let Some(reason) = self.holds.ended() {
+            return Some(reason);
+        }
+        let answered = *self.answered.borrow();
+        if self.gone.is_cancelled() {
+            return Some(LostReason::SessionEnded);
+        }
+        if answered + answer_budget(self.client.session_timeout()) <= Instant::now() {
+            // The state task's timer may not have run yet: the same end, from here.
+            give_up(&self.client, &self.holds, &self.gone);
+            return self.holds.ended();
+        }
+        None
     }
 
     /// `Ok` while the session is alive and connected; the state is uncertain while suspended.
@@ -134,18 +182,33 @@ async fn exchange_regularly(
     }
 }
 
+/// Gives up on a session no request of which was answered within [`answer_budget`]: every
+/// hold on it is lost, and their nodes are deleted should the session come back.
+fn give_up(client: &Client, holds: &SessionHolds, gone: &CancellationToken) {
+    if holds.ended().is_some() {
+        return;
+    }
+    let paths = holds.end(LostReason::StoreUnreachable);
+    gone.cancel();
+    if !paths.is_empty() {
+        tokio::spawn(delete_all(client.clone(), paths));
+    }
+}
+
 /// Follows the session's state; ends it (`gone`) when the server says so, or when no request
 /// was answered within [`answer_budget`].
 async fn watch_state(
+    client: Client,
     mut states: zookeeper_client::StateWatcher,
     timeout: Duration,
     mut answered: watch::Receiver<Instant>,
     connected: watch::Sender<bool>,
+    holds: Arc<SessionHolds>,
     gone: CancellationToken,
 ) {
     let budget = answer_budget(timeout);
     loop {
-        let give_up = *answered.borrow_and_update() + budget;
+        let unanswered_until = *answered.borrow_and_update() + budget;
         tokio::select! {
             state = states.changed() => match state {
                 SessionState::Disconnected => {
@@ -156,6 +219,7 @@ async fn watch_state(
                 }
                 SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
                     tracing::debug!(?state, "ZooKeeper session over");
+                    holds.end(LostReason::SessionEnded);
                     gone.cancel();
                     return;
                 }
@@ -165,9 +229,9 @@ async fn watch_state(
                     return;
                 }
             }
-            () = tokio::time::sleep_until(give_up) => {
+            () = tokio::time::sleep_until(unanswered_until) => {
                 tracing::debug!(?budget, "no ZooKeeper request answered within the session's safe window");
-                gone.cancel();
+                give_up(&client, &holds, &gone);
                 return;
             }
             () = gone.cancelled() => return,
