@@ -90,7 +90,7 @@ impl ZkLease {
     /// of its own.
     pub(super) fn start(node: Node, req: &AcquireRequest, start: Instant) -> Arc<dyn Lease> {
         if req.watchdog {
-            return Arc::new(SessionLease::start(node, start));
+            return Arc::new(SessionLease::start(node, start, req.ttl));
         }
         let shared = Arc::new(LeaseShared {
             name: req.name.as_str().to_owned(),

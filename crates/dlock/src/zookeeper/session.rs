@@ -14,7 +14,7 @@ use crate::lease::keeper::LostReason;
 
 use super::config::ZookeeperConfig;
 use super::error::{BACKEND, map, session_lost, suspended};
-use super::session_holds::{SessionHolds, delete_all, watch_holds};
+use super::session_holds::{Liveness, SessionHolds, delete_all, watch_holds};
 
 /// A client in a new session of `config`'s ensemble, on the current runtime.
 pub(super) async fn connect_client(config: &ZookeeperConfig) -> Result<Client> {
@@ -44,8 +44,8 @@ pub(super) struct Session {
     pub(super) gone: CancellationToken,
     /// Whether the connection is up (false while suspended).
     connected: watch::Receiver<bool>,
-    /// When the last request the server answered was sent.
-    answered: watch::Receiver<Instant>,
+    /// When the last request the server answered was sent, and the shortest watchdog lease.
+    liveness: watch::Receiver<Liveness>,
     /// The watchdog holds riding the session.
     pub(super) holds: Arc<SessionHolds>,
     /// What the session was opened with, for a release from another runtime.
@@ -58,19 +58,19 @@ impl Session {
         let gone = CancellationToken::new();
         let (connected_tx, connected) = watch::channel(true);
         let timeout = client.session_timeout();
-        let (answered_tx, answered) = watch::channel(Instant::now());
         let (holds, asks) = SessionHolds::new();
+        let liveness = holds.liveness();
         tokio::spawn(exchange_regularly(
             client.clone(),
             timeout,
-            answered_tx,
+            holds.clone(),
             gone.clone(),
         ));
         tokio::spawn(watch_state(
             client.clone(),
             client.state_watcher(),
             timeout,
-            answered.clone(),
+            holds.liveness(),
             connected_tx,
             holds.clone(),
             gone.clone(),
@@ -86,7 +86,7 @@ impl Session {
             client,
             gone,
             connected,
-            answered,
+            liveness,
             holds,
             config: config.clone(),
         }))
@@ -110,11 +110,13 @@ impl Session {
         if let Some(reason) = self.holds.ended() {
             return Some(reason);
         }
-        let answered = *self.answered.borrow();
+        let live = *self.liveness.borrow();
         if self.gone.is_cancelled() {
             return Some(LostReason::SessionEnded);
         }
-        if answered + answer_budget(self.client.session_timeout()) <= Instant::now() {
+        if live.answered + answer_budget(self.client.session_timeout(), live.lease)
+            <= Instant::now()
+        {
             // The state task's timer may not have run yet: the same end, from here.
             give_up(&self.client, &self.holds, &self.gone);
             return self.holds.ended();
@@ -142,9 +144,10 @@ impl Drop for Session {
 }
 
 /// How often the session's own exchange with the server runs: a healthy session's last
-/// answered request is never older than this.
-fn exchange_interval(timeout: Duration) -> Duration {
-    timeout / 5
+/// answered request is never older than this. A fifth of the timeout, or of the shortest
+/// watchdog lease riding the session: one read per client, whatever it holds.
+fn exchange_interval(timeout: Duration, lease: Duration) -> Duration {
+    timeout.min(lease) / 5
 }
 
 /// How long after the last request the server answered (counted from when it was sent) the
@@ -152,8 +155,12 @@ fn exchange_interval(timeout: Duration) -> Duration {
 /// heard from the client, which is no earlier than that request's arrival; the last third of
 /// the timeout is the holders' time to hear of it and stop. Counting from the disconnect event
 /// instead would depend on when the client library notices a silent connection.
-fn answer_budget(timeout: Duration) -> Duration {
-    timeout * 2 / 3
+///
+/// Never longer than nine tenths of the shortest watchdog lease on the session either: a
+/// holder is told within one lease of losing touch, as on every store (the session may live
+/// longer, but nobody can rely on that from outside).
+fn answer_budget(timeout: Duration, lease: Duration) -> Duration {
+    (timeout * 2 / 3).min(lease - lease / 10)
 }
 
 /// Sends a cheap read every [`exchange_interval`] and records when each answered one was
@@ -161,23 +168,35 @@ fn answer_budget(timeout: Duration) -> Duration {
 async fn exchange_regularly(
     client: Client,
     timeout: Duration,
-    answered: watch::Sender<Instant>,
+    holds: Arc<SessionHolds>,
     gone: CancellationToken,
 ) {
-    let interval = exchange_interval(timeout);
+    let mut liveness = holds.liveness();
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(interval) => {}
-            () = gone.cancelled() => return,
+        let lease = liveness.borrow_and_update().lease;
+        let pause = tokio::time::sleep(exchange_interval(timeout, lease));
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                () = &mut pause => break,
+                changed = liveness.changed() => {
+                    // A shorter lease joined: the next exchange comes sooner.
+                    if changed.is_err() || liveness.borrow_and_update().lease < lease {
+                        break;
+                    }
+                }
+                () = gone.cancelled() => return,
+            }
         }
         let sent = Instant::now();
+        let budget = answer_budget(timeout, lease);
         let reply = tokio::select! {
-            reply = tokio::time::timeout(answer_budget(timeout), client.check_stat("/")) => reply,
+            reply = tokio::time::timeout(budget, client.check_stat("/")) => reply,
             () = gone.cancelled() => return,
         };
         // A missing node is an answer too; only silence or a failed request is not.
         if let Ok(Ok(_)) = reply {
-            answered.send_replace(sent);
+            holds.answered(sent);
         }
     }
 }
@@ -201,14 +220,15 @@ async fn watch_state(
     client: Client,
     mut states: zookeeper_client::StateWatcher,
     timeout: Duration,
-    mut answered: watch::Receiver<Instant>,
+    mut liveness: watch::Receiver<Liveness>,
     connected: watch::Sender<bool>,
     holds: Arc<SessionHolds>,
     gone: CancellationToken,
 ) {
-    let budget = answer_budget(timeout);
     loop {
-        let unanswered_until = *answered.borrow_and_update() + budget;
+        let live = *liveness.borrow_and_update();
+        let budget = answer_budget(timeout, live.lease);
+        let unanswered_until = live.answered + budget;
         tokio::select! {
             state = states.changed() => match state {
                 SessionState::Disconnected => {
@@ -224,7 +244,7 @@ async fn watch_state(
                     return;
                 }
             },
-            changed = answered.changed() => {
+            changed = liveness.changed() => {
                 if changed.is_err() {
                     return;
                 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType, WatchedEvent};
@@ -39,6 +39,15 @@ struct Rider {
     signal: LossSignal,
 }
 
+/// What says the session is alive: when the last request the server answered was sent, and
+/// the shortest watchdog lease riding it (`Duration::MAX` before any), which the session's
+/// safe window must not exceed (see `answer_budget`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Liveness {
+    pub(super) answered: Instant,
+    pub(super) lease: Duration,
+}
+
 /// The watchdog holds of one session.
 pub(super) struct SessionHolds {
     riders: Mutex<HashMap<u64, Rider>>,
@@ -47,6 +56,7 @@ pub(super) struct SessionHolds {
     ended: OnceLock<LostReason>,
     /// Holds whose node the watch task is to watch, and from when.
     to_watch: mpsc::UnboundedSender<(Instant, u64)>,
+    liveness: watch::Sender<Liveness>,
 }
 
 /// What [`watch_holds`] reads: the holds to watch.
@@ -60,6 +70,10 @@ impl SessionHolds {
             next_id: AtomicU64::new(0),
             ended: OnceLock::new(),
             to_watch,
+            liveness: watch::Sender::new(Liveness {
+                answered: Instant::now(),
+                lease: Duration::MAX,
+            }),
         };
         (Arc::new(holds), asks)
     }
@@ -68,14 +82,41 @@ impl SessionHolds {
         self.riders.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Follows the session's [`Liveness`].
+    pub(super) fn liveness(&self) -> watch::Receiver<Liveness> {
+        self.liveness.subscribe()
+    }
+
+    /// A request sent at `sent` was answered: the session was alive then.
+    pub(super) fn answered(&self, sent: Instant) {
+        self.liveness.send_if_modified(|live| {
+            let later = sent > live.answered;
+            live.answered = live.answered.max(sent);
+            later
+        });
+    }
+
     /// Why the session ended, if it has.
     pub(super) fn ended(&self) -> Option<LostReason> {
         self.ended.get().copied()
     }
 
-    /// Adds a hold on `path` whose lease began at `start`; its node is watched from
-    /// [`OWN_NODE_WATCH_DELAY`] after that. A session that has ended tells it at once.
-    pub(super) fn join(&self, path: Arc<str>, signal: LossSignal, start: Instant) -> u64 {
+    /// Adds a hold on `path` with watchdog lease `lease`, granted by a request sent at
+    /// `start` and answered; its node is watched from [`OWN_NODE_WATCH_DELAY`] after that. A
+    /// session that has ended tells it at once.
+    pub(super) fn join(
+        &self,
+        path: Arc<str>,
+        signal: LossSignal,
+        start: Instant,
+        lease: Duration,
+    ) -> u64 {
+        // The grant's request was answered; a shorter lease narrows the session's window
+        // from now on, counted from that answer.
+        self.liveness.send_modify(|live| {
+            live.answered = live.answered.max(start);
+            live.lease = live.lease.min(lease);
+        });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.riders().insert(
             id,

@@ -40,11 +40,15 @@ impl std::fmt::Debug for SessionLease {
 }
 
 impl SessionLease {
-    /// The hold of `node`, granted by a listing sent at `start`, joined to its session.
-    pub(super) fn start(node: Node, start: Instant) -> SessionLease {
+    /// The hold of `node` with watchdog lease `lease`, granted by a listing sent at `start`,
+    /// joined to its session.
+    pub(super) fn start(node: Node, start: Instant, lease: Duration) -> SessionLease {
         let signal = LossSignal::new();
         let path: Arc<str> = node.path.into();
-        let id = node.session.holds.join(path.clone(), signal.clone(), start);
+        let id = node
+            .session
+            .holds
+            .join(path.clone(), signal.clone(), start, lease);
         SessionLease {
             // czxid: the zxid that created the node, greater than that of every node created
             // before it, in this directory or any earlier incarnation of it.
