@@ -170,12 +170,6 @@ impl SessionHolds {
             })
             .collect()
     }
-
-    /// Number of holds on the session.
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.riders().len()
-    }
 }
 
 /// Deletes the nodes of a session this client gave up on while the server may still keep it
