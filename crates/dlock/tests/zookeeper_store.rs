@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use dlock::Error;
+use dlock::{Error, Hold};
 use dlock_testkit::cli::Holder;
 use dlock_testkit::server::{
     ServerProcess, Zookeeper, ZookeeperEnsemble, required, zookeeper_installed,
@@ -464,18 +464,144 @@ async fn a_break_and_an_ended_session_say_why_the_hold_was_lost() {
         .expect("the break was not signalled");
     assert_eq!(broken.lost_reason(), Some(dlock::LostReason::Broken));
 
-    // A session that ends: the server is silent past the session's timeout, then expires it.
-    let held = a
+    // A silent server: no request answered within two thirds of the session's timeout ends
+    // the session here (the server may expire it at the timeout), for every hold on it.
+    let fixed = a
         .mutex("session")
         .ttl(Duration::from_secs(60))
         .acquire()
         .await
         .unwrap();
+    let watched = a.mutex("session-watchdog").acquire().await.unwrap();
     tokio::task::block_in_place(|| server.pause()).unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
     tokio::task::block_in_place(|| server.resume()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), held.lost())
+    for held in [&fixed, &watched] {
+        tokio::time::timeout(Duration::from_secs(10), held.lost())
+            .await
+            .expect("the ended session was not signalled");
+        assert_eq!(
+            held.lost_reason(),
+            Some(dlock::LostReason::StoreUnreachable)
+        );
+    }
+}
+
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_signals_every_hold_on_it() {
+    let Some(mut server) = server() else { return };
+    let url = url(&server, "session_timeout=2s");
+    let (a, b) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let mut held: Vec<Box<dyn Hold>> = Vec::new();
+    for i in 0..3 {
+        held.push(Box::new(a.mutex(format!("w{i}")).acquire().await.unwrap()));
+    }
+    held.push(Box::new(
+        a.mutex("fixed")
+            .ttl(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap(),
+    ));
+    held.push(Box::new(a.semaphore("sem", 2).acquire().await.unwrap()));
+    held.push(Box::new(a.rwlock("rw").read().await.unwrap()));
+    // Silent past the session's timeout: the client gives the session up, then the server
+    // expires it as it runs again.
+    tokio::task::block_in_place(|| server.pause()).unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::task::block_in_place(|| server.resume()).unwrap();
+    for hold in &held {
+        tokio::time::timeout(Duration::from_secs(10), hold.lost())
+            .await
+            .expect("a hold of the lost session was not signalled");
+        assert_eq!(
+            hold.lost_reason(),
+            Some(dlock::LostReason::StoreUnreachable)
+        );
+    }
+    // Its nodes went with it: the locks are free.
+    for name in ["w0", "w1", "w2", "fixed"] {
+        let taken = b
+            .mutex(name)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        taken.release().await.unwrap();
+    }
+}
+
+/// The server's count of packets received (`mntr`).
+fn packets_received(server: &ServerProcess) -> u64 {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(server.addr()).unwrap();
+    socket.write_all(b"mntr").unwrap();
+    let mut text = String::new();
+    socket.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("zk_packets_received\t"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no packet count in mntr's answer: {text}"))
+}
+
+/// The zxid of a new write: the difference of two is one more than the writes between them.
+async fn next_zxid(zk: &Client) -> i64 {
+    let (stat, _) = zk
+        .create(
+            "/zxid-",
+            &[],
+            &zookeeper_client::CreateMode::PersistentSequential
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
         .await
-        .expect("the ended session was not signalled");
-    assert_eq!(held.lost_reason(), Some(dlock::LostReason::SessionEnded));
+        .unwrap();
+    stat.czxid
+}
+
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_renewals_send_nothing_to_the_store() {
+    const HOLDS: usize = 50;
+    const LEASE: Duration = Duration::from_millis(300);
+    let Some(server) = server() else { return };
+    let locks = dlock::connect(&url(&server, "session_timeout=6s"))
+        .await
+        .unwrap()
+        .with_watchdog_lease(LEASE)
+        .unwrap();
+    let zk = Client::connect(&server.addr().to_string()).await.unwrap();
+    let mut held = Vec::new();
+    for i in 0..HOLDS {
+        held.push(locks.mutex(format!("renewed/{i}")).acquire().await.unwrap());
+    }
+    // Past the setting of each hold's own watch.
+    tokio::time::sleep(LEASE).await;
+    let (zxid, packets) = (next_zxid(&zk).await, packets_received(&server));
+    // Nine renewal passes (one every third of the lease).
+    tokio::time::sleep(LEASE * 3).await;
+    let (writes, sent) = (
+        next_zxid(&zk).await - zxid - 1,
+        packets_received(&server) - packets,
+    );
+    assert!(held.iter().all(|guard| !guard.is_lost()));
+    assert_eq!(writes, 0, "renewals wrote to the store");
+    // One call per hold per pass would be 450; the session's own heartbeat, the probes and
+    // the counting connections are a handful.
+    assert!(
+        sent < HOLDS as u64,
+        "{sent} packets reached the server in nine renewal passes of {HOLDS} holds"
+    );
+    for guard in held {
+        guard.release().await.unwrap();
+    }
 }

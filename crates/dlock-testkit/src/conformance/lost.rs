@@ -17,7 +17,8 @@ cases!["lost",
     // name does not reach its permits or sides.
     Needs::Monitor =>
         lost_fires_when_the_lock_is_broken,
-        a_fixed_ttl_lock_is_told_of_a_break_while_its_lease_has_time_left
+        a_fixed_ttl_lock_is_told_of_a_break_while_its_lease_has_time_left,
+        a_break_signals_only_the_hold_broken_not_the_others_of_its_client
 ];
 
 async fn lost_fires_when_the_lease_expires(cx: Ctx) -> anyhow::Result<()> {
@@ -92,5 +93,47 @@ async fn a_fixed_ttl_lock_is_told_of_a_break_while_its_lease_has_time_left(
         .await
         .context("a fixed-TTL lock was not told of its break within a third of its TTL")?;
     expect_err!(guard.release().await, Error::NotOwned { .. });
+    Ok(())
+}
+
+/// Holds of one client may share what keeps them alive (a session, one lease): a break of one
+/// of them is still told to that holder alone, and the others keep their locks.
+async fn a_break_signals_only_the_hold_broken_not_the_others_of_its_client(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    const LEASE: Duration = Duration::from_millis(600);
+    let a = cx.locks().await?.with_watchdog_lease(LEASE)?;
+    let b = cx.locks().await?;
+    let (broken, kept) = (cx.name("broken"), cx.name("kept"));
+    let fixed = cx.name("kept-fixed");
+    let victim = a.mutex(&broken).acquire().await?;
+    let watched = a.mutex(&kept).acquire().await?;
+    let with_ttl = a
+        .mutex(&fixed)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await?;
+    ensure!(b.force_release(&broken).await?);
+    tokio::time::timeout(Duration::from_secs(5), victim.lost())
+        .await
+        .context("the broken hold was not told")?;
+    // A few renewal passes later the others still hold, by their own account and the store's.
+    tokio::time::sleep(LEASE * 2).await;
+    for (name, guard) in [(&kept, &watched), (&fixed, &with_ttl)] {
+        ensure!(
+            !guard.is_lost(),
+            "{name} was told it was lost ({:?}) when only {broken} was broken",
+            guard.lost_reason()
+        );
+        ensure!(guard.is_owned().await?, "{name} is no longer held");
+        let holder = b.inspect(name).await?.context("inspect found no holder")?;
+        ensure!(
+            holder.fence == guard.fence(),
+            "{name} is held by someone else"
+        );
+    }
+    expect_err!(victim.release().await, Error::NotOwned { .. });
+    watched.release().await?;
+    with_ttl.release().await?;
     Ok(())
 }

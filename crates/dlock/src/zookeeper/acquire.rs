@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::time::Instant;
-use zookeeper_client::{CreateMode, SessionState, WatchedEvent};
+use zookeeper_client::{Client, CreateMode, SessionState, WatchedEvent};
 
 use crate::backend::abandon::spawn_cleanup;
 use crate::backend::wait::Backoff;
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
+use crate::lease::keeper::LostReason;
 
 use super::error::{BACKEND, map, session_lost};
 use super::lease::ZkLease;
@@ -18,7 +19,7 @@ use super::queue_rules::decide;
 use super::queue_rules::node_data;
 use super::queue_rules::queue;
 use super::queue_rules::sequence;
-use super::queue_rules::unix_ms;
+use super::queue_rules::{Until, duration_ms, unix_ms};
 use super::session::Session;
 use super::{Inner, NODE_INFIX, NODE_PREFIX, RETRY_MAX, RETRY_MIN};
 use crate::backend::LockKind;
@@ -27,15 +28,15 @@ use crate::backend::queue_rules::Decision;
 /// Deletes a node, retrying through a suspended connection until the server has ended the
 /// session. A session this client gave up on (suspended past the safe window) may come back
 /// alive with the node: it is deleted then, so a lock reported lost is never left held.
-pub(super) async fn delete_until_done(session: &Session, path: &str) {
+pub(super) async fn delete_until_done(client: &Client, path: &str) {
     let mut backoff = Backoff::steady(RETRY_MIN, RETRY_MAX);
-    let give_up = Instant::now() + session.client.session_timeout() * 4;
+    let give_up = Instant::now() + client.session_timeout() * 4;
     loop {
         let over = matches!(
-            session.client.state(),
+            client.state(),
             SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
         );
-        match session.client.delete(path, None).await {
+        match client.delete(path, None).await {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => return,
             Err(error)
                 if map(error.clone(), path).is_retryable() && !over && Instant::now() < give_up =>
@@ -136,13 +137,13 @@ impl Waiter {
         // Without a runtime: ephemeral, the session's end removes the node.
         spawn_cleanup(move || async move {
             if let Some(node) = node {
-                delete_until_done(&node.session, &node.path).await;
+                delete_until_done(&node.session.client, &node.path).await;
             }
             if let Some(session) = uncertain {
                 // Requests of one session run in order: this listing sees the lost create.
                 if let Ok(children) = session.client.list_children(&dir).await {
                     for child in children.iter().filter(|c| c.starts_with(&mine)) {
-                        delete_until_done(&session, &format!("{dir}/{child}")).await;
+                        delete_until_done(&session.client, &format!("{dir}/{child}")).await;
                     }
                 }
             }
@@ -210,7 +211,7 @@ pub(super) async fn attempt(
         && is_session_expired(error)
     {
         // The next attempt opens a new session instead of failing on this one again.
-        session.gone.cancel();
+        session.end(LostReason::SessionEnded);
     }
     result
 }
@@ -261,9 +262,15 @@ async fn create_node(
 ) -> Result<Node> {
     let inner = waiter.inner.clone();
     let path = waiter.prefix();
-    let ttl_ms = u64::try_from(req.ttl.as_millis()).unwrap_or(u64::MAX);
     let now = unix_ms(SystemTime::now());
-    let data = node_data(&req.owner, now, now.saturating_add(ttl_ms));
+    // A watchdog hold rides the session: it lasts while the session does, and at most the
+    // session's timeout past its holder's end.
+    let until = if req.watchdog {
+        Until::Session(duration_ms(session.client.session_timeout()))
+    } else {
+        Until::At(now.saturating_add(duration_ms(req.ttl)))
+    };
+    let data = node_data(&req.owner, now, until);
     let options = CreateMode::EphemeralSequential.with_acls(inner.acls());
     let mut created = None;
     for _ in 0..3 {

@@ -1,5 +1,6 @@
-//! One hold of a ZooKeeper lock: its ephemeral node, the keeper task that watches the session and
-//! the node, extend and release.
+//! One fixed-TTL hold of a ZooKeeper lock (a `ttl` or a maximum hold): its ephemeral node, the
+//! task that keeps its client-kept deadline and watches the session and the node, extend and
+//! release. Watchdog holds ride the session instead (`session_lease.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,8 +23,10 @@ use super::acquire::delete_until_done;
 use super::acquire::watch_fired;
 use super::error::map;
 use super::queue_rules::node_data;
-use super::queue_rules::unix_ms;
+use super::queue_rules::{Until, unix_ms};
 use super::session::{Session, connect_client};
+use super::session_holds::OWN_NODE_WATCH_DELAY;
+use super::session_lease::SessionLease;
 
 /// Deadline and release state of one hold, shared with its keeper task.
 struct HoldState {
@@ -45,7 +48,7 @@ struct LeaseShared {
     changed: Notify,
 }
 
-/// One hold of a ZooKeeper lock.
+/// One fixed-TTL hold of a ZooKeeper lock.
 pub(super) struct ZkLease {
     shared: Arc<LeaseShared>,
 }
@@ -83,7 +86,12 @@ impl LeaseShared {
 }
 
 impl ZkLease {
+    /// The hold of a granted node: on the session for a watchdog hold, else with a deadline
+    /// of its own.
     pub(super) fn start(node: Node, req: &AcquireRequest, start: Instant) -> Arc<dyn Lease> {
+        if req.watchdog {
+            return Arc::new(SessionLease::start(node, start, req.ttl));
+        }
         let shared = Arc::new(LeaseShared {
             name: req.name.as_str().to_owned(),
             session: node.session,
@@ -105,9 +113,6 @@ impl ZkLease {
 }
 
 type EventFuture = Pin<Box<dyn Future<Output = Option<WatchedEvent>> + Send>>;
-
-/// How long a hold lasts before its keeper watches the hold's own node (see `keep`).
-const OWN_NODE_WATCH_DELAY: Duration = Duration::from_millis(50);
 
 /// Watches one hold: deletes the node when its TTL runs out, and fires the lost signal when
 /// the node is deleted by someone else (a force-release) or the session ends.
@@ -160,7 +165,7 @@ async fn keep(shared: Arc<LeaseShared>) {
             () = tokio::time::sleep_until(deadline) => {
                 if shared.expire_if_due() {
                     shared.core.signal().fire(LostReason::Expired);
-                    delete_until_done(&session, &shared.path).await;
+                    delete_until_done(&session.client, &shared.path).await;
                     break;
                 }
             }
@@ -178,10 +183,10 @@ async fn keep(shared: Arc<LeaseShared>) {
                 }
             }
             () = session.gone.cancelled() => {
-                shared.core.signal().fire(LostReason::SessionEnded);
+                shared.core.signal().fire(session.end_reason());
                 let was_over = std::mem::replace(&mut shared.state().over, true);
                 if !was_over {
-                    delete_until_done(&session, &shared.path).await;
+                    delete_until_done(&session.client, &shared.path).await;
                 }
                 break;
             }
@@ -211,7 +216,7 @@ impl Lease for ZkLease {
         };
         shared.changed.notify_one();
         if shared.session.gone.is_cancelled() {
-            shared.core.signal().fire(LostReason::SessionEnded);
+            shared.core.signal().fire(shared.session.end_reason());
             return Err(not_owned());
         }
         // Suspended: the lock may or may not still be ours.
@@ -226,7 +231,7 @@ impl Lease for ZkLease {
         } else {
             let left = deadline.saturating_duration_since(now);
             let deadline_ms = unix_ms(SystemTime::now() + left);
-            let data = node_data(&shared.owner, shared.acquired_ms, deadline_ms);
+            let data = node_data(&shared.owner, shared.acquired_ms, Until::At(deadline_ms));
             match shared
                 .session
                 .client
@@ -268,7 +273,7 @@ impl Lease for ZkLease {
         if shared.core.lost().is_cancelled() || shared.session.gone.is_cancelled() {
             let shared = shared.clone();
             tokio::spawn(async move {
-                delete_until_done(&shared.session, &shared.path).await;
+                delete_until_done(&shared.session.client, &shared.path).await;
             });
             return Err(Error::not_owned(&self.shared.name));
         }
@@ -283,7 +288,7 @@ impl Lease for ZkLease {
                 // The node stays until it is deleted or the session ends: keep trying.
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    delete_until_done(&shared.session, &shared.path).await;
+                    delete_until_done(&shared.session.client, &shared.path).await;
                 });
                 Err(map(error, &self.shared.path))
             }

@@ -8,6 +8,8 @@ mod lease;
 mod monitor;
 mod queue_rules;
 mod session;
+mod session_holds;
+mod session_lease;
 mod values;
 
 pub use config::{Acl, ZookeeperConfig};

@@ -14,7 +14,7 @@ use crate::name::{LockName, Owner};
 use super::ZookeeperBackend;
 use super::error::{BACKEND, map};
 use super::queue_rules::decode_name;
-use super::queue_rules::unix_ms;
+use super::queue_rules::{Until, unix_ms};
 use super::queue_rules::{ahead_of, dir_name, queue};
 use super::session::Session;
 
@@ -65,10 +65,10 @@ fn lock_info(name: &str, data: &[u8], czxid: i64, ctime: i64) -> LockInfo {
     let mut parts = text.splitn(6, '\0');
     let version = parts.next();
     let number = |p: Option<&str>| p.and_then(|v| v.parse::<u64>().ok());
-    let (at, deadline, pid, host, label) = if version == Some("dlock1") {
+    let (at, until, pid, host, label) = if version == Some("dlock1") {
         (
             number(parts.next()),
-            number(parts.next()),
+            parts.next().and_then(Until::parse),
             number(parts.next()),
             parts.next(),
             parts.next(),
@@ -87,7 +87,13 @@ fn lock_info(name: &str, data: &[u8], czxid: i64, ctime: i64) -> LockInfo {
             pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
         ),
         UNIX_EPOCH + Duration::from_millis(at),
-        deadline.map(|d| Duration::from_millis(d.saturating_sub(now))),
+        // A session hold's TTL left is its session's timeout: how long the lock would outlast
+        // its holder ending now (the server expires the session that long after it last
+        // heard from it).
+        until.map(|until| match until {
+            Until::At(deadline) => Duration::from_millis(deadline.saturating_sub(now)),
+            Until::Session(timeout) => Duration::from_millis(timeout),
+        }),
         1,
     )
 }
@@ -186,12 +192,21 @@ mod tests {
     #[test]
     fn lock_info_reads_node_data() {
         let owner = Owner::new(Some("l\0x".into()), "h", 7);
-        let data = node_data(&owner, 1000, u64::MAX);
+        let data = node_data(&owner, 1000, Until::At(u64::MAX));
         let info = lock_info("n", &data, 42, 0);
         assert_eq!(info.fence.get(), 42);
         assert_eq!(info.owner.pid, 7);
         assert_eq!(info.owner.host, "h");
         assert_eq!(info.owner.label.as_deref(), Some("l\0x"));
         assert!(info.ttl_left.is_some());
+    }
+
+    #[test]
+    fn a_session_hold_shows_its_session_timeout_as_ttl_left() {
+        let owner = Owner::new(None, "h", 7);
+        let data = node_data(&owner, 1000, Until::Session(6000));
+        let info = lock_info("n", &data, 42, 0);
+        assert_eq!(info.ttl_left, Some(Duration::from_millis(6000)));
+        assert_eq!(info.owner.pid, 7);
     }
 }

@@ -120,10 +120,44 @@ pub(super) fn unix_ms(at: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+pub(super) fn duration_ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// How long a lock node's hold lasts, as its data says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Until {
+    /// Until this Unix time in milliseconds (the holder's clock): a fixed TTL, kept by the
+    /// holder, moved by each extension.
+    At(u64),
+    /// As long as the holder's session, whose timeout (milliseconds) is the most it outlives
+    /// its holder: a watchdog hold. Written `s<ms>`.
+    Session(u64),
+}
+
+impl std::fmt::Display for Until {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Until::At(ms) => write!(f, "{ms}"),
+            Until::Session(ms) => write!(f, "s{ms}"),
+        }
+    }
+}
+
+impl Until {
+    /// Reads what [`Display`](std::fmt::Display) wrote.
+    pub(super) fn parse(text: &str) -> Option<Until> {
+        match text.strip_prefix('s') {
+            Some(ms) => ms.parse().ok().map(Until::Session),
+            None => text.parse().ok().map(Until::At),
+        }
+    }
+}
+
 /// What a lock node holds, for inspection: when, until when (the holder's clock), who.
-pub(super) fn node_data(owner: &Owner, acquired_ms: u64, deadline_ms: u64) -> Vec<u8> {
+pub(super) fn node_data(owner: &Owner, acquired_ms: u64, until: Until) -> Vec<u8> {
     format!(
-        "dlock1\0{acquired_ms}\0{deadline_ms}\0{}\0{}\0{}",
+        "dlock1\0{acquired_ms}\0{until}\0{}\0{}\0{}",
         owner.pid,
         owner.host,
         owner.label.as_deref().unwrap_or_default()

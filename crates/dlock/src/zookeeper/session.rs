@@ -1,4 +1,5 @@
-//! One ZooKeeper session and what is known about its state (connected, suspended, expired).
+//! One ZooKeeper session and what is known about its state (connected, suspended, expired),
+//! with the watchdog holds that ride it ([`SessionHolds`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +10,11 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, SessionState};
 
 use crate::error::{Error, Result};
+use crate::lease::keeper::LostReason;
 
 use super::config::ZookeeperConfig;
 use super::error::{BACKEND, map, session_lost, suspended};
+use super::session_holds::{Liveness, SessionHolds, delete_all, watch_holds};
 
 /// A client in a new session of `config`'s ensemble, on the current runtime.
 pub(super) async fn connect_client(config: &ZookeeperConfig) -> Result<Client> {
@@ -41,6 +44,10 @@ pub(super) struct Session {
     pub(super) gone: CancellationToken,
     /// Whether the connection is up (false while suspended).
     connected: watch::Receiver<bool>,
+    /// When the last request the server answered was sent, and the shortest watchdog lease.
+    liveness: watch::Receiver<Liveness>,
+    /// The watchdog holds riding the session.
+    pub(super) holds: Arc<SessionHolds>,
     /// What the session was opened with, for a release from another runtime.
     pub(super) config: ZookeeperConfig,
 }
@@ -51,18 +58,27 @@ impl Session {
         let gone = CancellationToken::new();
         let (connected_tx, connected) = watch::channel(true);
         let timeout = client.session_timeout();
-        let (answered_tx, answered) = watch::channel(Instant::now());
+        let (holds, asks) = SessionHolds::new();
+        let liveness = holds.liveness();
         tokio::spawn(exchange_regularly(
             client.clone(),
             timeout,
-            answered_tx,
+            holds.clone(),
             gone.clone(),
         ));
         tokio::spawn(watch_state(
+            client.clone(),
             client.state_watcher(),
             timeout,
-            answered,
+            holds.liveness(),
             connected_tx,
+            holds.clone(),
+            gone.clone(),
+        ));
+        tokio::spawn(watch_holds(
+            client.clone(),
+            holds.clone(),
+            asks,
             gone.clone(),
         ));
         Ok(Arc::new(Session {
@@ -70,8 +86,42 @@ impl Session {
             client,
             gone,
             connected,
+            liveness,
+            holds,
             config: config.clone(),
         }))
+    }
+
+    /// Ends the session for `reason`, as the server told us (every hold on it is told).
+    pub(super) fn end(&self, reason: LostReason) {
+        self.holds.end(reason);
+        self.gone.cancel();
+    }
+
+    /// Why the session ended, for a hold that finds it over.
+    pub(super) fn end_reason(&self) -> LostReason {
+        self.holds.ended().unwrap_or(LostReason::SessionEnded)
+    }
+
+    /// Why the session is over, if it is: the server ended it, or no request was answered
+    /// within the session's safe window ([`answer_budget`]), which ends it here and now.
+    /// Read from local state only: this is a watchdog hold's renewal.
+    pub(super) fn over(&self) -> Option<LostReason> {
+        if let Some(reason) = self.holds.ended() {
+            return Some(reason);
+        }
+        let live = *self.liveness.borrow();
+        if self.gone.is_cancelled() {
+            return Some(LostReason::SessionEnded);
+        }
+        if live.answered + answer_budget(self.client.session_timeout(), live.lease)
+            <= Instant::now()
+        {
+            // The state task's timer may not have run yet: the same end, from here.
+            give_up(&self.client, &self.holds, &self.gone);
+            return self.holds.ended();
+        }
+        None
     }
 
     /// `Ok` while the session is alive and connected; the state is uncertain while suspended.
@@ -94,9 +144,10 @@ impl Drop for Session {
 }
 
 /// How often the session's own exchange with the server runs: a healthy session's last
-/// answered request is never older than this.
-fn exchange_interval(timeout: Duration) -> Duration {
-    timeout / 5
+/// answered request is never older than this. A fifth of the timeout, or of the shortest
+/// watchdog lease riding the session: one read per client, whatever it holds.
+fn exchange_interval(timeout: Duration, lease: Duration) -> Duration {
+    timeout.min(lease) / 5
 }
 
 /// How long after the last request the server answered (counted from when it was sent) the
@@ -104,8 +155,12 @@ fn exchange_interval(timeout: Duration) -> Duration {
 /// heard from the client, which is no earlier than that request's arrival; the last third of
 /// the timeout is the holders' time to hear of it and stop. Counting from the disconnect event
 /// instead would depend on when the client library notices a silent connection.
-fn answer_budget(timeout: Duration) -> Duration {
-    timeout * 2 / 3
+///
+/// Never longer than nine tenths of the shortest watchdog lease on the session either: a
+/// holder is told within one lease of losing touch, as on every store (the session may live
+/// longer, but nobody can rely on that from outside).
+fn answer_budget(timeout: Duration, lease: Duration) -> Duration {
+    (timeout * 2 / 3).min(lease - lease / 10)
 }
 
 /// Sends a cheap read every [`exchange_interval`] and records when each answered one was
@@ -113,39 +168,67 @@ fn answer_budget(timeout: Duration) -> Duration {
 async fn exchange_regularly(
     client: Client,
     timeout: Duration,
-    answered: watch::Sender<Instant>,
+    holds: Arc<SessionHolds>,
     gone: CancellationToken,
 ) {
-    let interval = exchange_interval(timeout);
+    let mut liveness = holds.liveness();
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(interval) => {}
-            () = gone.cancelled() => return,
+        let lease = liveness.borrow_and_update().lease;
+        let pause = tokio::time::sleep(exchange_interval(timeout, lease));
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                () = &mut pause => break,
+                changed = liveness.changed() => {
+                    // A shorter lease joined: the next exchange comes sooner.
+                    if changed.is_err() || liveness.borrow_and_update().lease < lease {
+                        break;
+                    }
+                }
+                () = gone.cancelled() => return,
+            }
         }
         let sent = Instant::now();
+        let budget = answer_budget(timeout, lease);
         let reply = tokio::select! {
-            reply = tokio::time::timeout(answer_budget(timeout), client.check_stat("/")) => reply,
+            reply = tokio::time::timeout(budget, client.check_stat("/")) => reply,
             () = gone.cancelled() => return,
         };
         // A missing node is an answer too; only silence or a failed request is not.
         if let Ok(Ok(_)) = reply {
-            answered.send_replace(sent);
+            holds.answered(sent);
         }
+    }
+}
+
+/// Gives up on a session no request of which was answered within [`answer_budget`]: every
+/// hold on it is lost, and their nodes are deleted should the session come back.
+fn give_up(client: &Client, holds: &SessionHolds, gone: &CancellationToken) {
+    if holds.ended().is_some() {
+        return;
+    }
+    let paths = holds.end(LostReason::StoreUnreachable);
+    gone.cancel();
+    if !paths.is_empty() {
+        tokio::spawn(delete_all(client.clone(), paths));
     }
 }
 
 /// Follows the session's state; ends it (`gone`) when the server says so, or when no request
 /// was answered within [`answer_budget`].
 async fn watch_state(
+    client: Client,
     mut states: zookeeper_client::StateWatcher,
     timeout: Duration,
-    mut answered: watch::Receiver<Instant>,
+    mut liveness: watch::Receiver<Liveness>,
     connected: watch::Sender<bool>,
+    holds: Arc<SessionHolds>,
     gone: CancellationToken,
 ) {
-    let budget = answer_budget(timeout);
     loop {
-        let give_up = *answered.borrow_and_update() + budget;
+        let live = *liveness.borrow_and_update();
+        let budget = answer_budget(timeout, live.lease);
+        let unanswered_until = live.answered + budget;
         tokio::select! {
             state = states.changed() => match state {
                 SessionState::Disconnected => {
@@ -156,18 +239,19 @@ async fn watch_state(
                 }
                 SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
                     tracing::debug!(?state, "ZooKeeper session over");
+                    holds.end(LostReason::SessionEnded);
                     gone.cancel();
                     return;
                 }
             },
-            changed = answered.changed() => {
+            changed = liveness.changed() => {
                 if changed.is_err() {
                     return;
                 }
             }
-            () = tokio::time::sleep_until(give_up) => {
+            () = tokio::time::sleep_until(unanswered_until) => {
                 tracing::debug!(?budget, "no ZooKeeper request answered within the session's safe window");
-                gone.cancel();
+                give_up(&client, &holds, &gone);
                 return;
             }
             () = gone.cancelled() => return,
