@@ -12,9 +12,17 @@ The client's connection settings (host, port, db, username, password, TLS, socke
 are read once and dlock opens its own connection to the same server; the exceptions raised are
 both dlock's and redis-py's (``except redis.exceptions.LockError`` keeps working).
 
-dlock keeps its locks under its own keys (``dlock:`` prefix, with a fence counter and a
-wake-up channel), so a dlock lock and a redis-py ``Lock`` of the same name do not exclude each
-other: switch every process that takes a given lock at once.
+Locks are kept in redis-py's own layout (``?layout=redis-py`` in dlock's URL): the key is the
+lock's name and holds the holder's token with a ``PX`` expiry, as redis-py writes it, so a
+process still on redis-py's ``Lock`` and one already on dlock exclude each other, and a fleet
+can move one process at a time. dlock keeps what redis-py has no place for (the fence, the
+owner) in a key of its own beside the lock, which redis-py never reads; releases by dlock wake
+dlock's waiters at once, and a dlock waiter behind a redis-py holder looks again at most every
+250 ms (redis-py's own waiters poll every ``sleep`` seconds). Two differences remain: a lock
+taken by dlock always has a lease (with ``timeout=None`` a watchdog renews it while held, so
+a crashed holder frees it within 30 s, where redis-py's would stay locked for ever), and a
+``token`` passed to ``acquire`` is recorded as ``lock.local.token`` while the store keeps a
+token dlock generates, unique per acquisition.
 
 redis-py is not a dependency of dlock: it is imported only when one of these is called.
 """
@@ -58,9 +66,13 @@ def _error_classes() -> Tuple[Type[_DlockLockError], Type[_DlockNotOwned]]:
     return _errors
 
 
-def url_from_client(redis: Any) -> str:
+def url_from_client(redis: Any, layout: str = "redis-py") -> str:
     """The dlock URL of the server a redis-py client talks to (it contains the password, if
-    any: keep it out of logs)."""
+    any: keep it out of logs), with its locks in ``layout``: ``"redis-py"`` (redis-py's own
+    keys, so both exclude each other) or ``"dlock"`` (dlock's keys: reentrant and fair locks,
+    listing)."""
+    if layout not in ("redis-py", "dlock"):
+        raise ValueError(f"layout must be 'redis-py' or 'dlock', not {layout!r}")
     pool = getattr(redis, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if not isinstance(kwargs, dict):
@@ -83,14 +95,14 @@ def url_from_client(redis: Any) -> str:
         userinfo = f"{quote(str(username or ''), safe='')}:{quote(str(password), safe='')}@"
     elif username:
         userinfo = f"{quote(str(username), safe='')}@"
-    options = []
+    options = [f"layout={layout}"]
     for ours, theirs in (("timeout", "socket_timeout"), ("connect_timeout", "socket_connect_timeout")):
         value = kwargs.get(theirs)
         if isinstance(value, (int, float)) and value > 0:
             options.append(f"{ours}={max(1, int(value * 1000))}ms")
     if tls and kwargs.get("ssl_ca_certs"):
         options.append(f"ca={quote(str(kwargs['ssl_ca_certs']), safe='/')}")
-    query = f"?{'&'.join(options)}" if options else ""
+    query = f"?{'&'.join(options)}"
     fragment = "#insecure" if tls and kwargs.get("ssl_cert_reqs") in ("none", 0) else ""
     return f"{'rediss' if tls else 'redis'}://{userinfo}{host}:{port}/{db}{query}{fragment}"
 

@@ -94,3 +94,50 @@ def test_asyncio_client(redis_server, name):
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_redis_py_and_dlock_holders_exclude_each_other_both_ways(r, name):
+    import threading
+    import time
+
+    from redis.lock import Lock as RedisPyLock
+
+    theirs = RedisPyLock(r, name, timeout=10)
+    ours = dlock.redis_py.Lock(r, name, timeout=10)
+    # redis-py holds: dlock is refused, and redis-py's key is the one it wrote.
+    assert theirs.acquire(blocking=False)
+    assert r.get(name) == theirs.local.token
+    assert not ours.acquire(blocking=False)
+    assert ours.locked()
+    theirs.release()
+    # dlock holds: redis-py is refused; the key holds a token with an expiry, as redis-py's.
+    assert ours.acquire(blocking=False)
+    first_fence = ours.fence
+    assert r.get(name) is not None and 0 < r.pttl(name) <= 10_000
+    assert not theirs.acquire(blocking=False)
+    assert theirs.locked()
+    ours.release()
+    assert r.get(name) is None
+    # A dlock waiter behind a redis-py holder gets the lock once redis-py lets it go, and its
+    # fence is above the last dlock holder's.
+    assert theirs.acquire(blocking=False)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(ours.acquire(blocking_timeout=10)))
+    waiter.start()
+    time.sleep(0.3)
+    assert not got, "dlock got in beside a redis-py holder"
+    theirs.release()
+    waiter.join(15)
+    assert got == [True]
+    assert ours.fence > first_fence
+    ours.release()
+
+
+def test_the_dlock_layout_is_kept_on_request(r, name):
+    locks = dlock.connect(dlock.redis_py.url_from_client(r, layout="dlock"))
+    lock = locks.lock(name, timeout=10)
+    assert lock.acquire(blocking=False)
+    assert r.get(name) is None, "dlock's own layout keeps the lock under its prefix"
+    lock.release()
+    with pytest.raises(ValueError):
+        dlock.redis_py.url_from_client(r, layout="other")

@@ -394,7 +394,7 @@ fn unless_missing<T>(
 ) -> anyhow::Result<Option<T>> {
     // `DLOCK_TEST_REQUIRE` names servers: `redis` covers Redlock, `etcd` the etcd cluster.
     let server = match backend {
-        "redlock" | "redis-sentinel" | "redis-cluster" => "redis",
+        "redlock" | "redis-sentinel" | "redis-cluster" | "redis-py-layout" => "redis",
         "etcd-cluster" => "etcd",
         "zookeeper-ensemble" => "zookeeper",
         other => other,
@@ -516,6 +516,19 @@ impl RedisFixture {
         Ok(server.map(|server| {
             let url = format!("redis://{}", server.addr());
             ServerFixture::new("redis", server, url)
+        }))
+    }
+
+    /// Starts a server whose clients keep mutexes in redis-py's layout (`layout=redis-py`).
+    ///
+    /// # Errors
+    ///
+    /// See above.
+    pub fn start_py_layout() -> anyhow::Result<Option<Arc<RedisFixture>>> {
+        let server = unless_missing("redis-py-layout", ServerProcess::start(Redis::default()))?;
+        Ok(server.map(|server| {
+            let url = format!("redis://{}?layout=redis-py", server.addr());
+            ServerFixture::new("redis-py-layout", server, url)
         }))
     }
 
@@ -787,6 +800,15 @@ pub const STARTERS: &[Starter] = &[
         several_servers: false,
         masked: false,
         start: || one(RedisFixture::start()),
+    },
+    // Mutexes in redis-py's layout (`?layout=redis-py`): the lock's key is redis-py's own.
+    Starter {
+        driver: "redis",
+        backends: &["redis-py-layout"],
+        server: Some("redis"),
+        several_servers: false,
+        masked: false,
+        start: || one(RedisFixture::start_py_layout()),
     },
     Starter {
         driver: "redis",

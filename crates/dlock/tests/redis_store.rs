@@ -1271,3 +1271,74 @@ fn a_blocking_callers_commands_go_over_a_blocking_connection_on_its_thread() -> 
     ensure!(locks_free(addr, "direct")?, "the lock was left held");
     Ok(())
 }
+
+/// In redis-py's layout the lock is redis-py's own key: a holder that speaks redis-py's
+/// protocol (`SET NAME TOKEN NX PX`, a compare-and-delete release) and a dlock holder exclude
+/// each other both ways, dlock's fences keep rising across a redis-py hold in between, and a
+/// dlock waiter behind a redis-py holder gets the lock once redis-py lets it go.
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_py_layout_excludes_redis_py_holders_both_ways() -> anyhow::Result<()> {
+    let fx = redis_or_skip!();
+    let addr = fx.addr();
+    let locks = dlock::connect(&format!("redis://{addr}?layout=redis-py")).await?;
+    // redis-py's acquire: SET NX with its timeout; its release: delete if the token is its own.
+    let redis_py_acquire = |token: &str| -> anyhow::Result<bool> {
+        let set: Option<String> = query(addr, &["SET", "jobs", token, "NX", "PX", "10000"])?;
+        Ok(set.is_some())
+    };
+    let redis_py_release = |token: &str| -> anyhow::Result<i64> {
+        let script = redis::Script::new(
+            "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+             redis.call('del', KEYS[1]) return 1",
+        );
+        Ok(script.key("jobs").arg(token).invoke(&mut admin(addr)?)?)
+    };
+
+    let first = locks.mutex("jobs").ttl(Duration::from_secs(10)).acquire().await?;
+    let stored: String = query(addr, &["GET", "jobs"])?;
+    ensure!(stored.len() == 32, "the key holds dlock's token as redis-py would: {stored:?}");
+    let pttl: i64 = query(addr, &["PTTL", "jobs"])?;
+    ensure!(pttl > 9_000, "the key carries the lease as its expiry: {pttl} ms");
+    ensure!(!redis_py_acquire("py-1")?, "redis-py got in beside a dlock holder");
+    ensure!(redis_py_release("py-1")? == 0, "redis-py released dlock's hold");
+    let first_fence = first.fence();
+    first.release().await?;
+    let gone: Option<String> = query(addr, &["GET", "jobs"])?;
+    ensure!(gone.is_none(), "dlock's release left the key: {gone:?}");
+
+    ensure!(redis_py_acquire("py-2")?, "redis-py could not take the lock dlock released");
+    ensure!(
+        locks.mutex("jobs").try_acquire().await?.is_none(),
+        "dlock got in beside a redis-py holder"
+    );
+    let info = locks.inspect("jobs").await?.context("a redis-py holder is shown")?;
+    ensure!(info.ttl_left.is_some(), "inspect shows the redis-py holder's expiry");
+    // A dlock waiter behind the redis-py holder gets the lock once it is released.
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            locks
+                .mutex("jobs")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    sleep(Duration::from_millis(300)).await;
+    ensure!(!waiter.is_finished(), "the waiter got in while redis-py held the lock");
+    ensure!(redis_py_release("py-2")? == 1, "redis-py's release failed");
+    let second = timeout(Duration::from_secs(5), waiter).await???;
+    ensure!(
+        second.fence() > first_fence,
+        "fences rise across a redis-py hold: {} after {first_fence}",
+        second.fence()
+    );
+    // A break reaches the holder as in dlock's own layout.
+    ensure!(locks.force_release("jobs").await?, "the hold was not broken");
+    timeout(Duration::from_secs(10), second.lost()).await?;
+    Ok(())
+}

@@ -72,6 +72,13 @@ impl RedisBuilder {
         self
     }
 
+    /// See [`RedisConfig::layout`]: [`RedisLayout::RedisPy`](super::RedisLayout::RedisPy)
+    /// keeps mutexes as redis-py's `Lock` does, so both exclude each other.
+    pub fn layout(mut self, layout: super::RedisLayout) -> Self {
+        self.config.layout = layout;
+        self
+    }
+
     /// See [`RedisConfig::poll_min`] and [`RedisConfig::poll_max`].
     pub fn poll(mut self, min: Duration, max: Duration) -> Self {
         self.config.poll_min = min;

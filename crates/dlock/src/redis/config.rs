@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{CLUSTER_SCHEMES, REDIS_SCHEMES, SENTINEL_SCHEMES};
+use super::{CLUSTER_SCHEMES, REDIS_SCHEMES, RedisLayout, SENTINEL_SCHEMES};
 use crate::backend::url::StoreUrl;
 use crate::error::{Error, Result, redact_url};
 
@@ -59,6 +59,8 @@ pub struct RedisConfig {
     /// How long a grant or an extension waits for [`min_replicas`](RedisConfig::min_replicas)
     /// replicas (URL `replica_timeout`); shorter than the response timeout. Default: 500 ms.
     pub replica_timeout: Duration,
+    /// How mutexes are kept (URL `layout`: `dlock`, the default, or `redis-py`).
+    pub layout: RedisLayout,
 }
 
 /// Where the sentinels of a Redis primary are, and what to ask them (`redis+sentinel://`).
@@ -153,6 +155,7 @@ impl Default for RedisConfig {
             cluster: Vec::new(),
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
+            layout: RedisLayout::Dlock,
         }
     }
 }
@@ -171,15 +174,16 @@ impl fmt::Debug for RedisConfig {
             .field("cluster", &self.cluster)
             .field("min_replicas", &self.min_replicas)
             .field("replica_timeout", &self.replica_timeout)
+            .field("layout", &self.layout)
             .finish()
     }
 }
 
 const OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, protocol, \
-                       min_replicas, replica_timeout";
+                       min_replicas, replica_timeout, layout";
 const SENTINEL_OPTIONS: &str = "prefix, ca, timeout, connect_timeout, poll_min, poll_max, \
-                                protocol, min_replicas, replica_timeout, sentinel_user, \
-                                sentinel_password";
+                                protocol, min_replicas, replica_timeout, layout, \
+                                sentinel_user, sentinel_password";
 /// The shape of a cluster URL, for errors.
 const CLUSTER_FORM: &str = "redis+cluster://[user:password@]host:port[,host:port…]";
 /// The shape of a sentinel URL, for errors.
@@ -317,8 +321,10 @@ impl RedisConfig {
             .map(|u| format!("{u}@"))
             .unwrap_or_default();
         let scheme = parsed.scheme.trim_end_matches("+cluster");
-        config.finish(&parsed, scheme, &format!("{userinfo}{}", nodes[0]), &passed)?;
+        let first = format!("{userinfo}{}", nodes[0]);
+        // Set before `finish` validates: what a cluster refuses is checked there.
         config.cluster = nodes;
+        config.finish(&parsed, scheme, &first, &passed)?;
         Ok(config)
     }
 
@@ -351,6 +357,10 @@ impl RedisConfig {
                 "poll_max" => self.poll_max = option.duration("250ms or 2s")?,
                 "min_replicas" => self.min_replicas = option.number()?,
                 "replica_timeout" => self.replica_timeout = option.duration("250ms or 2s")?,
+                "layout" => {
+                    self.layout = RedisLayout::parse(option.raw)
+                        .ok_or_else(|| parsed.invalid("option layout: dlock or redis-py"))?;
+                }
                 "protocol" => passed.push(option.pair),
                 _ => own(&option)?,
             }
@@ -436,6 +446,7 @@ impl RedisConfig {
                  WAIT that asks the replicas",
             ));
         }
+        self.layout.validate(!self.cluster.is_empty())?;
         if self.prefix.len() > 256 {
             return Err(Error::invalid_argument("prefix", "longer than 256 bytes"));
         }

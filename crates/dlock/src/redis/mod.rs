@@ -8,9 +8,11 @@ mod config;
 pub(crate) mod conn;
 pub(crate) mod driver;
 pub(crate) mod error;
+mod layout;
 mod lease;
 pub(crate) mod monitor;
 pub(crate) mod node;
+mod py_layout;
 mod renewals;
 pub(crate) mod scripts;
 mod sentinel;
@@ -19,6 +21,7 @@ mod values;
 pub(crate) mod wake;
 
 pub use builder::RedisBuilder;
+pub use layout::RedisLayout;
 pub use config::{MAX_POLL, RedisConfig, SENTINEL_PORT, SentinelConfig, WAITER_TTL};
 
 use std::sync::Arc;
@@ -48,6 +51,18 @@ const INFO: BackendInfo = BackendInfo::new(
         permits: true,
         rwlock: true,
         ..Capabilities::SHARED_STORE
+    },
+);
+
+/// In redis-py's layout ([`RedisLayout::RedisPy`]): no reentrant or fair locks (the value is
+/// the token alone) and no listing (the locks' keys have no common prefix).
+const INFO_PY: BackendInfo = BackendInfo::new(
+    BACKEND,
+    Capabilities {
+        reentrant: false,
+        fair: false,
+        list: false,
+        ..INFO.capabilities
     },
 );
 
@@ -130,13 +145,14 @@ pub(crate) fn ms(d: Duration) -> u64 {
 #[async_trait]
 impl Backend for RedisBackend {
     fn info(&self) -> &BackendInfo {
-        &INFO
+        if self.inner.py_layout() { &INFO_PY } else { &INFO }
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         crate::ttl::check_store_ttl(req.ttl)?;
         let granted = match shared_holds::acquire(&self.inner, req).await {
             Some(shared) => shared?,
+            None if self.inner.py_layout() => self.acquire_py(req).await?,
             None => self.acquire_mutex(req).await?,
         };
         let key = || self.inner.keys(req.name.as_str()).lock;
@@ -155,6 +171,11 @@ impl Backend for RedisBackend {
         &self,
         reqs: &[AcquireRequest],
     ) -> Option<Result<Option<Vec<Arc<dyn Lease>>>>> {
+        // redis-py's layout has no script for several locks: the caller takes them one at a
+        // time (in canonical order, all or nothing).
+        if self.inner.py_layout() {
+            return None;
+        }
         // One script reaches one cluster node: names in different slots are taken one at a
         // time (by the caller, in canonical order, all or nothing).
         if self.inner.is_cluster() {

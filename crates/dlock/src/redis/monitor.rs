@@ -9,11 +9,11 @@ use async_trait::async_trait;
 
 use crate::backend::list_family::ListFamily;
 use crate::backend::{HoldKind, ListPage, ListQuery, LockInfo, MonitorStore};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 
-use super::error::{bad_reply, map_timed};
+use super::error::{BACKEND, bad_reply, map_timed};
 use super::scripts::{self, Scripts, SharedKeys};
 use super::{Inner, RedisBackend};
 
@@ -42,6 +42,11 @@ pub(crate) fn read_owner(field: &str) -> (Owner, SystemTime) {
         owner,
         UNIX_EPOCH + Duration::from_millis(number(at).unwrap_or(0)),
     )
+}
+
+/// Reads a mutex's reply of `inspect.lua` (or `py_inspect.lua`, which answers the same).
+pub(super) fn mutex_info(name: String, reply: &[Option<String>]) -> Result<Option<LockInfo>> {
+    lock_info(name, HoldKind::Mutex, reply)
 }
 
 /// Reads a reply of `inspect.lua` (`kind` Mutex) or `inspect_shared.lua` (after its kind):
@@ -100,6 +105,11 @@ impl MonitorStore for RedisBackend {
     /// The mutex `name` if it is held, else the semaphore, else the read-write lock (all three
     /// read in one round trip).
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
+        if self.inner.py_layout() {
+            if let Some(info) = self.inspect_py(name).await? {
+                return Ok(Some(info));
+            }
+        }
         let mut conn = self.inner.conn();
         let locks = ListFamily::ALL.map(|family| (family, name.as_str().to_owned()));
         let infos = inspect_many(&self.inner, &mut conn, &locks).await?;
@@ -109,6 +119,12 @@ impl MonitorStore for RedisBackend {
     /// A page of one server's `SCAN`; on a cluster, of each primary's in turn (the cursor
     /// names the primary by its place in the sorted list of primaries).
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
+        if self.inner.py_layout() {
+            return Err(Error::Unsupported {
+                operation: "listing locks in redis-py's layout (they share no key prefix)",
+                backend: BACKEND,
+            });
+        }
         let mut conn = self.inner.conn();
         if conn.cluster().is_none() {
             let (locks, cursor) = self
@@ -141,6 +157,9 @@ impl MonitorStore for RedisBackend {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
+        if self.inner.py_layout() {
+            return self.force_release_py(name).await;
+        }
         let keys = self.inner.keys(name.as_str());
         let mut conn = self.inner.conn();
         let broken: i64 = self

@@ -33,6 +33,18 @@ pub(super) struct Scripts {
     pub(super) inspect: Script,
     pub(super) inspect_shared: Script,
     pub(super) value_put: Script,
+    /// The mutex in redis-py's layout ([`RedisLayout::RedisPy`](super::RedisLayout::RedisPy)).
+    pub(super) py: PyScripts,
+}
+
+/// The scripts of a mutex in redis-py's layout (`scripts/py_*.lua`): the fence arithmetic and
+/// the operation, without `common.lua` (they read no dlock value).
+pub(super) struct PyScripts {
+    pub(super) acquire: Script,
+    pub(super) extend: Script,
+    pub(super) release: Script,
+    pub(super) force_release: Script,
+    pub(super) inspect: Script,
 }
 
 /// Releases published with `PUBLISH`: one server, or a cluster without sharded pub/sub (which
@@ -61,6 +73,12 @@ impl Scripts {
             ))
         };
         let script = |body: &str| with_fast("", body);
+        let py = |body: &str| {
+            Script::new(&format!(
+                "local PUBLISH = '{publish}'\n{}\n{body}",
+                include_str!("scripts/fence.lua")
+            ))
+        };
         Scripts {
             acquire: with_fast(
                 include_str!("scripts/acquire_fast.lua"),
@@ -87,6 +105,13 @@ impl Scripts {
             inspect: script(include_str!("scripts/inspect.lua")),
             inspect_shared: script(include_str!("scripts/inspect_shared.lua")),
             value_put: script(include_str!("scripts/value_put.lua")),
+            py: PyScripts {
+                acquire: py(include_str!("scripts/py_acquire.lua")),
+                extend: py(include_str!("scripts/py_extend.lua")),
+                release: py(include_str!("scripts/py_release.lua")),
+                force_release: py(include_str!("scripts/py_force_release.lua")),
+                inspect: py(include_str!("scripts/py_inspect.lua")),
+            },
         }
     }
 }
