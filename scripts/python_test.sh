@@ -31,6 +31,17 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheel"
 "$venv/bin/python" -m pip install --quiet "pytest>=7" "redis>=5" "mypy>=1.10"
+# redis-py's own lock tests (in its source distribution, not its wheel), of the version just
+# installed, run on dlock's drop-in by tests/test_redis_py_suite.py.
+redis_py_version="$("$venv/bin/python" -c 'import redis; print(redis.__version__)')"
+DLOCK_REDIS_PY_SOURCE="$(realpath target)/redis-py-source/redis-$redis_py_version"
+if [ ! -f "$DLOCK_REDIS_PY_SOURCE/tests/test_lock.py" ]; then
+    mkdir -p target/redis-py-source
+    "$venv/bin/python" -m pip download --quiet --no-deps --no-binary :all: \
+        -d target/redis-py-source "redis==$redis_py_version"
+    tar -xzf "target/redis-py-source/redis-$redis_py_version.tar.gz" -C target/redis-py-source
+fi
+export DLOCK_REDIS_PY_SOURCE
 
 # A missing redis-server or PostgreSQL fails the run rather than skipping its tests.
 export DLOCK_TEST_REQUIRE=all

@@ -122,15 +122,22 @@ def test_redis_py_and_dlock_holders_exclude_each_other_both_ways(r, name):
     # fence is above the last dlock holder's.
     assert theirs.acquire(blocking=False)
     got = []
-    waiter = threading.Thread(target=lambda: got.append(ours.acquire(blocking_timeout=10)))
+
+    def wait_behind_redis_py() -> None:
+        # The hold is the waiting thread's (thread_local): read and release it there.
+        acquired = ours.acquire(blocking_timeout=10)
+        got.append((acquired, ours.fence))
+        if acquired:
+            ours.release()
+
+    waiter = threading.Thread(target=wait_behind_redis_py)
     waiter.start()
     time.sleep(0.3)
     assert not got, "dlock got in beside a redis-py holder"
     theirs.release()
     waiter.join(15)
-    assert got == [True]
-    assert ours.fence > first_fence
-    ours.release()
+    assert len(got) == 1 and got[0][0], got
+    assert got[0][1] > first_fence
 
 
 def test_the_dlock_layout_is_kept_on_request(r, name):
