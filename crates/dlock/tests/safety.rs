@@ -1133,10 +1133,7 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
             workload.holds_before = 12;
         }
         CanaryKind::RepeatedTerm => {
-            // A fence repeated from this process's last grant is lower than the terms other
-            // leaders published since, and the election's record refuses it (the campaign
-            // fails): the term just below the grant's is the previous leader's, which the
-            // record accepts.
+            // The previous leader's term, which the record accepts (see `Canary::FenceBehind`).
             workload.canary = Canary::FenceBehind;
             workload.holds_before = 12;
         }
@@ -1144,8 +1141,7 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
             workload.canary = Canary::NeverTold;
         }
         CanaryKind::StaleObserver => {
-            // Terms changing for well over the replica's lag, so the observer's reads of
-            // terms that ended that long ago come while the run goes on.
+            // Terms change for well over the replica's lag (`STALE_READ_LAG`).
             workload.canary = Canary::StaleReads;
             workload.holds_before = 30;
         }
