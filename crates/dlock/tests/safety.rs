@@ -718,8 +718,8 @@ impl CanaryKind {
             | CanaryKind::DeposedLeaderNeverTold => {
                 !matches!(backend, "memory" | "postgres-session" | "mariadb-session")
             }
-            // Where the observer can inspect (not the MySQL/MariaDB session mode).
-            CanaryKind::StaleObserver => backend != "mariadb-session",
+            // Where the observer can inspect (not files, not the MySQL/MariaDB session mode).
+            CanaryKind::StaleObserver => !matches!(backend, "file" | "mariadb-session"),
             // Where a server restart ends every lease: stores that keep nothing.
             CanaryKind::StruckNeverTold | CanaryKind::StruckToldLate => {
                 matches!(backend, "redis" | "redlock")
