@@ -18,9 +18,11 @@ releases the GIL while it talks to the store, and Ctrl-C interrupts a blocking a
 
 from __future__ import annotations
 
+from ._barrier import Barrier, BarrierGuard, DoubleBarrier, Inside
 from ._coordination import CountDownLatch, Counter
 from ._dlock import default_url, enabled_schemes
 from ._election import Election, Leader, Leadership
+from ._run import run_while_held
 from ._sync import (
     DEFAULT_UPDATE_ATTEMPTS,
     Guard,
@@ -41,6 +43,7 @@ from .exceptions import (
     LockError,
     LockNotOwnedError,
     LockTimeoutError,
+    LostError,
     StoreError,
     StoreUnavailableError,
     UnsupportedError,
@@ -48,6 +51,7 @@ from .exceptions import (
 
 __all__ = [
     "connect",
+    "run_while_held",
     "default_url",
     "enabled_schemes",
     "Locks",
@@ -58,6 +62,10 @@ __all__ = [
     "Leader",
     "Counter",
     "CountDownLatch",
+    "Barrier",
+    "BarrierGuard",
+    "DoubleBarrier",
+    "Inside",
     "Mutex",
     "RwLock",
     "Semaphore",
@@ -70,6 +78,7 @@ __all__ = [
     "LockError",
     "LockNotOwnedError",
     "LockTimeoutError",
+    "LostError",
     "ConflictError",
     "UnsupportedError",
     "StoreError",

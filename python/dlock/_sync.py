@@ -13,6 +13,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._barrier import Barrier, DoubleBarrier
 from ._coordination import CountDownLatch, Counter
 from ._election import Election
 from ._dlock import DEFAULT_UPDATE_ATTEMPTS as _RUST_DEFAULT_UPDATE_ATTEMPTS
@@ -260,6 +261,39 @@ class Locks:
         False
         """
         return CountDownLatch(self._client, _args.lock_name(name), interval)
+
+    def barrier(self, name: Union[str, bytes], *, ttl: Optional[Number] = None) -> "Barrier":
+        """The barrier ``name``: ``set(timeout)`` raises it (a ``BarrierGuard``), ``wait(timeout)``
+        blocks until it is down, ``remove()`` takes it down from any client. See
+        ``dlock.Barrier``.
+
+        >>> gate = dlock.connect("memory://").barrier("gate")
+        >>> with gate.set():
+        ...     gate.wait(timeout=0.05)
+        False
+        >>> gate.wait(timeout=1)
+        True
+        """
+        return Barrier(self._client, _args.lock_name(name), ttl)
+
+    def double_barrier(
+        self,
+        name: Union[str, bytes],
+        participants: int,
+        *,
+        ttl: Optional[Number] = None,
+        interval: Optional[Number] = None,
+    ) -> "DoubleBarrier":
+        """The double barrier ``name`` of ``participants``: ``enter(timeout)`` waits until all
+        have entered (an ``Inside``), ``Inside.leave(timeout)`` until all have left. See
+        ``dlock.DoubleBarrier``.
+
+        >>> alone = dlock.connect("memory://").double_barrier("solo", 1)
+        >>> with alone.enter(timeout=1):
+        ...     pass
+        """
+        count = _args.count(participants, "participants")
+        return DoubleBarrier(self._client, _args.lock_name(name), count, ttl, interval)
 
     def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         """Who holds ``name`` now, or ``None`` when nobody does."""

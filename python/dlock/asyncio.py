@@ -24,13 +24,15 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, Union, overload
 
 from . import _args
+from ._barrier import AsyncBarrier, AsyncDoubleBarrier
 from ._coordination import AsyncCountDownLatch, AsyncCounter
 from ._election import AsyncElection
+from ._run import run_while_held_async as run_while_held
 from ._dlock import Ask, Client, Hold, Notifier, Task
 from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _SharedHold, _ThreadHold
 from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
 
-__all__ = ["connect", "Locks", "Lock", "Guard", "Mutex", "RwLock", "Semaphore", "MultiLock", "VersionedValue"]
+__all__ = ["connect", "run_while_held", "Locks", "Lock", "Guard", "Mutex", "RwLock", "Semaphore", "MultiLock", "VersionedValue"]
 
 logger = logging.getLogger("dlock")
 
@@ -242,6 +244,24 @@ class Locks:
         """See ``dlock.Locks.latch``: ``await try_set_count(n)``, ``await count_down()``,
         ``await wait(timeout)``."""
         return AsyncCountDownLatch(self._client, _args.lock_name(name), interval)
+
+    def barrier(self, name: Union[str, bytes], *, ttl: Optional[Number] = None) -> "AsyncBarrier":
+        """See ``dlock.Locks.barrier``: ``await set(timeout)``, ``await wait(timeout)``,
+        ``await remove()``."""
+        return AsyncBarrier(self._client, _args.lock_name(name), ttl)
+
+    def double_barrier(
+        self,
+        name: Union[str, bytes],
+        participants: int,
+        *,
+        ttl: Optional[Number] = None,
+        interval: Optional[Number] = None,
+    ) -> "AsyncDoubleBarrier":
+        """See ``dlock.Locks.double_barrier``: ``await enter(timeout)``, then
+        ``await inside.leave(timeout)`` (or ``async with``)."""
+        count = _args.count(participants, "participants")
+        return AsyncDoubleBarrier(self._client, _args.lock_name(name), count, ttl, interval)
 
     async def inspect(self, name: Union[str, bytes]) -> Optional[LockInfo]:
         found = await self._client.inspect(_args.lock_name(name), aio=_bridge())

@@ -17,6 +17,7 @@ __all__ = [
     "LockError",
     "LockNotOwnedError",
     "LockTimeoutError",
+    "LostError",
     "ConflictError",
     "UnsupportedError",
     "StoreError",
@@ -44,6 +45,16 @@ class LockError(DlockError, ValueError):
 class LockNotOwnedError(LockError):
     """The lock is no longer this holder's: its lease ran out, it was broken, or it was
     released already (redis-py's class)."""
+
+
+class LostError(LockNotOwnedError):
+    """A hold was lost while ``run_while_held`` ran its task; ``reason`` says why:
+    ``"expired"``, ``"renewal_refused"``, ``"store_unreachable"``, ``"broken"``,
+    ``"session_ended"`` or ``"store_signal"``."""
+
+    def __init__(self, message: Optional[str] = None, lock_name: Optional[str] = None, reason: Optional[str] = None) -> None:
+        super().__init__(message, lock_name)
+        self.reason = reason
 
 
 class LockTimeoutError(LockError):

@@ -134,6 +134,25 @@ impl Hold {
         self.forked() || self.inner.lost.is_cancelled()
     }
 
+    /// Why the hold was lost (`"expired"`, `"renewal_refused"`, `"store_unreachable"`,
+    /// `"broken"`, `"session_ended"`, `"store_signal"`), once it is; `None` while held, once
+    /// released, or in a forked child (the hold was never its own).
+    fn lost_reason(&self) -> Option<&'static str> {
+        if self.forked() || !self.inner.lost.is_cancelled() {
+            return None;
+        }
+        // A release or extend in flight holds the guard: the signal fired, so the reason is
+        // the store's word until the guard can be read.
+        let reason = match self.inner.guard.try_lock() {
+            Ok(guard) => match guard.as_ref() {
+                Some(held) => held.lost_reason(),
+                None => return None,
+            },
+            Err(_) => None,
+        };
+        Some(reason.unwrap_or(dlock::LostReason::StoreSignal).as_str())
+    }
+
     /// Waits until the hold is lost or `timeout` seconds pass (`None`: no limit); true if lost.
     #[pyo3(signature = (timeout=None, aio=None))]
     fn wait_lost<'py>(

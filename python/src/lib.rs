@@ -18,6 +18,7 @@ use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+mod barrier;
 mod bridge;
 mod convert;
 mod coordination;
@@ -542,6 +543,12 @@ fn _dlock(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(coordination::latch_count_down, module)?)?;
     module.add_function(wrap_pyfunction!(coordination::latch_count, module)?)?;
     module.add_function(wrap_pyfunction!(coordination::latch_wait, module)?)?;
+    module.add_class::<barrier::BarrierHold>()?;
+    module.add_class::<barrier::Participant>()?;
+    module.add_function(wrap_pyfunction!(barrier::barrier_set, module)?)?;
+    module.add_function(wrap_pyfunction!(barrier::barrier_wait, module)?)?;
+    module.add_function(wrap_pyfunction!(barrier::barrier_remove, module)?)?;
+    module.add_function(wrap_pyfunction!(barrier::double_barrier_enter, module)?)?;
     module.add(
         "DEFAULT_UPDATE_ATTEMPTS",
         dlock::limits::DEFAULT_UPDATE_ATTEMPTS,

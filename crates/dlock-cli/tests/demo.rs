@@ -115,3 +115,43 @@ fn demo_rejects_bad_arguments_with_a_message() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--period"));
 }
+
+#[test]
+fn elected_scheduler_replaces_a_leader_killed_mid_run_and_runs_every_job_once_per_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    let out = demo(
+        &url,
+        &[
+            "elected-scheduler",
+            "--workers",
+            "3",
+            "--jobs",
+            "4",
+            "--periods",
+            "5",
+            "--period",
+            "1s",
+            "--lease",
+            "1s",
+            "--kill-leader-at",
+            "2",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("killed the leader"), "{stdout}");
+    assert!(
+        stdout.contains("the next leader ran its first job"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("every job ran exactly once per period"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("VIOLATION"), "{stdout}");
+}

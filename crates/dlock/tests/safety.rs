@@ -1,7 +1,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-//! The safety suite: worker processes take one lock (a mutex, a read-write lock, a semaphore
-//! or a multi-lock) and write through the checker's fenced resource while a fault strikes, on
+//! The safety suite: worker processes take one lock (a mutex, a read-write lock, a semaphore,
+//! a multi-lock, or an election's leadership, which an observer follows) and write through the checker's fenced resource while a fault strikes, on
 //! every backend, and the checker's strict rules judge the record (see RELIABILITY.md for the
 //! rules, what each fault must and may do, and the figures of the last full run).
 //!
@@ -448,10 +448,18 @@ enum Prim {
     RwLock,
     Semaphore,
     MultiLock,
+    /// Leadership of an election, followed by an observer (see `checker::election`).
+    Election,
 }
 
 impl Prim {
-    const ALL: [Prim; 4] = [Prim::Mutex, Prim::RwLock, Prim::Semaphore, Prim::MultiLock];
+    const ALL: [Prim; 5] = [
+        Prim::Mutex,
+        Prim::RwLock,
+        Prim::Semaphore,
+        Prim::MultiLock,
+        Prim::Election,
+    ];
 
     fn primitive(self) -> Primitive {
         match self {
@@ -460,6 +468,7 @@ impl Prim {
             // Two permits for three workers: one always waits.
             Prim::Semaphore => Primitive::Semaphore(2),
             Prim::MultiLock => Primitive::MultiLock,
+            Prim::Election => Primitive::Election,
         }
     }
 
@@ -470,6 +479,7 @@ impl Prim {
             Prim::RwLock => "rwlock",
             Prim::Semaphore => "semaphore",
             Prim::MultiLock => "multi-lock",
+            Prim::Election => "election",
         }
     }
 
@@ -480,6 +490,7 @@ impl Prim {
             Prim::RwLock => "rwlock::",
             Prim::Semaphore => "semaphore::",
             Prim::MultiLock => "multi_lock::",
+            Prim::Election => "election::",
         }
     }
 
@@ -541,6 +552,12 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
         ),
         Prim::Semaphore => matches!((backend, fault), ("etcd", Partition)),
         Prim::MultiLock => matches!((backend, fault), ("sqlite", HolderPause)),
+        Prim::Election => matches!(
+            (backend, fault),
+            ("memory", Baseline)
+                | ("sqlite", HolderKill | HolderPause)
+                | ("redis", ServerRestart | Partition)
+        ),
     }
 }
 
@@ -577,10 +594,16 @@ enum CanaryKind {
     StruckNeverTold,
     /// The guard of a hold a server restart ended is told a lease late.
     StruckToldLate,
+    /// A store wrapper hands a leader its predecessor's term.
+    RepeatedTerm,
+    /// A frozen leader is never told it was deposed, and keeps acting as leader.
+    DeposedLeaderNeverTold,
+    /// The election observer reads from a replica six seconds behind.
+    StaleObserver,
 }
 
 impl CanaryKind {
-    const ALL: [CanaryKind; 8] = [
+    const ALL: [CanaryKind; 11] = [
         CanaryKind::LateSignal,
         CanaryKind::RepeatedFence,
         CanaryKind::RepeatedPermitFence,
@@ -589,6 +612,9 @@ impl CanaryKind {
         CanaryKind::FrozenToldLate,
         CanaryKind::StruckNeverTold,
         CanaryKind::StruckToldLate,
+        CanaryKind::RepeatedTerm,
+        CanaryKind::DeposedLeaderNeverTold,
+        CanaryKind::StaleObserver,
     ];
 
     fn slug(self) -> &'static str {
@@ -607,6 +633,11 @@ impl CanaryKind {
             CanaryKind::StruckToldLate => {
                 "canary_keeper_telling_a_restart_struck_hold_a_lease_late_is_flagged"
             }
+            CanaryKind::RepeatedTerm => "canary_election_store_repeating_a_term_is_flagged",
+            CanaryKind::DeposedLeaderNeverTold => {
+                "canary_election_deposed_leader_never_told_is_flagged"
+            }
+            CanaryKind::StaleObserver => "canary_election_observer_reading_stale_is_flagged",
         }
     }
 
@@ -615,10 +646,13 @@ impl CanaryKind {
         match self {
             CanaryKind::LateSignal
             | CanaryKind::RepeatedFence
-            | CanaryKind::RepeatedPermitFence => FaultKind::Baseline,
-            CanaryKind::Unfenced | CanaryKind::FrozenNeverTold | CanaryKind::FrozenToldLate => {
-                FaultKind::HolderPause
-            }
+            | CanaryKind::RepeatedPermitFence
+            | CanaryKind::RepeatedTerm
+            | CanaryKind::StaleObserver => FaultKind::Baseline,
+            CanaryKind::Unfenced
+            | CanaryKind::FrozenNeverTold
+            | CanaryKind::FrozenToldLate
+            | CanaryKind::DeposedLeaderNeverTold => FaultKind::HolderPause,
             CanaryKind::StruckNeverTold | CanaryKind::StruckToldLate => FaultKind::ServerRestart,
         }
     }
@@ -627,6 +661,9 @@ impl CanaryKind {
     fn prim(self) -> Prim {
         match self {
             CanaryKind::RepeatedPermitFence => Prim::Semaphore,
+            CanaryKind::RepeatedTerm
+            | CanaryKind::DeposedLeaderNeverTold
+            | CanaryKind::StaleObserver => Prim::Election,
             _ => Prim::Mutex,
         }
     }
@@ -635,9 +672,14 @@ impl CanaryKind {
     fn rule(self) -> &'static str {
         match self {
             CanaryKind::LateSignal => "overlap rule",
-            CanaryKind::RepeatedFence | CanaryKind::RepeatedPermitFence => "fence rule",
+            CanaryKind::RepeatedFence
+            | CanaryKind::RepeatedPermitFence
+            | CanaryKind::RepeatedTerm => "fence rule",
             CanaryKind::Unfenced => "unsafe-write rule",
-            CanaryKind::FrozenNeverTold | CanaryKind::FrozenToldLate => FROZEN_HOLDER_RULE,
+            CanaryKind::FrozenNeverTold
+            | CanaryKind::FrozenToldLate
+            | CanaryKind::DeposedLeaderNeverTold => FROZEN_HOLDER_RULE,
+            CanaryKind::StaleObserver => "stale-leader rule",
             CanaryKind::StruckNeverTold | CanaryKind::StruckToldLate => "lag rule",
         }
     }
@@ -654,6 +696,9 @@ impl CanaryKind {
                 )
             }
             CanaryKind::RepeatedFence => backend != "memory",
+            // Where fences count up by one per name, so the fence below a grant's is the
+            // previous leader's.
+            CanaryKind::RepeatedTerm => matches!(backend, "sqlite" | "file"),
             // Native semaphores: their permits' fences follow their grants.
             CanaryKind::RepeatedPermitFence => matches!(
                 backend,
@@ -667,9 +712,14 @@ impl CanaryKind {
             ),
             // Session locks are held while their connection lives: a frozen holder keeps its
             // lock, so there is no stale write to accept and nothing to tell.
-            CanaryKind::Unfenced | CanaryKind::FrozenNeverTold | CanaryKind::FrozenToldLate => {
+            CanaryKind::Unfenced
+            | CanaryKind::FrozenNeverTold
+            | CanaryKind::FrozenToldLate
+            | CanaryKind::DeposedLeaderNeverTold => {
                 !matches!(backend, "memory" | "postgres-session" | "mariadb-session")
             }
+            // Where the observer can inspect (not files, not the MySQL/MariaDB session mode).
+            CanaryKind::StaleObserver => !matches!(backend, "file" | "mariadb-session"),
             // Where a server restart ends every lease: stores that keep nothing.
             CanaryKind::StruckNeverTold | CanaryKind::StruckToldLate => {
                 matches!(backend, "redis" | "redlock")
@@ -683,6 +733,7 @@ impl CanaryKind {
             // told late on Redis (the other two run with `DLOCK_SAFETY=full`).
             CanaryKind::FrozenToldLate | CanaryKind::StruckNeverTold => false,
             CanaryKind::StruckToldLate | CanaryKind::RepeatedPermitFence => backend == "redis",
+            CanaryKind::StaleObserver => matches!(backend, "memory" | "sqlite" | "redis"),
             _ => backend == "sqlite" || (backend == "redis" && self == CanaryKind::LateSignal),
         }
     }
@@ -783,6 +834,17 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
         // Leases that outlive the two seconds between the checkpoint and the loss, so the
         // state that comes back (a permit's last fence too) is still alive in the store.
         workload.ttl = Duration::from_secs(5);
+    }
+    if prim == Prim::Election {
+        // Terms long enough for the observer (asking every quarter lease) to see some, short
+        // enough beside the 1 s fixed TTL that a stall of the loaded machine does not make
+        // them outlive it; a term may be shown until its lease ends in the store: the TTL,
+        // or a ZooKeeper session's timeout.
+        if !fault.strikes_the_store() {
+            workload.hold = Duration::from_millis(150);
+        }
+        let session = stand.faults.offers().sessions.unwrap_or_default();
+        workload.observe_lease = Some(workload.ttl.max(session));
     }
     let ttl = workload.ttl;
     let injected = match fault {
@@ -998,7 +1060,7 @@ fn trial(backend: &'static str, fault: FaultKind, prim: Prim) -> Result<(), Fail
 fn judge(stand: &Stand, fault: FaultKind, prim: Prim, report: &ScenarioReport) -> Vec<String> {
     let mut violations = report.violations();
     // A frozen reader or permit holder shares the lock: others may go on beside it.
-    let exclusive = matches!(prim, Prim::Mutex | Prim::MultiLock);
+    let exclusive = matches!(prim, Prim::Mutex | Prim::MultiLock | Prim::Election);
     match fault {
         FaultKind::HolderPause if stand.tuning.lease => {
             // A permit holder does not write (permits share the resource).
@@ -1071,7 +1133,19 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
             workload.canary = Canary::RepeatFence;
             workload.holds_before = 12;
         }
-        CanaryKind::FrozenNeverTold => workload.canary = Canary::NeverTold,
+        CanaryKind::RepeatedTerm => {
+            // The previous leader's term, which the record accepts (see `Canary::FenceBehind`).
+            workload.canary = Canary::FenceBehind;
+            workload.holds_before = 12;
+        }
+        CanaryKind::FrozenNeverTold | CanaryKind::DeposedLeaderNeverTold => {
+            workload.canary = Canary::NeverTold;
+        }
+        CanaryKind::StaleObserver => {
+            // Terms change for well over the replica's lag (`STALE_READ_LAG`).
+            workload.canary = Canary::StaleReads;
+            workload.holds_before = 80;
+        }
         CanaryKind::FrozenToldLate => {
             // The frozen holder's hold goes on for two leases after it runs again, so the
             // signal a lease late arrives while it holds (a later one is missing from the

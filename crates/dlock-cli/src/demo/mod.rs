@@ -6,6 +6,7 @@
 //! from their stdout, and prints the totals. A violated invariant (an oversold item, a job run
 //! twice or not at all in a period) makes the exit code non-zero.
 
+mod elected;
 mod scheduler;
 mod seckill;
 
@@ -34,6 +35,10 @@ enum Demo {
     /// Periodic jobs: processes race to run each job once per period; prints the run log and
     /// each worker's share, and checks that every job ran exactly once per period.
     Scheduler(scheduler::SchedulerArgs),
+    /// Leader-elected jobs: processes campaign, the leader alone runs each job once per
+    /// period; the leader is killed mid-period and replaced, and the run logs are checked to
+    /// hold every job exactly once per period.
+    ElectedScheduler(elected::ElectedArgs),
     /// One worker process of a demo (started by the demo itself).
     #[command(hide = true)]
     Worker {
@@ -48,6 +53,7 @@ pub(crate) async fn demo(url: &str, args: DemoArgs) -> i32 {
     let outcome = match args.demo {
         Demo::Seckill(args) => seckill::run(url, args).await,
         Demo::Scheduler(args) => scheduler::run(url, args).await,
+        Demo::ElectedScheduler(args) => elected::run(url, args).await,
         Demo::Worker { kind, params } => worker(url, &kind, &params).await.map(|()| true),
     };
     match outcome {
@@ -65,6 +71,9 @@ async fn worker(url: &str, kind: &str, params: &str) -> anyhow::Result<()> {
         }
         "scheduler" => {
             serde_json::to_string(&scheduler::work(&locks, serde_json::from_str(params)?).await?)?
+        }
+        "elected-scheduler" => {
+            serde_json::to_string(&elected::work(&locks, serde_json::from_str(params)?).await?)?
         }
         other => bail!("unknown demo worker {other:?}"),
     };
@@ -142,6 +151,71 @@ where
         );
     }
     Ok(reports)
+}
+
+/// Runs the elected scheduler's workers (processes when the store is shared between processes,
+/// tasks otherwise) and, at `kill` (Unix ms, the election's name), SIGKILLs the process that
+/// leads then. Returns the killed leader's term and when it was killed (Unix ms).
+async fn run_workers_killing_leader(
+    url: &str,
+    locks: &dlock::Locks,
+    params: Vec<elected::Params>,
+    kill: Option<(u64, String)>,
+) -> anyhow::Result<Option<(u64, u64)>> {
+    if !locks.info().capabilities.cross_process {
+        let _: Vec<elected::Report> = run_workers(
+            url,
+            locks,
+            "elected-scheduler",
+            params,
+            |locks, p| async move { elected::work(&locks, p).await },
+        )
+        .await?;
+        return Ok(None);
+    }
+    let exe = std::env::current_exe().context("cannot find the dlock binary to start workers")?;
+    let mut children = Vec::with_capacity(params.len());
+    for p in &params {
+        let child = worker_command(&exe, url, "elected-scheduler", &serde_json::to_string(p)?)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting a worker process")?;
+        children.push(child);
+    }
+    let mut killed = None;
+    if let Some((at, election)) = kill {
+        tokio::time::sleep(Duration::from_millis(
+            at.saturating_sub(scheduler::unix_ms()),
+        ))
+        .await;
+        let leader = loop {
+            if let Some(leader) = locks.election(election.as_str()).leader().await? {
+                break leader;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let victim = children
+            .iter_mut()
+            .find(|child| child.id() == Some(leader.owner.pid))
+            .context("the leader is none of the workers")?;
+        victim.start_kill()?;
+        println!(
+            "killed the leader (pid {}, term {}) in the middle of a period",
+            leader.owner.pid, leader.term
+        );
+        killed = Some((leader.term.get(), scheduler::unix_ms()));
+    }
+    for (i, mut child) in children.into_iter().enumerate() {
+        let status = child.wait().await?;
+        let was_killed = status.code().is_none() && killed.is_some();
+        if !status.success() && !was_killed {
+            bail!("worker {i} failed ({status})");
+        }
+    }
+    Ok(killed)
 }
 
 /// A unique prefix for one demo run, so runs never see each other's state.

@@ -7,10 +7,17 @@
 //!   long as the store, so a holder hears of its loss after another holder got in.
 //! - [`Canary::RepeatFence`]: every fourth grant reports the fence of this process's previous
 //!   grant instead of its own, so two holds carry fences that do not grow.
+//! - [`Canary::FenceBehind`]: every fourth grant reports its fence less one, the fence of the
+//!   name's previous grant on stores that count fences up by one per name: a store handing
+//!   the same term to two leaders (the election's record accepts it, as the term it holds is
+//!   not lower than the record's).
 //! - [`Canary::NeverTold`]: the keeper and the store fire a hold's loss signal as always, but
 //!   the guard never hears of it: a keeper that never tells.
 //! - [`Canary::ToldLate`]: the guard hears of a loss one lease after it was signalled: a
 //!   keeper that tells a lease late.
+//! - [`Canary::StaleReads`]: an election observer's reads come from a replica
+//!   [`STALE_READ_LAG`](super::election::STALE_READ_LAG) behind (the workers' store is
+//!   untouched).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -32,10 +39,14 @@ pub enum Canary {
     LateSignal,
     /// Every fourth grant repeats the process's previous fence.
     RepeatFence,
+    /// Every fourth grant reports its fence less one.
+    FenceBehind,
     /// The guard is never told of a loss.
     NeverTold,
     /// The guard is told of a loss one lease (the TTL asked for) after it was signalled.
     ToldLate,
+    /// An election observer reads from a lagging replica.
+    StaleReads,
 }
 
 impl Canary {
@@ -45,8 +56,10 @@ impl Canary {
             Canary::None => "none",
             Canary::LateSignal => "late-signal",
             Canary::RepeatFence => "repeat-fence",
+            Canary::FenceBehind => "fence-behind",
             Canary::NeverTold => "never-told",
             Canary::ToldLate => "told-late",
+            Canary::StaleReads => "stale-reads",
         }
     }
 
@@ -56,17 +69,25 @@ impl Canary {
             Canary::None,
             Canary::LateSignal,
             Canary::RepeatFence,
+            Canary::FenceBehind,
             Canary::NeverTold,
             Canary::ToldLate,
+            Canary::StaleReads,
         ]
         .into_iter()
         .find(|canary| canary.as_str() == text)
+    }
+
+    /// Whether the workers' store is the one broken (not only an observer's).
+    pub fn breaks_holders(self) -> bool {
+        !matches!(self, Canary::None | Canary::StaleReads)
     }
 
     /// `backend` broken as this canary says.
     pub fn wrap(self, backend: DynBackend) -> DynBackend {
         match self {
             Canary::None => backend,
+            Canary::StaleReads => super::election::lagging(backend),
             canary => Arc::new(Broken {
                 inner: backend,
                 canary,
@@ -102,11 +123,11 @@ impl Backend for Broken {
             let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
             grants.0 += 1;
             let real = lease.fence();
+            let fourth = grants.0.is_multiple_of(4);
             let shown = match grants.1 {
-                Some(previous)
-                    if self.canary == Canary::RepeatFence && grants.0.is_multiple_of(4) =>
-                {
-                    previous
+                Some(previous) if self.canary == Canary::RepeatFence && fourth => previous,
+                _ if self.canary == Canary::FenceBehind && fourth && real.get() > 1 => {
+                    FencingToken::new(real.get() - 1)
                 }
                 _ => real,
             };

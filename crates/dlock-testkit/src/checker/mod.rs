@@ -8,6 +8,7 @@
 //! runs a workload of such processes under one fault and reports what happened.
 
 pub mod canary;
+pub mod election;
 pub mod scenario;
 pub mod service;
 pub mod worker;

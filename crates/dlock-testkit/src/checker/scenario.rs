@@ -11,6 +11,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::canary::Canary;
+use super::election::{ObserveFindings, Observer, judge_observations};
 use super::service::{Acquisitions, CheckerService};
 use super::worker::{self, Primitive, WORKER_ENV, WorkerConfig};
 use super::{CheckReport, FencedResource, Hold, HoldKind, Overlap, SIGNAL_TOLERANCE};
@@ -72,6 +73,10 @@ pub struct Workload {
     /// overlap with such a hold is the documented window, counted apart, as long as its
     /// holder was told within this bound (plus [`SIGNAL_TOLERANCE`]) of the strike.
     pub fault_told_within: Option<Duration>,
+    /// With [`Primitive::Election`]: an observer follows the election from this process (see
+    /// [`super::election`]), and a term it shows longer than this after the term ended is
+    /// stale (the store's lease: the TTL, or a session timeout).
+    pub observe_lease: Option<Duration>,
 }
 
 impl Default for Workload {
@@ -97,6 +102,7 @@ impl Default for Workload {
             fault_ends_leases: false,
             acquisitions: None,
             fault_told_within: None,
+            observe_lease: None,
         }
     }
 }
@@ -218,6 +224,8 @@ pub struct ScenarioReport {
     pub worker_failures: Vec<String>,
     /// The first indeterminate acquire errors.
     pub errors: Vec<String>,
+    /// What the election observer's items showed ([`Workload::observe_lease`]), if one ran.
+    pub observed: Option<ObserveFindings>,
     /// The whole run.
     pub elapsed: Duration,
 }
@@ -267,6 +275,9 @@ impl ScenarioReport {
                 lag.as_millis(),
                 SIGNAL_TOLERANCE.as_millis()
             ));
+        }
+        if let Some(observed) = &self.observed {
+            violations.extend(observed.violations());
         }
         if self.recovery.is_none() {
             violations.push("no hold after the fault ended".into());
@@ -319,6 +330,7 @@ impl ScenarioReport {
             },
             "recovery_ms": ms(self.recovery),
             "fault_ms": ms(Some(self.fault_duration)),
+            "observer": self.observed.as_ref().map(ObserveFindings::figures),
             "seconds": self.elapsed.as_secs_f64(),
         })
     }
@@ -330,7 +342,7 @@ impl ScenarioReport {
         format!(
             "{fault} ({fenced}): acquisitions {att} attempted / {ok} ok / {to} timed out / {ind} indeterminate; \
              holds {holds}; overlaps {ov} unsignalled outside the fault, {ovd} unsignalled during it, {lov} after a lost signal; fence regressions {reg}; writes {acc} accepted / {rej} stale refused / {unsafe_} unsafe accepted; \
-             lost signals {lost}, max lag {lag} ms{paused}; holds struck by the fault {struck} ({struck_lost} told lost, the last {after} ms after it began); recovery {rec} ms after a {dur} ms fault; leftover {left}; {secs:.1} s",
+             lost signals {lost}, max lag {lag} ms{paused}; holds struck by the fault {struck} ({struck_lost} told lost, the last {after} ms after it began); recovery {rec} ms after a {dur} ms fault; leftover {left}{observed}; {secs:.1} s",
             fault = self.fault,
             fenced = if self.fenced {
                 "fenced"
@@ -369,6 +381,10 @@ impl ScenarioReport {
             rec = ms(self.recovery),
             dur = self.fault_duration.as_millis(),
             left = self.leftover.as_deref().unwrap_or("none"),
+            observed = self
+                .observed
+                .as_ref()
+                .map_or(String::new(), ObserveFindings::summary),
             secs = self.elapsed.as_secs_f64(),
         )
     }
@@ -422,12 +438,17 @@ pub fn run(
         writes: workload.writes,
         id: 0,
     };
+    let observer = workload
+        .observe_lease
+        .filter(|_| workload.primitive == Primitive::Election)
+        .map(|_| Observer::start(direct_url, name, workload.ttl / 4, workload.canary));
     let mut workers = spawn_workers(&config, workload)?;
     let fault_name = fault.name();
     let outcome = drive(&service, &mut workers, (direct_url, name), workload, fault);
     // Whatever happened, let the workers finish before reading the record.
     service.stop_workers();
     let worker_failures = reap(workers, workload.deadline);
+    let observed = observer.map(Observer::stop).transpose()?;
     let fault = outcome.map_err(|error| {
         let holder = leftover(direct_url, name, workload.primitive, Duration::ZERO);
         error.context(format!(
@@ -440,6 +461,11 @@ pub fn run(
     let resource = service.resource();
     let check = resource.report();
     let holds = resource.holds();
+    let observed = observed
+        .zip(workload.observe_lease)
+        .map(|(observed, lease)| {
+            judge_observations(&observed, &holds, lease, |at| fault.excuses(workload, at))
+        });
     let (during, unexcused) = judge_overlaps(&check.overlap_details, &holds, workload, &fault);
     let overlaps_during_fault = during.len();
     let overlaps_without_fault = unexcused.len();
@@ -519,6 +545,7 @@ pub fn run(
         leftover,
         worker_failures,
         errors: service.errors(),
+        observed,
         elapsed: started.elapsed(),
     })
 }
@@ -1021,7 +1048,8 @@ fn leftover(
         let until = Instant::now() + within;
         loop {
             let held = match primitive {
-                Primitive::Mutex => inspect(&locks, name).await?,
+                // An election's leader holds the mutex named like it.
+                Primitive::Mutex | Primitive::Election => inspect(&locks, name).await?,
                 other => probe(&locks, name, other).await?,
             };
             match held {
@@ -1043,7 +1071,7 @@ async fn probe(
     // machine opening a session connection for each part) from outliving its own lease.
     let ttl = Duration::from_secs(10);
     let taken = match primitive {
-        Primitive::Mutex => return inspect(locks, name).await,
+        Primitive::Mutex | Primitive::Election => return inspect(locks, name).await,
         Primitive::RwLock => match locks.rwlock(name).ttl(ttl).try_write().await {
             Ok(Some(guard)) => guard.release().await.map(|()| true),
             Ok(None) => Ok(false),

@@ -42,16 +42,20 @@ pub enum Primitive {
     Semaphore(u32),
     /// A multi-lock of two names (`<name>/a`, `<name>/b`).
     MultiLock,
+    /// Leadership of the election `<name>`: each round campaigns (publishing the worker's
+    /// id), leads with the term as its fence, and resigns.
+    Election,
 }
 
 impl Primitive {
-    /// The worker argument's spelling: `mutex`, `rwlock`, `semaphore:N`, `multi`.
+    /// The worker argument's spelling: `mutex`, `rwlock`, `semaphore:N`, `multi`, `election`.
     pub fn as_arg(self) -> String {
         match self {
             Primitive::Mutex => "mutex".into(),
             Primitive::RwLock => "rwlock".into(),
             Primitive::Semaphore(n) => format!("semaphore:{n}"),
             Primitive::MultiLock => "multi".into(),
+            Primitive::Election => "election".into(),
         }
     }
 
@@ -65,6 +69,7 @@ impl Primitive {
             "mutex" => Primitive::Mutex,
             "rwlock" => Primitive::RwLock,
             "multi" => Primitive::MultiLock,
+            "election" => Primitive::Election,
             _ => match text.strip_prefix("semaphore:") {
                 Some(n) => Primitive::Semaphore(n.parse()?),
                 None => bail!("unknown primitive {text}"),
@@ -86,6 +91,7 @@ pub(super) enum Held {
     Permit(dlock::Permit),
     /// With the fence of each name, in the order of [`Primitive::multi_names`].
     Multi(dlock::MultiGuard, Vec<dlock::FencingToken>),
+    Leader(dlock::election::Leadership),
 }
 
 impl Held {
@@ -109,6 +115,13 @@ impl Held {
                 let fences = multi_fences(&guard, &names);
                 Held::Multi(guard, fences)
             }
+            Primitive::Election => Held::Leader(
+                locks
+                    .election(name)
+                    .wait(wait)
+                    .campaign(leader_value(locks, std::process::id()))
+                    .await?,
+            ),
         })
     }
 
@@ -120,6 +133,7 @@ impl Held {
             Held::Write(g) => g.fence(),
             Held::Permit(g) => g.fence(),
             Held::Multi(_, fences) => fences[0],
+            Held::Leader(g) => g.term(),
         }
     }
 
@@ -149,6 +163,7 @@ impl Held {
             Held::Write(g) => g.lost_token(),
             Held::Permit(g) => g.lost_token(),
             Held::Multi(g, _) => g.lost_token(),
+            Held::Leader(g) => g.lost_token(),
         }
     }
 
@@ -159,7 +174,18 @@ impl Held {
             Held::Write(g) => g.release().await,
             Held::Permit(g) => g.release().await,
             Held::Multi(g, _) => g.release().await,
+            Held::Leader(g) => g.resign().await,
         }
+    }
+}
+
+/// What a leader publishes: its worker id, which the observer's reports are checked against
+/// (nothing on a store without versioned values, where only an empty value can be published).
+pub(super) fn leader_value(locks: &dlock::Locks, id: u32) -> Vec<u8> {
+    if locks.backend().info().capabilities.values {
+        id.to_string().into_bytes()
+    } else {
+        Vec::new()
     }
 }
 
@@ -200,6 +226,15 @@ async fn acquire(locks: &dlock::Locks, config: &WorkerConfig, round: u64) -> dlo
             let guard = options!(locks.multi_lock(names.clone())).acquire().await?;
             let fences = multi_fences(&guard, &names);
             Held::Multi(guard, fences)
+        }
+        Primitive::Election => {
+            let election = locks.election(name).wait(config.wait);
+            let election = if config.watchdog {
+                election
+            } else {
+                election.ttl(config.ttl)
+            };
+            Held::Leader(election.campaign(leader_value(locks, config.id)).await?)
         }
     })
 }
@@ -372,7 +407,7 @@ pub fn run_if_worker() {
 pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
     let checker = Checker::connect(config.checker, config.id).await?;
     let mut locks = connect(&config).await?;
-    if config.canary != Canary::None {
+    if config.canary.breaks_holders() {
         locks = dlock::Locks::from_backend(config.canary.wrap(locks.backend().clone()));
     }
     if config.watchdog {
@@ -438,10 +473,14 @@ pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
 }
 
 async fn connect(config: &WorkerConfig) -> anyhow::Result<dlock::Locks> {
-    // A server fault may be under way when a worker starts; keep trying for a while.
+    connect_to(&config.url).await
+}
+
+/// A client of `url`, retried for a while: a server fault may be under way.
+pub(super) async fn connect_to(url: &str) -> anyhow::Result<dlock::Locks> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match dlock::connect(&config.url).await {
+        match dlock::connect(url).await {
             Ok(locks) => return Ok(locks),
             Err(error) if error.is_retryable() && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -4,11 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use dlock::Error;
 use dlock::blocking::Locks;
+use dlock::{Error, LostReason};
 
 use super::{Ctx, Needs, cases, expect_err};
 
@@ -18,7 +18,8 @@ cases!["blocking",
         a_blocking_waiter_is_handed_the_lock_when_it_is_released,
         a_blocking_hold_is_told_when_its_fixed_lease_ends,
         a_blocking_watchdog_hold_outlives_its_lease_while_the_thread_sleeps,
-        a_dropped_blocking_guard_has_released_when_drop_returns
+        a_dropped_blocking_guard_has_released_when_drop_returns,
+        a_blocking_task_run_while_held_is_told_to_stop_and_lost_is_returned
 ];
 
 /// Runs `work` on a thread of its own, outside any runtime (the blocking facade refuses to run
@@ -170,6 +171,64 @@ async fn a_dropped_blocking_guard_has_released_when_drop_returns(cx: Ctx) -> any
             .ttl(Duration::from_secs(30))
             .try_acquire()?;
         ensure!(next.is_some(), "the dropped guard's lock was still held");
+        Ok(())
+    })
+    .await
+}
+
+/// Runs a task under `$guard` (a 400 ms fixed lease) that waits for its token, and checks that
+/// the token told it to stop and `Error::Lost` came with the guard's reason, `Expired`.
+macro_rules! lost_mid_task {
+    ($guard:expr) => {{
+        let guard = $guard;
+        let mut told = false;
+        let outcome = guard.run_while_held(|lost| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !lost.is_cancelled() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            told = lost.is_cancelled();
+        });
+        ensure!(told, "the task was never told the hold was lost");
+        match outcome {
+            Err(Error::Lost { reason }) => ensure!(
+                reason == LostReason::Expired && Some(reason) == guard.lost_reason(),
+                "reason {reason:?}, the guard says {:?}",
+                guard.lost_reason()
+            ),
+            other => anyhow::bail!("{other:?} from a task whose hold was lost"),
+        }
+    }};
+}
+
+async fn a_blocking_task_run_while_held_is_told_to_stop_and_lost_is_returned(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    let url = cx.url()?;
+    let [mutex, rw_read, rw_write, permits, leader] =
+        ["mutex", "read", "write", "permit", "leader"].map(|part| cx.name(part));
+    on_plain_thread(move || {
+        let locks = Locks::connect(&url)?;
+        let long = locks.mutex(&mutex).ttl(Duration::from_secs(30)).acquire()?;
+        ensure!(
+            long.run_while_held(|_| 7)? == 7,
+            "the output was not returned"
+        );
+        ensure!(!long.is_lost(), "running a task gave the hold up");
+        long.release()?;
+        let ttl = Duration::from_millis(400);
+        lost_mid_task!(locks.mutex(&mutex).ttl(ttl).acquire()?);
+        lost_mid_task!(locks.rwlock(&rw_read).ttl(ttl).read()?);
+        lost_mid_task!(locks.rwlock(&rw_write).ttl(ttl).write()?);
+        lost_mid_task!(locks.semaphore(&permits, 2).ttl(ttl).acquire()?);
+        lost_mid_task!(locks.election(&leader).ttl(ttl).campaign(b"")?);
+        // A hold already lost never starts the task.
+        let gone = locks.mutex(&mutex).ttl(ttl).acquire()?;
+        ensure!(gone.wait_lost(Duration::from_secs(10))?, "never lost");
+        let mut started = false;
+        let outcome = gone.run_while_held(|_| started = true);
+        ensure!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+        ensure!(!started, "the task ran on a lost hold");
         Ok(())
     })
     .await

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hold::Hold;
+use crate::lease::keeper::LostReason;
 
 /// An async guard and the runtime that keeps it; dropping it releases the hold and returns
 /// once the store has answered (in the background only when dropped inside async code, which
@@ -45,6 +46,29 @@ impl<G: Hold> Held<G> {
 
     pub(crate) fn lost_reason(&self) -> Option<crate::LostReason> {
         self.get().lost_reason()
+    }
+
+    /// The blocking [`run_while_held`](crate::run_while_held): a closure cannot be stopped
+    /// from outside, so it is given a token cancelled at the loss and must stop when it
+    /// sees it; its output counts only if the hold lasted until it returned.
+    pub(crate) fn run_while_held<T>(
+        &self,
+        task: impl FnOnce(&CancellationToken) -> T,
+    ) -> Result<T> {
+        let lost = self.lost_token();
+        let lost_error = || Error::Lost {
+            // As the async function: a hold given up by its own guard has no reason.
+            reason: self.lost_reason().unwrap_or(LostReason::StoreSignal),
+        };
+        if lost.is_cancelled() {
+            return Err(lost_error());
+        }
+        // A child: the task cancelling its token does not touch the hold's.
+        let output = task(&lost.child_token());
+        if lost.is_cancelled() {
+            return Err(lost_error());
+        }
+        Ok(output)
     }
 
     pub(crate) fn wait_lost(&self, timeout: Duration) -> Result<bool> {
@@ -112,6 +136,47 @@ macro_rules! blocking_hold_methods {
             See [`crate::MutexGuard::lost_reason`].")]
         pub fn lost_reason(&self) -> Option<crate::LostReason> {
             self.held.lost_reason()
+        }
+
+        #[doc = concat!("Runs `task` on this thread while the ", $what, " lasts: the blocking \
+            twin of [`crate::run_while_held`]. A closure cannot be stopped from outside, so \
+            `task` gets a token that is cancelled when the ", $what, " is lost, and must return \
+            when it sees it (check `is_cancelled()` between steps). The output counts only if \
+            the ", $what, " lasted until `task` returned; a ", $what, " already lost never \
+            starts it. Cancelling the token given does not affect the hold.")]
+        ///
+        /// # Errors
+        ///
+        /// [`Error::Lost`](crate::Error::Lost) with its [`LostReason`](crate::LostReason)
+        /// when the hold was lost before `task` returned (its output is dropped).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use std::time::{Duration, Instant};
+        /// let locks = dlock::blocking::Locks::connect("memory://blocking-run-while-held-doc")?;
+        /// let guard = locks.mutex("reports").acquire()?;
+        /// assert_eq!(guard.run_while_held(|_lost| 40 + 2)?, 42);
+        ///
+        /// let outcome = guard.run_while_held(|lost| {
+        ///     locks.force_release("reports")?; // the hold is lost mid-task…
+        ///     let deadline = Instant::now() + Duration::from_secs(10);
+        ///     while !lost.is_cancelled() && Instant::now() < deadline {
+        ///         std::thread::sleep(Duration::from_millis(5)); // …and the task stops
+        ///     }
+        ///     Ok::<_, dlock::Error>("never reported")
+        /// });
+        /// assert!(matches!(
+        ///     outcome,
+        ///     Err(dlock::Error::Lost { reason: dlock::LostReason::Broken })
+        /// ));
+        /// # Ok::<(), dlock::Error>(())
+        /// ```
+        pub fn run_while_held<T>(
+            &self,
+            task: impl FnOnce(&crate::CancellationToken) -> T,
+        ) -> crate::Result<T> {
+            self.held.run_while_held(task)
         }
 
         #[doc = concat!("Blocks until the ", $what, " is lost or `timeout` passes; returns \
