@@ -1298,25 +1298,50 @@ async fn the_redis_py_layout_excludes_redis_py_holders_both_ways() -> anyhow::Re
         Ok(script.key("jobs").arg(token).invoke(&mut admin(addr)?)?)
     };
 
-    let first = locks.mutex("jobs").ttl(Duration::from_secs(10)).acquire().await?;
+    let first = locks
+        .mutex("jobs")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await?;
     let stored: String = query(addr, &["GET", "jobs"])?;
-    ensure!(stored.len() == 32, "the key holds dlock's token as redis-py would: {stored:?}");
+    ensure!(
+        stored.len() == 32,
+        "the key holds dlock's token as redis-py would: {stored:?}"
+    );
     let pttl: i64 = query(addr, &["PTTL", "jobs"])?;
-    ensure!(pttl > 9_000, "the key carries the lease as its expiry: {pttl} ms");
-    ensure!(!redis_py_acquire("py-1")?, "redis-py got in beside a dlock holder");
-    ensure!(redis_py_release("py-1")? == 0, "redis-py released dlock's hold");
+    ensure!(
+        pttl > 9_000,
+        "the key carries the lease as its expiry: {pttl} ms"
+    );
+    ensure!(
+        !redis_py_acquire("py-1")?,
+        "redis-py got in beside a dlock holder"
+    );
+    ensure!(
+        redis_py_release("py-1")? == 0,
+        "redis-py released dlock's hold"
+    );
     let first_fence = first.fence();
     first.release().await?;
     let gone: Option<String> = query(addr, &["GET", "jobs"])?;
     ensure!(gone.is_none(), "dlock's release left the key: {gone:?}");
 
-    ensure!(redis_py_acquire("py-2")?, "redis-py could not take the lock dlock released");
+    ensure!(
+        redis_py_acquire("py-2")?,
+        "redis-py could not take the lock dlock released"
+    );
     ensure!(
         locks.mutex("jobs").try_acquire().await?.is_none(),
         "dlock got in beside a redis-py holder"
     );
-    let info = locks.inspect("jobs").await?.context("a redis-py holder is shown")?;
-    ensure!(info.ttl_left.is_some(), "inspect shows the redis-py holder's expiry");
+    let info = locks
+        .inspect("jobs")
+        .await?
+        .context("a redis-py holder is shown")?;
+    ensure!(
+        info.ttl_left.is_some(),
+        "inspect shows the redis-py holder's expiry"
+    );
     // A dlock waiter behind the redis-py holder gets the lock once it is released.
     let waiter = {
         let locks = locks.clone();
@@ -1329,7 +1354,10 @@ async fn the_redis_py_layout_excludes_redis_py_holders_both_ways() -> anyhow::Re
         })
     };
     sleep(Duration::from_millis(300)).await;
-    ensure!(!waiter.is_finished(), "the waiter got in while redis-py held the lock");
+    ensure!(
+        !waiter.is_finished(),
+        "the waiter got in while redis-py held the lock"
+    );
     ensure!(redis_py_release("py-2")? == 1, "redis-py's release failed");
     let second = timeout(Duration::from_secs(5), waiter).await???;
     ensure!(
@@ -1338,7 +1366,10 @@ async fn the_redis_py_layout_excludes_redis_py_holders_both_ways() -> anyhow::Re
         second.fence()
     );
     // A break reaches the holder as in dlock's own layout.
-    ensure!(locks.force_release("jobs").await?, "the hold was not broken");
+    ensure!(
+        locks.force_release("jobs").await?,
+        "the hold was not broken"
+    );
     timeout(Duration::from_secs(10), second.lost()).await?;
     Ok(())
 }

@@ -76,7 +76,9 @@ mod tests {
         let sentinel = RedisConfig::from_url("redis+sentinel://s1/main?layout=redis-py").unwrap();
         assert_eq!(sentinel.layout, RedisLayout::RedisPy);
         assert_eq!(
-            RedisConfig::from_url("redis://h?layout=dlock").unwrap().layout,
+            RedisConfig::from_url("redis://h?layout=dlock")
+                .unwrap()
+                .layout,
             RedisLayout::Dlock
         );
         for url in ["redis://h?layout=redis_py", "redis://h?layout="] {

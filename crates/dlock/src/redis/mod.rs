@@ -21,8 +21,8 @@ mod values;
 pub(crate) mod wake;
 
 pub use builder::RedisBuilder;
-pub use layout::RedisLayout;
 pub use config::{MAX_POLL, RedisConfig, SENTINEL_PORT, SentinelConfig, WAITER_TTL};
+pub use layout::RedisLayout;
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -145,7 +145,11 @@ pub(crate) fn ms(d: Duration) -> u64 {
 #[async_trait]
 impl Backend for RedisBackend {
     fn info(&self) -> &BackendInfo {
-        if self.inner.py_layout() { &INFO_PY } else { &INFO }
+        if self.inner.py_layout() {
+            &INFO_PY
+        } else {
+            &INFO
+        }
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
