@@ -179,7 +179,7 @@ impl VersionedValue {
     /// - [`Error::Unsupported`] for a shared or composed hold (a permit, a read or write
     ///   guard, a multi-lock), or on a store without fenced writes (Redlock); a Redis
     ///   Cluster refuses a value whose key is in another slot than the lock's (give the
-    ///   value the lock's name as a hash tag, `{orders/42}state`);
+    ///   value its lock's hash tag: `{=orders/42}state` beside the lock `orders/42`);
     /// - store errors.
     ///
     /// # Cancel safety

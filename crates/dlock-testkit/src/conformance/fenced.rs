@@ -2,8 +2,9 @@
 //! store checking and writing in one step. A holder paused past its lease (simulated here by
 //! a fixed TTL nobody renews, or a break) must find its write refused, with nothing written.
 //!
-//! Value names carry their lock's name as a Redis Cluster hash tag (`{lock}/state`), which
-//! keeps the value in the lock's slot there and is an ordinary name everywhere else.
+//! Value names carry their lock's Redis Cluster hash tag (`{=lock}/state`, the tag of the
+//! lock's keys), which keeps the value in the lock's slot there and is an ordinary name
+//! everywhere else.
 
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ const SHORT_TTL: Duration = Duration::from_secs(1);
 
 /// The value kept beside lock `lock`, in its Redis Cluster slot.
 fn beside(lock: &str) -> String {
-    format!("{{{lock}}}/state")
+    format!("{{={lock}}}/state")
 }
 
 /// The value as it stands, failing if it was never written.

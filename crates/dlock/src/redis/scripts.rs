@@ -33,6 +33,7 @@ pub(super) struct Scripts {
     pub(super) inspect: Script,
     pub(super) inspect_shared: Script,
     pub(super) value_put: Script,
+    pub(super) value_put_fenced: Script,
 }
 
 /// Releases published with `PUBLISH`: one server, or a cluster without sharded pub/sub (which
@@ -87,6 +88,7 @@ impl Scripts {
             inspect: script(include_str!("scripts/inspect.lua")),
             inspect_shared: script(include_str!("scripts/inspect_shared.lua")),
             value_put: script(include_str!("scripts/value_put.lua")),
+            value_put_fenced: script(include_str!("scripts/value_put_fenced.lua")),
         }
     }
 }
