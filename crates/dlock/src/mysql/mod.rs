@@ -31,6 +31,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
     Capabilities {
         // Other clients' waiters are rung by the releaser (the doorbell, `bell.rs`).
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -115,7 +116,7 @@ impl MysqlBuilder {
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
         let table = config.table_name().to_owned();
-        let values = MysqlValues::new(pool.clone(), &crate::sql_common::values_table(&table));
+        let values = MysqlValues::new(pool.clone(), &table);
         let store = match config.mode {
             Mode::Lease => {
                 schema::ensure_lease(&pool, &table).await?;
@@ -124,6 +125,7 @@ impl MysqlBuilder {
                     pool,
                     &table,
                     Backoff::new(config.poll_min, config.poll_max),
+                    values.clone(),
                 ))
             }
             Mode::Session => {

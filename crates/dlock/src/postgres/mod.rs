@@ -25,7 +25,13 @@ use lease_table::LeaseStore;
 use session::SessionStore;
 use values::PgValues;
 
-const LEASE_INFO: BackendInfo = BackendInfo::new(BACKEND, Capabilities::SHARED_STORE);
+const LEASE_INFO: BackendInfo = BackendInfo::new(
+    BACKEND,
+    Capabilities {
+        fenced_writes: true,
+        ..Capabilities::SHARED_STORE
+    },
+);
 
 const SESSION_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
@@ -99,7 +105,7 @@ impl PostgresBuilder {
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
         let table = config.table_name().to_owned();
-        let values = PgValues::new(pool.clone(), &crate::sql_common::values_table(&table));
+        let values = PgValues::new(pool.clone(), &table);
         let store = match config.mode {
             Mode::Lease => {
                 schema::ensure_lease(&pool, &table).await?;
@@ -112,7 +118,7 @@ impl PostgresBuilder {
                 )
                 .await?;
                 schema::ensure_index(&pool, &waiters, "seen").await?;
-                SqlStore::Lease(LeaseStore::new(pool, &table))
+                SqlStore::Lease(LeaseStore::new(pool, &table, values.clone()))
             }
             Mode::Session => {
                 schema::ensure_session(&pool, &table).await?;
