@@ -23,6 +23,8 @@ cases!["fenced",
         a_leadership_fences_a_write_with_its_term;
     Needs::FencedWritesMonitor =>
         a_fenced_write_after_a_break_is_refused_and_writes_nothing;
+    Needs::FencedWritesCrossProcess =>
+        a_blocking_fenced_write_lands_then_is_refused_once_the_lease_ran_out;
     Needs::NotFencedWrites =>
         fenced_writes_are_unsupported_error
 ];
@@ -223,6 +225,29 @@ async fn a_leadership_fences_a_write_with_its_term(cx: Ctx) -> anyhow::Result<()
     ensure!(landed > version, "version {landed} after {version}");
     rival.resign().await?;
     Ok(())
+}
+
+/// The blocking facade's twin, on the caller's own thread (where Redis sends its commands
+/// over a blocking connection).
+async fn a_blocking_fenced_write_lands_then_is_refused_once_the_lease_ran_out(
+    cx: Ctx,
+) -> anyhow::Result<()> {
+    let (url, lock) = (cx.url()?, cx.name("blocking"));
+    super::blocking::on_plain_thread(move || {
+        let locks = dlock::blocking::Locks::connect(&url)?;
+        let value = locks.value(beside(&lock));
+        let guard = locks.mutex(&lock).ttl(SHORT_TTL).acquire()?;
+        let version = value.set_fenced(&guard, b"mine")?;
+        std::thread::sleep(SHORT_TTL * 3);
+        expect_err!(value.set_fenced(&guard, b"late"), Error::Lost { .. });
+        let now = value.get()?.context("the value is gone")?;
+        ensure!(
+            now.version == version && now.value == b"mine",
+            "a refused blocking write changed the value: {now:?}"
+        );
+        Ok(())
+    })
+    .await
 }
 
 async fn fenced_writes_are_unsupported_error(cx: Ctx) -> anyhow::Result<()> {

@@ -153,6 +153,8 @@ pub enum Needs {
     FencedWrites,
     /// Fenced writes and inspection (a break by `force_release`).
     FencedWritesMonitor,
+    /// Fenced writes and a URL for other clients (the blocking facade's).
+    FencedWritesCrossProcess,
     /// A backend *without* fenced writes (to check the unsupported error).
     NotFencedWrites,
     /// Inspection and versioned values both (an election's leader with its value).
@@ -208,6 +210,9 @@ impl Needs {
             Needs::NotValues => caps.values.then_some("versioned values are supported"),
             Needs::FencedWrites => (!caps.fenced_writes).then_some("no fenced writes"),
             Needs::FencedWritesMonitor => Needs::Monitor
+                .unmet(caps, fx)
+                .or_else(|| Needs::FencedWrites.unmet(caps, fx)),
+            Needs::FencedWritesCrossProcess => Needs::CrossProcess
                 .unmet(caps, fx)
                 .or_else(|| Needs::FencedWrites.unmet(caps, fx)),
             Needs::NotFencedWrites => caps.fenced_writes.then_some("fenced writes are supported"),
