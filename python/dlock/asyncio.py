@@ -27,7 +27,7 @@ from . import _args
 from ._coordination import AsyncCountDownLatch, AsyncCounter
 from ._election import AsyncElection
 from ._dlock import Ask, Client, Hold, Notifier, Task
-from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _SharedHold, _ThreadHold
+from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _rust_hold, _SharedHold, _ThreadHold
 from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
 
 __all__ = ["connect", "Locks", "Lock", "Guard", "Mutex", "RwLock", "Semaphore", "MultiLock", "VersionedValue"]
@@ -607,6 +607,12 @@ class VersionedValue:
 
     async def set(self, value: bytes) -> int:
         return await self._locks._client.value_set(self.name, _args.data(value), aio=_bridge())
+
+    async def set_fenced(self, hold: Any, value: bytes) -> int:
+        """See ``dlock.VersionedValue.set_fenced``."""
+        return await self._locks._client.value_set_fenced(
+            self.name, _rust_hold(hold), _args.data(value), aio=_bridge()
+        )
 
     @overload
     async def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned: ...
