@@ -41,6 +41,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         // The server keeps only a hash of each name.
         list: false,
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -122,7 +123,12 @@ impl PostgresBuilder {
             }
             Mode::Session => {
                 schema::ensure_session(&pool, &table).await?;
-                SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
+                SqlStore::Session(SessionStore::new(
+                    pool,
+                    &table,
+                    config.check_interval,
+                    values.clone(),
+                ))
             }
         };
         Ok(PostgresBackend {

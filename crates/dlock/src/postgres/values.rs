@@ -1,6 +1,6 @@
 //! Versioned values in the `<table>_values` table: each write is one conditional statement.
 
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 
 use async_trait::async_trait;
 
@@ -105,6 +105,26 @@ impl PgValues {
             .await
             .map_err(from_sqlx)?;
         Ok(written.map(|version| u64::try_from(version).unwrap_or(0)))
+    }
+}
+
+impl PgValues {
+    /// A blind write on `conn`, the connection that holds a session lock (its fenced write:
+    /// the lock lives as long as the connection).
+    pub(super) async fn put_on(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+        value: &[u8],
+    ) -> Result<u64> {
+        self.ensure_table().await?;
+        let written: i64 = sqlx::query_scalar(AssertSqlSafe(self.put_any.as_str()))
+            .bind(name)
+            .bind(value)
+            .fetch_one(conn)
+            .await
+            .map_err(from_sqlx)?;
+        Ok(u64::try_from(written).unwrap_or(0))
     }
 }
 
