@@ -45,6 +45,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         // Not inspected; the server keeps only a hash of each name.
         monitor: false,
         list: false,
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -130,7 +131,12 @@ impl MysqlBuilder {
             }
             Mode::Session => {
                 schema::ensure_session(&pool, &table).await?;
-                SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
+                SqlStore::Session(SessionStore::new(
+                    pool,
+                    &table,
+                    config.check_interval,
+                    values.clone(),
+                ))
             }
         };
         Ok(MysqlBackend {

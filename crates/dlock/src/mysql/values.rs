@@ -2,7 +2,7 @@
 //! MySQL has no `RETURNING`, so a blind write reports its new version through
 //! `LAST_INSERT_ID(expr)`, which is per connection and set by the same statement.
 
-use sqlx::{AssertSqlSafe, MySqlPool};
+use sqlx::{AssertSqlSafe, MySqlConnection, MySqlPool};
 
 use async_trait::async_trait;
 
@@ -84,6 +84,24 @@ impl MysqlValues {
 }
 
 impl MysqlValues {
+    /// A blind write on `conn`, the connection that holds a `GET_LOCK` (its fenced write: the
+    /// lock lives as long as the connection).
+    pub(super) async fn put_on(
+        &self,
+        conn: &mut MySqlConnection,
+        name: &str,
+        value: &[u8],
+    ) -> Result<u64> {
+        self.ensure_table().await?;
+        let done = sqlx::query(AssertSqlSafe(self.put_any.as_str()))
+            .bind(name.as_bytes())
+            .bind(value)
+            .execute(conn)
+            .await
+            .map_err(from_sqlx)?;
+        Ok(done.last_insert_id())
+    }
+
     /// A fenced write: one transaction that reads the hold's row in the lock table (token,
     /// fence, lease not over by the server's clock) under a shared lock and writes the value.
     /// `None` when the hold is not current: rolled back, nothing written.
