@@ -138,6 +138,10 @@ class Client:
     @overload
     def value_set(self, name: str, data: bytes, *, aio: Notifier) -> Awaitable[int]: ...
     @overload
+    def value_set_fenced(self, name: str, hold: Hold, data: bytes, aio: None = None) -> int: ...
+    @overload
+    def value_set_fenced(self, name: str, hold: Hold, data: bytes, *, aio: Notifier) -> Awaitable[int]: ...
+    @overload
     def value_update(self, name: str, max_attempts: int, change: Answerer, aio: None = None) -> Optional[Tuple[bytes, int]]:
         """The Rust core's ``update``: ``(bytes, version)`` written, or ``None`` when ``change``
         declined; an exception raised by ``change`` propagates, nothing written."""

@@ -590,6 +590,18 @@ class Guard:
             self._hold.release()
 
 
+def _rust_hold(hold: Any) -> Hold:
+    """The hold behind a ``Guard``, a ``Leadership`` or a held redis-py-style ``Lock``."""
+    inner = getattr(hold, "_hold", None)
+    if inner is None and hasattr(hold, "local"):
+        inner = getattr(hold.local, "hold", None)
+        if inner is None:
+            raise LockNotOwnedError("Cannot write fenced by a lock that is not held.", lock_name=getattr(hold, "name", None))
+    if not isinstance(inner, Hold):
+        raise TypeError(f"a fenced write needs a held lock or leadership, not {type(hold).__name__}")
+    return inner
+
+
 def _required_seconds(value: Any, what: str) -> float:
     result = _args.seconds(value, what)
     if result is None:
@@ -743,6 +755,21 @@ class VersionedValue:
     def set(self, value: bytes) -> int:
         """Writes ``value`` whatever the version; the new version."""
         return self._locks._client.value_set(self.name, _args.data(value))
+
+    def set_fenced(self, hold: Any, value: bytes) -> int:
+        """Writes ``value`` only while ``hold`` (a mutex ``Guard``, a held ``Lock`` or a
+        ``Leadership``) is still its lock's current holder, the store checking and writing in one
+        step; the new version. ``LockNotOwnedError`` once the hold is not current (released,
+        expired and taken by another, broken): nothing was written. A holder paused past its
+        lease thus never overwrites what the next holder wrote.
+
+        >>> import dlock
+        >>> locks = dlock.connect("memory://")
+        >>> with locks.mutex("orders/42").acquire() as guard:
+        ...     locks.value("orders/42/state").set_fenced(guard, b"paid") > 0
+        True
+        """
+        return self._locks._client.value_set_fenced(self.name, _rust_hold(hold), _args.data(value))
 
     @overload
     def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned: ...

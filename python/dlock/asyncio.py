@@ -29,7 +29,7 @@ from ._coordination import AsyncCountDownLatch, AsyncCounter
 from ._election import AsyncElection
 from ._run import run_while_held_async as run_while_held
 from ._dlock import Ask, Client, Hold, Notifier, Task
-from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _SharedHold, _ThreadHold
+from ._sync import DEFAULT_UPDATE_ATTEMPTS, Change, LockInfo, Versioned, _Attempt, _rust_hold, _SharedHold, _ThreadHold
 from .exceptions import LockError, LockNotOwnedError, LockTimeoutError
 
 __all__ = ["connect", "run_while_held", "Locks", "Lock", "Guard", "Mutex", "RwLock", "Semaphore", "MultiLock", "VersionedValue"]
@@ -627,6 +627,12 @@ class VersionedValue:
 
     async def set(self, value: bytes) -> int:
         return await self._locks._client.value_set(self.name, _args.data(value), aio=_bridge())
+
+    async def set_fenced(self, hold: Any, value: bytes) -> int:
+        """See ``dlock.VersionedValue.set_fenced``."""
+        return await self._locks._client.value_set_fenced(
+            self.name, _rust_hold(hold), _args.data(value), aio=_bridge()
+        )
 
     @overload
     async def update(self, change: Callable[[Optional[bytes]], bytes]) -> Versioned: ...

@@ -35,6 +35,8 @@ pub(crate) fn to_py(py: Python<'_>, error: dlock::Error) -> PyErr {
     let message = error.to_string();
     match error {
         E::NotOwned { name } => raise(py, "LockNotOwnedError", message, Some(name)),
+        // A fenced write whose hold the store found no longer current: nothing was written.
+        E::Lost { .. } => raise(py, "LockNotOwnedError", message, None),
         E::Timeout { name, .. } => raise(py, "LockTimeoutError", message, Some(name)),
         E::InvalidName { .. } | E::InvalidArgument { .. } | E::InvalidUrl { .. } => {
             PyValueError::new_err(message)

@@ -76,6 +76,29 @@ impl Hold {
         !is_this_process(self.inner.pid)
     }
 
+    /// `VersionedValue::set_fenced` with this hold: the value written only while the hold is
+    /// still its lock's current holder.
+    pub(crate) fn set_fenced(
+        &self,
+        value: dlock::VersionedValue,
+        data: Vec<u8>,
+    ) -> impl std::future::Future<Output = dlock::Result<u64>> + Send + 'static {
+        let inner = self.inner.clone();
+        let forked = self.forked().then(|| self.not_owned());
+        async move {
+            if let Some(error) = forked {
+                return Err(error);
+            }
+            let guard = inner.guard.lock().await;
+            match guard.as_deref() {
+                Some(held) => value.set_fenced(held, data).await,
+                None => Err(dlock::Error::NotOwned {
+                    name: inner.name.clone(),
+                }),
+            }
+        }
+    }
+
     /// `Leadership::proclaim` on the hold, when it is an election's leadership.
     pub(crate) fn proclaim(
         &self,

@@ -445,6 +445,21 @@ impl Client {
         run(py, aio, async move { value.set(data).await })
     }
 
+    /// Writes `data` only while `hold` is still its lock's current holder, the store checking
+    /// and writing in one step; the new version (`LockNotOwnedError` once it is not).
+    #[pyo3(signature = (name, hold, data, aio=None))]
+    fn value_set_fenced<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        hold: PyRef<'py, hold::Hold>,
+        data: Vec<u8>,
+        aio: Option<Bound<'py, Notifier>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let write = hold.set_fenced(self.locks(py)?.value(name), data);
+        run(py, aio, write)
+    }
+
     /// The Rust core's `VersionedValue::update` (its retry pacing, at most `max_attempts`
     /// attempts): `change(current)` is called with the GIL held for each attempt, on the
     /// caller's thread (with `aio`: the event loop's) and returns the bytes to write or `None`

@@ -282,3 +282,17 @@ def test_interpreter_exit_right_after_async_calls_is_clean(store_url, where):
     for _ in range(8):
         done = subprocess.run([sys.executable, "-I", "-c", EXIT_SCRIPT, url], capture_output=True, timeout=300)
         assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+
+def test_async_fenced_write(store_url, name):
+    async def main():
+        locks = await dlock.asyncio.connect(store_url)
+        value = locks.value(f"{name}/state")
+        async with locks.mutex(name, ttl=30) as guard:
+            version = await value.set_fenced(guard, b"mine")
+            assert (await value.get()) == dlock.Versioned(b"mine", version)
+        with pytest.raises(LockNotOwnedError):
+            await value.set_fenced(guard, b"after release")
+        assert (await value.get()) == dlock.Versioned(b"mine", version)
+
+    run(main())

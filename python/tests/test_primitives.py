@@ -234,3 +234,24 @@ def test_list(locks, name):
     assert sorted(info.name for info in listed) == sorted(f"{name}/{i}" for i in range(3))
     for guard in held:
         guard.release()
+
+
+def test_fenced_write_lands_while_held_and_is_refused_once_expired(locks, name):
+    value = locks.value(f"{name}/state")
+    guard = locks.mutex(name, ttl=1).acquire()
+    version = value.set_fenced(guard, b"mine")
+    assert value.get() == dlock.Versioned(b"mine", version)
+    # Past the lease, by any clock the store keeps: another holder takes the lock.
+    with locks.mutex(name, ttl=30, wait=30).acquire() as newer:
+        with pytest.raises(LockNotOwnedError):
+            value.set_fenced(guard, b"late")
+        assert value.get() == dlock.Versioned(b"mine", version)
+        assert value.set_fenced(newer, b"newer") > version
+    # A redis-py-style lock works too, and one not held is refused before any store call.
+    lock = locks.lock(name, timeout=30)
+    with pytest.raises(LockNotOwnedError):
+        value.set_fenced(lock, b"unheld")
+    with lock:
+        assert value.set_fenced(lock, b"by lock") > version
+    with pytest.raises(TypeError):
+        value.set_fenced(object(), b"not a hold")

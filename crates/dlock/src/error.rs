@@ -119,8 +119,11 @@ pub enum Error {
         /// The store's own error.
         source: BoxError,
     },
-    /// The hold a task ran under was lost before the task finished
-    /// ([`run_while_held`](crate::run_while_held)); the task was dropped.
+    /// The hold was lost: the hold a task ran under, before the task finished
+    /// ([`run_while_held`](crate::run_while_held); the task was dropped), or the hold a
+    /// fenced write was made with, which the store found no longer current
+    /// ([`VersionedValue::set_fenced`](crate::VersionedValue::set_fenced); nothing was
+    /// written).
     Lost {
         /// Why the hold was lost.
         reason: crate::LostReason,
@@ -152,7 +155,7 @@ impl std::fmt::Display for Error {
             }
             Error::InvalidArgument { what, reason } => write!(f, "invalid {what}: {reason}"),
             Error::Lost { reason } => {
-                write!(f, "the hold was lost ({reason}); the task was stopped")
+                write!(f, "the hold was lost ({reason})")
             }
             Error::InvalidUrl { url, reason } => write!(f, "invalid URL {url:?}: {reason}"),
             Error::Unsupported { operation, backend } => {

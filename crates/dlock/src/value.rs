@@ -7,6 +7,7 @@ use rand::Rng;
 
 use crate::backend::{Expect, ValueStore, Versioned};
 use crate::error::{Error, Result};
+use crate::hold::Hold;
 use crate::locks::Locks;
 use crate::name::LockName;
 
@@ -152,6 +153,85 @@ impl VersionedValue {
                 backend: self.locks.info().name,
                 source: "an unconditional write was refused".into(),
             })
+    }
+
+    /// Writes `value` only while `hold` is still the current holder of its lock, the store
+    /// checking the hold and writing in one atomic step (a Lua script, one transaction, an
+    /// etcd `If`, a ZooKeeper `multi`; each backend's `docs.md` names its form). Returns the
+    /// new version.
+    ///
+    /// This is what keeps data beside a lock safe from a holder that was paused past its
+    /// lease (a GC pause, `SIGSTOP`, a slow disk): once another holder has taken the lock, or
+    /// the lease ran out or was broken, the paused holder's write is refused, whatever its
+    /// own clock or lost signal says. The store decides, not the local lost signal. The write
+    /// is made in the store that holds `hold` (a guard from another client of the same store
+    /// is fine). `hold` is a [`MutexGuard`](crate::MutexGuard) or a
+    /// [`Leadership`](crate::Leadership) (whose term is its fence).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Lost`] when the store found `hold` no longer current (released, expired,
+    ///   taken by another, broken): nothing was written, and the hold's lost signal fires
+    ///   (`reason` is the one it fired with, [`LostReason::StoreSignal`](crate::LostReason)
+    ///   when the store told first);
+    /// - [`Error::InvalidName`]; [`Error::InvalidArgument`] for a value over
+    ///   [`MAX_VALUE_LEN`] or a hold of another backend, before any store call;
+    /// - [`Error::Unsupported`] for a shared or composed hold (a permit, a read or write
+    ///   guard, a multi-lock), or on a store without fenced writes (Redlock); a Redis
+    ///   Cluster refuses a value whose key is in another slot than the lock's (give the
+    ///   value its lock's hash tag: `{=orders/42}state` beside the lock `orders/42`);
+    /// - store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call may or may not have written; read again to find out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> dlock::Result<()> {
+    /// let locks = dlock::connect("memory://fenced-doc").await?;
+    /// let guard = locks.mutex("orders/42").acquire().await?;
+    /// let state = locks.value("orders/42/state");
+    /// let version = state.set_fenced(&guard, b"shipped").await?;
+    /// assert_eq!(state.get().await?.unwrap().version, version);
+    ///
+    /// // Broken by an operator: the old holder's write is refused, nothing written.
+    /// locks.force_release("orders/42").await?;
+    /// let refused = state.set_fenced(&guard, b"paid").await;
+    /// assert!(matches!(refused, Err(dlock::Error::Lost { .. })));
+    /// assert_eq!(state.get().await?.unwrap().value, b"shipped");
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_fenced(
+        &self,
+        hold: &(impl Hold + ?Sized),
+        value: impl AsRef<[u8]>,
+    ) -> Result<u64> {
+        let value = value.as_ref();
+        check_len(value)?;
+        let (_, name) = self.store()?;
+        let backend = self.locks.info().name;
+        let held = hold
+            .fencing()
+            .ok_or(Error::Unsupported {
+                operation: "fenced writes with a shared or composed hold",
+                backend,
+            })?
+            .0;
+        if held.backend() != backend {
+            return Err(Error::invalid_argument(
+                "hold",
+                format!("a {} hold cannot fence a {backend} value", held.backend()),
+            ));
+        }
+        match held.put_fenced(&name, value).await {
+            Err(Error::Unsupported { operation, .. }) => {
+                Err(Error::Unsupported { operation, backend })
+            }
+            other => other,
+        }
     }
 
     /// Reads, computes the new value with `change` and writes it with compare-and-set, again

@@ -362,3 +362,27 @@ async fn values_are_kept_apart_from_the_lock_files() {
     let result = value.get().await;
     assert!(matches!(result, Err(Error::WrongType { .. })), "{result:?}");
 }
+
+/// A fenced write checks, under the value file's lock, that the hold is still the lock of the
+/// file at its path: once the file was removed (anyone may lock a new one there), the write
+/// is refused and nothing written, before the hold's own periodic check has noticed.
+#[tokio::test]
+async fn a_fenced_write_after_the_lock_file_was_removed_is_refused() {
+    let dir = lock_dir();
+    let locks = dlock::connect(&format!("{}?check_interval=10m", url(dir.path())))
+        .await
+        .unwrap();
+    let guard = locks
+        .mutex("fenced")
+        .ttl(Duration::from_secs(600))
+        .acquire()
+        .await
+        .unwrap();
+    let state = locks.value("fenced/state");
+    let version = state.set_fenced(&guard, b"mine").await.unwrap();
+    std::fs::remove_file(dir.path().join("fenced")).unwrap();
+    let refused = state.set_fenced(&guard, b"late").await;
+    assert!(matches!(refused, Err(Error::Lost { .. })), "{refused:?}");
+    let now = state.get().await.unwrap().unwrap();
+    assert_eq!((now.version, now.value.as_slice()), (version, &b"mine"[..]));
+}

@@ -640,3 +640,45 @@ async fn a_waiter_queue_of_an_older_dlock_gets_the_doorbell_column() {
         "a newcomer passed the older client's waiter"
     );
 }
+
+/// A session lock lives as long as its connection: a fenced write goes over that connection,
+/// and once the connection was killed (the lock freed) it is refused with nothing written,
+/// before the hold's own periodic check has noticed.
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_fenced_write_after_its_connection_was_killed_is_refused() {
+    let Some(server) = server() else { return };
+    let url = format!("{}?mode=session&check_interval=10m", Mariadb::url(&server));
+    let admin = admin(&server).await;
+    let locks = dlock::connect(&url).await.unwrap();
+    let guard = locks
+        .mutex("jobs/fenced-killed")
+        .ttl(std::time::Duration::from_secs(600))
+        .acquire()
+        .await
+        .unwrap();
+    let state = locks.value("jobs/fenced-killed/state");
+    let version = state.set_fenced(&guard, b"mine").await.unwrap();
+    let holder: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(IS_USED_LOCK(CONCAT('dlock:', LEFT(SHA2(?, 256), 58))) AS SIGNED)",
+    )
+    .bind("jobs/fenced-killed")
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    let holder = holder.expect("nobody holds the server-side lock");
+    sqlx::query(sqlx::AssertSqlSafe(format!("KILL {holder}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let refused = state.set_fenced(&guard, b"late").await;
+    assert!(
+        matches!(refused, Err(dlock::Error::Lost { .. })),
+        "{refused:?}"
+    );
+    let now = state.get().await.unwrap().unwrap();
+    assert_eq!((now.version, now.value.as_slice()), (version, &b"mine"[..]));
+}

@@ -418,3 +418,31 @@ async fn min_replicas_waits_only_on_the_replicas_of_the_locks_shard() -> anyhow:
     granted.release().await?;
     Ok(())
 }
+
+/// A fenced write checks the lock's key and writes the value's key in one script, which a
+/// Cluster runs only when both keys are in one slot: a value in another slot is refused with
+/// a typed error and nothing written (never checked on one node and written on another), and
+/// the same value named with the lock's hash tag lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_of_a_value_outside_its_locks_slot_is_refused() -> anyhow::Result<()> {
+    let fx = cluster_or_skip!();
+    let locks = fx.connect().await?;
+    let name = "cluster/fenced";
+    let guard = locks.mutex(name).acquire().await?;
+    // `dlock:value:cluster/fenced/state` hashes by its whole key, the lock by `=cluster/fenced`.
+    let elsewhere = locks.value("cluster/fenced/state");
+    match elsewhere.set_fenced(&guard, b"x").await {
+        Err(Error::Unsupported { backend, .. }) => ensure!(backend == "redis"),
+        other => anyhow::bail!("expected Unsupported, got {other:?}"),
+    }
+    ensure!(
+        elsewhere.get().await?.is_none(),
+        "a refused write left a value"
+    );
+    let beside = locks.value(format!("{{={name}}}/state"));
+    let version = beside.set_fenced(&guard, b"x").await?;
+    ensure!(beside.get().await?.map(|v| v.version) == Some(version));
+    ensure!(guard.is_owned().await?, "the refused write cost the hold");
+    guard.release().await?;
+    Ok(())
+}

@@ -89,6 +89,14 @@ impl dlock::backend::Lease for CountingLease {
     async fn release_elsewhere(&self) -> dlock::Result<()> {
         self.inner.release_elsewhere().await
     }
+
+    async fn put_fenced(
+        &self,
+        value: &dlock::LockName,
+        bytes: &[u8],
+    ) -> dlock::Result<Option<u64>> {
+        self.inner.put_fenced(value, bytes).await
+    }
 }
 
 pub(crate) async fn watchdog(url: &str, args: &BenchArgs) -> anyhow::Result<WatchdogScale> {

@@ -25,7 +25,7 @@ cases!["blocking",
 /// Runs `work` on a thread of its own, outside any runtime (the blocking facade refuses to run
 /// on a runtime's threads, `spawn_blocking`'s included), and waits for it without blocking
 /// the case's runtime.
-async fn on_plain_thread<T: Send + 'static>(
+pub(super) async fn on_plain_thread<T: Send + 'static>(
     work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
     let (done, result) = tokio::sync::oneshot::channel();

@@ -16,6 +16,7 @@ mod cross_process;
 mod election;
 mod fair;
 mod fence;
+mod fenced;
 mod lost;
 mod monitor;
 mod multi_lock;
@@ -148,6 +149,14 @@ pub enum Needs {
     Values,
     /// A backend *without* versioned values (to check the unsupported error).
     NotValues,
+    /// Fenced writes ([`dlock::VersionedValue::set_fenced`]).
+    FencedWrites,
+    /// Fenced writes and inspection (a break by `force_release`).
+    FencedWritesMonitor,
+    /// Fenced writes and a URL for other clients (the blocking facade's).
+    FencedWritesCrossProcess,
+    /// A backend *without* fenced writes (to check the unsupported error).
+    NotFencedWrites,
     /// Inspection and versioned values both (an election's leader with its value).
     MonitorValues,
     /// A repeated attempt with the same token finds its own grant in the store. Not on the
@@ -199,6 +208,14 @@ impl Needs {
                 .then_some("no native semaphores and read-write locks to inspect"),
             Needs::Values => (!caps.values).then_some("no versioned values"),
             Needs::NotValues => caps.values.then_some("versioned values are supported"),
+            Needs::FencedWrites => (!caps.fenced_writes).then_some("no fenced writes"),
+            Needs::FencedWritesMonitor => Needs::Monitor
+                .unmet(caps, fx)
+                .or_else(|| Needs::FencedWrites.unmet(caps, fx)),
+            Needs::FencedWritesCrossProcess => Needs::CrossProcess
+                .unmet(caps, fx)
+                .or_else(|| Needs::FencedWrites.unmet(caps, fx)),
+            Needs::NotFencedWrites => caps.fenced_writes.then_some("fenced writes are supported"),
             Needs::MonitorValues => Needs::Monitor
                 .unmet(caps, fx)
                 .or_else(|| Needs::Values.unmet(caps, fx)),
@@ -311,6 +328,7 @@ pub fn all_cases() -> Vec<Case> {
         multi_lock::cases(),
         retry::cases(),
         values::cases(),
+        fenced::cases(),
         blocking::cases(),
         election::cases(),
         run_while_held::cases(),

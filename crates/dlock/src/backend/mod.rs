@@ -198,6 +198,32 @@ pub trait Lease: Debug + Send + Sync {
     async fn release_elsewhere(&self) -> Result<()> {
         self.release().await
     }
+
+    /// Writes `bytes` as the versioned value `value` (the namespace of
+    /// [`ValueStore`]) only while this hold is still the current holder of its lock: the
+    /// check (same token and fence, lease not over by the store's clock, or the hold's own
+    /// session or key still there) and the write in one atomic step of the store. Returns the
+    /// new version, or `None` when the hold is no longer current (nothing written).
+    ///
+    /// The default is [`Error::Unsupported`](crate::Error::Unsupported) (its `backend` is
+    /// filled in by [`VersionedValue::set_fenced`](crate::VersionedValue::set_fenced)).
+    ///
+    /// # Errors
+    ///
+    /// Store failures; [`Error::WrongType`](crate::Error::WrongType) for a foreign entry;
+    /// [`Error::Unsupported`](crate::Error::Unsupported) where the store cannot decide it
+    /// in one step.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped call may or may not have written.
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let _ = (value, bytes);
+        Err(crate::Error::Unsupported {
+            operation: FENCED_WRITES,
+            backend: "this",
+        })
+    }
 }
 
 /// What a backend is and can do.
@@ -249,6 +275,10 @@ pub struct Capabilities {
     pub list: bool,
     /// Versioned values with atomic compare-and-set ([`Backend::values`]).
     pub values: bool,
+    /// Fenced writes: a value written only while a given hold is still its lock's current
+    /// holder, decided in one atomic step of the store ([`Lease::put_fenced`],
+    /// [`VersionedValue::set_fenced`](crate::VersionedValue::set_fenced)).
+    pub fenced_writes: bool,
     /// Native semaphores: [`LockKind::Permit`] requests (reentrant and fair are never asked).
     pub permits: bool,
     /// Native read-write locks: [`LockKind::Read`] and [`LockKind::Write`] requests.
@@ -267,6 +297,7 @@ impl Capabilities {
             monitor: false,
             list: false,
             values: false,
+            fenced_writes: false,
             permits: false,
             rwlock: false,
         }
@@ -275,7 +306,8 @@ impl Capabilities {
     /// What a store shared by many processes offers at most, short of native semaphores and
     /// read-write locks: reentrant and fair locks, waiters woken by the store, inspection,
     /// listing and values (SQLite, Redis, etcd, ZooKeeper, the SQL lease tables). A store
-    /// names only where it differs.
+    /// names only where it differs. Fenced writes are off here: a store claims them only once
+    /// its lease implements [`Lease::put_fenced`].
     #[cfg(dlock_any_backend)]
     pub(crate) const SHARED_STORE: Capabilities = Capabilities {
         reentrant: true,
@@ -286,6 +318,7 @@ impl Capabilities {
         monitor: true,
         list: true,
         values: true,
+        fenced_writes: false,
         permits: false,
         rwlock: false,
     };
@@ -436,6 +469,9 @@ impl AcquireRequest {
         }
     }
 }
+
+/// The operation named by a fenced write's [`Error::Unsupported`](crate::Error::Unsupported).
+pub(crate) const FENCED_WRITES: &str = "fenced writes";
 
 /// Shared handle to a backend.
 pub type DynBackend = Arc<dyn Backend>;

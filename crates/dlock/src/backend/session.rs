@@ -20,6 +20,7 @@ use crate::backend::{Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::keeper::LostReason;
+use crate::name::LockName;
 
 /// The connection that holds one session lock.
 #[async_trait]
@@ -33,6 +34,15 @@ pub(crate) trait SessionConn: Send + 'static {
     async fn ping(&mut self) -> Result<()>;
     /// Releases the server-side lock; `Ok(false)` when the server says it was not held.
     async fn unlock(&mut self) -> Result<bool>;
+    /// A fenced write of value `value` on the hold's own connection (or file), while it holds
+    /// the lock; `Ok(None)` when it no longer does. Stores that cannot answer `Unsupported`.
+    async fn put_fenced(&mut self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let _ = (value, bytes);
+        Err(Error::Unsupported {
+            operation: super::FENCED_WRITES,
+            backend: Self::BACKEND,
+        })
+    }
     /// Gives the connection back for reuse (only after a clean unlock).
     fn recycle(self);
     /// Closes the connection without reuse; the server frees whatever it held.
@@ -178,6 +188,7 @@ async fn watch_connections<W: SessionWatch>(
 enum Command {
     Extend(Duration, Instant, oneshot::Sender<Result<()>>),
     Release(oneshot::Sender<Result<()>>),
+    PutFenced(LockName, Vec<u8>, oneshot::Sender<Result<Option<u64>>>),
 }
 
 /// One session lock: a task owns the connection, checks it at a cadence (the lost signal
@@ -248,6 +259,15 @@ impl Lease for SessionLease {
 
     async fn release(&self) -> Result<()> {
         self.ask(Command::Release).await
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::PutFenced(value.clone(), bytes.to_vec(), reply);
+        if self.commands.send(command).await.is_err() {
+            return Ok(None); // the keeper task has let go: not the holder
+        }
+        answer.await.unwrap_or(Ok(None))
     }
 }
 
@@ -365,6 +385,9 @@ async fn keep_session<C: SessionConn>(
                         }
                     }
                 }
+                Some(Command::PutFenced(value, bytes, reply)) => {
+                    let _ = reply.send(put_fenced(&mut conn, deadline, &value, &bytes).await);
+                }
                 Some(Command::Release(reply)) => {
                     if Instant::now() >= deadline {
                         let _ = reply.send(Err(Error::not_owned(&name)));
@@ -401,6 +424,25 @@ async fn keep_session<C: SessionConn>(
         }
     }
     let_go(conn, &lost).await;
+}
+
+/// A fenced write on the hold's connection, refused once the lease's TTL has run out (the
+/// task lets go at the deadline; a write that finds it passed writes nothing).
+async fn put_fenced<C: SessionConn>(
+    conn: &mut C,
+    deadline: Instant,
+    value: &LockName,
+    bytes: &[u8],
+) -> Result<Option<u64>> {
+    if Instant::now() >= deadline {
+        return Ok(None);
+    }
+    bounded::<_, C>(
+        "fenced write",
+        ROUND_TRIP_LIMIT,
+        conn.put_fenced(value, bytes),
+    )
+    .await
 }
 
 /// Expired or abandoned: frees the lock on the server, as a lease store would.

@@ -172,3 +172,9 @@ impl Leadership {
 
     blocking_hold_methods!("leadership");
 }
+
+impl super::held::fenced::Sealed for Leadership {
+    fn async_hold(&self) -> &dyn crate::Hold {
+        self.held.get()
+    }
+}

@@ -223,3 +223,38 @@ macro_rules! blocking_hold_methods {
     };
 }
 pub(crate) use blocking_hold_methods;
+
+/// A blocking guard that a fenced write can be made with
+/// ([`VersionedValue::set_fenced`](super::VersionedValue::set_fenced)): a
+/// [`MutexGuard`](super::MutexGuard) or a [`Leadership`](super::Leadership). Sealed.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> dlock::Result<()> {
+/// use dlock::blocking::FencedHold;
+/// fn record(value: &dlock::blocking::VersionedValue, hold: &impl FencedHold) -> dlock::Result<u64> {
+///     value.set_fenced(hold, b"done")
+/// }
+/// let locks = dlock::blocking::Locks::connect("memory://fenced-hold-doc")?;
+/// let guard = locks.mutex("jobs/1").acquire()?;
+/// record(&locks.value("jobs/1/state"), &guard)?;
+/// # Ok(()) }
+/// ```
+pub trait FencedHold: fenced::Sealed {}
+
+pub(crate) mod fenced {
+    /// Keeps [`FencedHold`](super::FencedHold) to the blocking guards of one exclusive lease.
+    pub trait Sealed {
+        /// The async guard the write is checked against.
+        fn async_hold(&self) -> &dyn crate::Hold;
+    }
+}
+
+impl<T: fenced::Sealed> FencedHold for T {}
+
+impl fenced::Sealed for super::MutexGuard {
+    fn async_hold(&self) -> &dyn crate::Hold {
+        self.held.get()
+    }
+}

@@ -40,6 +40,7 @@ mod primitives;
 
 pub use coordination::{Barrier, BarrierGuard, CountDownLatch, Counter, DoubleBarrier, Inside};
 pub use election::{Election, Leadership, Observe};
+pub use held::FencedHold;
 use held::{Held, blocking_hold_methods};
 pub use primitives::{
     MultiGuard, MultiLockBuilder, Permit, ReadGuard, RwLockBuilder, SemaphoreBuilder, WriteGuard,
@@ -344,6 +345,29 @@ impl VersionedValue {
     /// As [`crate::VersionedValue::set`].
     pub fn set(&self, value: impl AsRef<[u8]>) -> Result<u64> {
         self.rt.block_on(self.inner.set(value))?
+    }
+
+    /// See [`crate::VersionedValue::set_fenced`]: written only while `hold` (a
+    /// [`MutexGuard`] or a [`Leadership`]) is still its lock's current holder, the store
+    /// deciding in one step.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::VersionedValue::set_fenced`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> dlock::Result<()> {
+    /// let locks = dlock::blocking::Locks::connect("memory://blocking-fenced-doc")?;
+    /// let guard = locks.mutex("orders/42").acquire()?;
+    /// let version = locks.value("orders/42/state").set_fenced(&guard, b"shipped")?;
+    /// assert!(version > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_fenced(&self, hold: &impl FencedHold, value: impl AsRef<[u8]>) -> Result<u64> {
+        self.rt
+            .block_on(self.inner.set_fenced(hold.async_hold(), value))?
     }
 
     /// See [`crate::VersionedValue::update`].

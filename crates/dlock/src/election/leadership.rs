@@ -42,6 +42,11 @@ pub struct Leadership {
 }
 
 impl Leadership {
+    /// The term's hold, for fenced writes.
+    pub(crate) fn held(&self) -> &crate::lease::HeldLease {
+        self.guard.held()
+    }
+
     pub(super) fn new(
         election: Election,
         guard: MutexGuard,

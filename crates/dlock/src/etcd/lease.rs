@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{AcquireRequest, Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::name::LockName;
 
 use super::error::{lease_gone, map};
 use super::lease_secs;
@@ -301,6 +302,11 @@ impl Lease for EtcdLease {
         } else {
             Err(Error::not_owned(&self.name))
         }
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let held = self.owned_when(self.current().id());
+        super::values::put_when_held(&self.inner, held, value, bytes).await
     }
 
     async fn release_elsewhere(&self) -> Result<()> {

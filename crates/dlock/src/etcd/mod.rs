@@ -45,6 +45,7 @@ const INFO: BackendInfo = BackendInfo::new(
         fair: true,
         permits: true,
         rwlock: true,
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::name::LockName;
 
 use super::error::map;
-use super::{EtcdBackend, revision};
+use super::{EtcdBackend, Inner, revision};
 
 fn value_key(prefix: &str, name: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + name.len() + 7);
@@ -61,4 +61,25 @@ impl ValueStore for EtcdBackend {
         let version = revision(reply.header(), "value write")?;
         Ok(Some(u64::try_from(version).unwrap_or(0)))
     }
+}
+
+/// A fenced write: `Txn If(the hold's key has its create revision and lease) Then(Put value)`,
+/// the check and the write in one transaction. `None` when the hold's key is gone (released,
+/// expired with its lease, broken) or is another acquisition's.
+pub(super) async fn put_when_held(
+    inner: &Inner,
+    held: [Compare; 2],
+    name: &LockName,
+    value: &[u8],
+) -> Result<Option<u64>> {
+    let key = value_key(&inner.config.prefix, name.as_str());
+    let txn = Txn::new()
+        .when(held)
+        .and_then([TxnOp::put(key, value.to_vec(), None)]);
+    let reply = inner.txn(txn).await?;
+    if !reply.succeeded() {
+        return Ok(None);
+    }
+    let version = revision(reply.header(), "fenced value write")?;
+    Ok(Some(u64::try_from(version).unwrap_or(0)))
 }

@@ -13,7 +13,9 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::backend::session::SessionConn;
 use crate::error::{Error, Result};
 use crate::lease::keeper::LostReason;
+use crate::name::LockName;
 
+use super::error::from_io;
 use super::paths;
 
 /// How many times one attempt opens the path again when the file it locked was replaced in
@@ -140,13 +142,16 @@ pub(super) fn next_fence(root: &Path, lock: &Path) -> std::io::Result<u64> {
 pub(super) struct Held {
     lock: Option<Flock<File>>,
     path: PathBuf,
+    /// The store's folder, where the values are.
+    root: PathBuf,
 }
 
 impl Held {
-    pub(super) fn new(lock: Flock<File>, path: PathBuf) -> Held {
+    pub(super) fn new(lock: Flock<File>, path: PathBuf, root: PathBuf) -> Held {
         Held {
             lock: Some(lock),
             path,
+            root,
         }
     }
 
@@ -181,6 +186,20 @@ impl SessionConn for Held {
         // longer has the path, while a newcomer locks a new one (docs.md, "Caveats").
         drop(self.lock.take());
         Ok(owned)
+    }
+
+    /// Under the value file's lock, the hold is checked (still the lock of the file at its
+    /// path: a break replaces that file) and the value written, so a break or a new holder's
+    /// write comes before the check or after the write.
+    async fn put_fenced(&mut self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let Some(lock) = &self.lock else {
+            return Ok(None);
+        };
+        // Another descriptor of the same open file: the check needs only its inode.
+        let held = lock.try_clone().map_err(|e| from_io(&self.path, e))?;
+        let path = self.path.clone();
+        let still_held = move || is_at(&held, &path);
+        super::values::put_checked(&self.root, value, bytes, still_held).await
     }
 
     fn recycle(self) {}

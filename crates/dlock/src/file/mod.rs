@@ -44,6 +44,7 @@ const INFO: BackendInfo = BackendInfo::new(
         // Another process's `flock` can be neither inspected nor broken.
         monitor: false,
         list: false,
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -142,7 +143,7 @@ impl FileBackend {
                 .map_err(thread_gone)?;
         let fence = fence.map_err(|e| from_io(&self.dir().join(paths::fence_path(rel)), e))?;
         let lease = SessionLease::start(
-            Held::new(lock, path.to_path_buf()),
+            Held::new(lock, path.to_path_buf(), self.dir().to_path_buf()),
             req.name.as_str().to_owned(),
             i64::try_from(fence).unwrap_or(i64::MAX),
             start,

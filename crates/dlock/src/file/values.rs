@@ -84,11 +84,14 @@ fn lock_current(path: &Path) -> std::io::Result<Flock<File>> {
     }
 }
 
+/// Writes the value at `rel` if `expect` holds and `still_held` (a fenced write's check of
+/// its hold, made under the value file's lock) says yes.
 fn put_blocking(
     root: &Path,
     rel: &Path,
     expect: Expect,
     value: &[u8],
+    still_held: impl FnOnce() -> std::io::Result<bool>,
 ) -> std::io::Result<Option<u64>> {
     paths::create_parents_durably(root, rel)?;
     let temp_dir = paths::temp_dir();
@@ -96,7 +99,7 @@ fn put_blocking(
     let path = root.join(rel);
     let mut current = lock_current(&path)?;
     let version = read(&mut current)?.map(|held| held.version);
-    if !expect.holds(version) {
+    if !expect.holds(version) || !still_held()? {
         return Ok(None);
     }
     let next = version.unwrap_or(0) + 1;
@@ -142,9 +145,27 @@ impl ValueStore for FileBackend {
         let root = self.inner.config.dir.clone();
         let shown = root.join(&rel);
         let value = value.to_vec();
-        tokio::task::spawn_blocking(move || put_blocking(&root, &rel, expect, &value))
+        tokio::task::spawn_blocking(move || put_blocking(&root, &rel, expect, &value, || Ok(true)))
             .await
             .map_err(thread_gone)?
             .map_err(|e| from_io(&shown, e))
     }
+}
+
+/// A fenced write in the folder `root`: the value written under its file's lock only while
+/// `still_held` says the hold is still its lock's (see `Held::put_fenced`).
+pub(super) async fn put_checked(
+    root: &Path,
+    name: &LockName,
+    value: &[u8],
+    still_held: impl FnOnce() -> std::io::Result<bool> + Send + 'static,
+) -> Result<Option<u64>> {
+    let rel = value_file(name)?;
+    let root = root.to_path_buf();
+    let shown = root.join(&rel);
+    let value = value.to_vec();
+    tokio::task::spawn_blocking(move || put_blocking(&root, &rel, Expect::Any, &value, still_held))
+        .await
+        .map_err(thread_gone)?
+        .map_err(|e| from_io(&shown, e))
 }

@@ -104,18 +104,39 @@ pub(crate) mod sealed {
     /// (`Hold::release` takes `self`, which a trait object cannot give up).
     pub trait Sealed {
         fn release_boxed(self: Box<Self>) -> BoxFuture<'static, Result<()>>;
+
+        /// The one lease a fenced write is checked against, for the holds that are one
+        /// exclusive lease (a mutex, a leadership); `None` for shared and composed holds.
+        fn fencing(&self) -> Option<Fencing<'_>>;
     }
+
+    /// A hold's one exclusive lease, as [`Sealed::fencing`] hands it out (unnameable outside
+    /// the crate, like the trait).
+    #[derive(Debug)]
+    pub struct Fencing<'a>(pub(crate) &'a crate::lease::HeldLease);
 }
 
 /// `Hold` for a guard type whose own methods have the trait's names; `fence` is the
 /// expression giving the hold's fence from `$guard`.
 macro_rules! hold_impl {
     ($guard:ty, |$this:ident| $fence:expr) => {
+        hold_impl!(
+            $guard,
+            |$this| $fence,
+            fencing | _held | None::<&crate::lease::HeldLease>
+        );
+    };
+    ($guard:ty, |$this:ident| $fence:expr, fencing |$held:ident| $fencing:expr) => {
         impl crate::hold::sealed::Sealed for $guard {
             fn release_boxed(
                 self: Box<Self>,
             ) -> futures::future::BoxFuture<'static, crate::error::Result<()>> {
                 Box::pin(<$guard>::release(*self))
+            }
+
+            fn fencing(&self) -> Option<crate::hold::sealed::Fencing<'_>> {
+                let $held = self;
+                $fencing.map(crate::hold::sealed::Fencing)
             }
         }
 
@@ -152,11 +173,19 @@ macro_rules! hold_impl {
     };
 }
 
-hold_impl!(crate::MutexGuard, |guard| guard.fence());
+hold_impl!(
+    crate::MutexGuard,
+    |guard| guard.fence(),
+    fencing | guard | Some(guard.held())
+);
 hold_impl!(crate::Permit, |permit| permit.fence());
 hold_impl!(crate::ReadGuard, |guard| guard.fence());
 hold_impl!(crate::WriteGuard, |guard| guard.fence());
-hold_impl!(crate::Leadership, |leading| leading.term());
+hold_impl!(
+    crate::Leadership,
+    |leading| leading.term(),
+    fencing | leading | Some(leading.held())
+);
 hold_impl!(crate::MultiGuard, |guard| guard
     .fences()
     .map(|(_, fence)| fence)
@@ -166,6 +195,10 @@ hold_impl!(crate::MultiGuard, |guard| guard
 impl sealed::Sealed for Box<dyn Hold> {
     fn release_boxed(self: Box<Self>) -> BoxFuture<'static, Result<()>> {
         (*self).release()
+    }
+
+    fn fencing(&self) -> Option<sealed::Fencing<'_>> {
+        (**self).fencing()
     }
 }
 

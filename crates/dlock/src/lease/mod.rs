@@ -61,16 +61,28 @@ pub(crate) struct HeldLease {
     lease: Arc<dyn Lease>,
     registration: Option<Registration>,
     runtime: Option<tokio::runtime::Handle>,
+    /// The backend's scheme name: a fenced write checks the value's store is the hold's.
+    backend: &'static str,
 }
 
 impl HeldLease {
-    pub(crate) fn new(name: LockName, lease: Arc<dyn Lease>, registration: Registration) -> Self {
+    pub(crate) fn new(
+        name: LockName,
+        lease: Arc<dyn Lease>,
+        registration: Registration,
+        backend: &'static str,
+    ) -> Self {
         HeldLease {
             name,
             lease,
             registration: Some(registration),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            backend,
         }
+    }
+
+    pub(crate) fn backend(&self) -> &'static str {
+        self.backend
     }
 
     pub(crate) fn name(&self) -> &LockName {
@@ -149,6 +161,24 @@ impl HeldLease {
                 Ok(false)
             }
             Err(error) => Err(error),
+        }
+    }
+
+    /// Writes the value `value` only while this hold is its lock's current holder, the store
+    /// deciding both in one step; a refusal is a loss, signalled as an ownership check's is.
+    pub(crate) async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<u64> {
+        // The store decides, not the local signal: the keeper may give a lease up before the
+        // store ends it, and the store's check is the one a paused holder cannot fool.
+        match self.lease.put_fenced(value, bytes).await? {
+            Some(version) => Ok(version),
+            None => {
+                self.lease.lost().cancel();
+                Err(Error::Lost {
+                    reason: self
+                        .lost_reason()
+                        .unwrap_or(keeper::LostReason::StoreSignal),
+                })
+            }
         }
     }
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::MemoryLease;
 use crate::backend::{Lease, LeaseCore};
 use crate::error::{Error, Result};
+use crate::name::LockName;
 
 #[async_trait]
 impl Lease for MemoryLease {
@@ -46,5 +47,19 @@ impl Lease for MemoryLease {
             slots.settle(self.name());
         }
         Ok(())
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        // The slots' lock is held across the write: no grant, expiry or break can come
+        // between the check and the write.
+        let mut slots = self.store().slots();
+        let current = slots
+            .get_mut(self.name())
+            .and_then(|slot| slot.owned_by(self.token(), self.fence().get(), Instant::now()))
+            .is_some();
+        if !current {
+            return Ok(None);
+        }
+        Ok(Some(super::values::write(self.store(), value, bytes)))
     }
 }

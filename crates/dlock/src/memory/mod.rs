@@ -41,6 +41,7 @@ const INFO: BackendInfo = BackendInfo::new(
         monitor: true,
         list: true,
         values: true,
+        fenced_writes: true,
         permits: false,
         rwlock: false,
     },

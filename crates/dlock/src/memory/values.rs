@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use std::sync::PoisonError;
 
 use super::MemoryBackend;
+use super::store::Store;
 use crate::backend::{Expect, ValueStore, Versioned};
 use crate::error::Result;
 use crate::name::LockName;
@@ -35,4 +36,13 @@ impl ValueStore for MemoryBackend {
         values.insert(name.as_str().to_owned(), (version, value.to_vec()));
         Ok(Some(version))
     }
+}
+
+/// A blind write of `name` in `store` (a fenced write, its hold already checked); the new
+/// version.
+pub(super) fn write(store: &Store, name: &LockName, value: &[u8]) -> u64 {
+    let mut values = store.values.lock().unwrap_or_else(PoisonError::into_inner);
+    let version = values.get(name.as_str()).map_or(0, |(version, _)| *version) + 1;
+    values.insert(name.as_str().to_owned(), (version, value.to_vec()));
+    version
 }

@@ -91,10 +91,15 @@ impl MutexGuard {
                 .register(lease.clone(), label, policy, lease.lease_start());
         tracing::debug!(%name, fence = %lease.fence(), "acquired");
         MutexGuard {
-            held: HeldLease::new(name, lease, registration),
+            held: HeldLease::new(name, lease, registration, locks.info().name),
             backend: locks.info().name,
             reentry: None,
         }
+    }
+
+    /// The hold a fenced write is checked against.
+    pub(crate) fn held(&self) -> &HeldLease {
+        &self.held
     }
 
     /// How long ago the lease was granted (from just before the winning request was sent).

@@ -32,7 +32,8 @@ use crate::sql_common::{
 
 use super::bell::Bell;
 use super::error::{from_sqlx, number};
-use statements::{NOW, Statements};
+pub(super) use statements::NOW;
+use statements::Statements;
 
 mod statements;
 
@@ -49,6 +50,8 @@ pub(crate) struct LeaseStore {
 struct Shared {
     pool: MySqlPool,
     sql: Statements,
+    /// The values table beside the lock table, for fenced writes.
+    values: super::values::MysqlValues,
     wakers: Arc<Wakers>,
     /// This client's doorbell, up while it has waiters.
     bell: Arc<Bell>,
@@ -64,7 +67,12 @@ fn us(d: Duration) -> i64 {
 }
 
 impl LeaseStore {
-    pub(super) fn new(pool: MySqlPool, table: &str, poll: Backoff) -> LeaseStore {
+    pub(super) fn new(
+        pool: MySqlPool,
+        table: &str,
+        poll: Backoff,
+        values: super::values::MysqlValues,
+    ) -> LeaseStore {
         let stop = CancellationToken::new();
         let wakers = Arc::<Wakers>::default();
         let live_since = format!("{NOW} - {}", WAITER_STALE_MS * 1000);
@@ -79,6 +87,7 @@ impl LeaseStore {
             shared: Arc::new(Shared {
                 pool,
                 sql: Statements::new(table),
+                values,
                 wakers,
                 bell: Arc::new(bell),
                 poll,
@@ -459,6 +468,12 @@ impl Lease for TableLease {
             return Err(Error::not_owned(self.name()));
         }
         Ok(())
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let hold = (self.name(), self.token(), self.fence().signed());
+        let values = &self.store().values;
+        values.put_fenced(hold, value.as_str(), bytes).await
     }
 
     async fn release(&self) -> Result<()> {

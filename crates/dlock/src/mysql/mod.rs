@@ -31,6 +31,7 @@ const LEASE_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
     Capabilities {
         // Other clients' waiters are rung by the releaser (the doorbell, `bell.rs`).
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -44,6 +45,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         // Not inspected; the server keeps only a hash of each name.
         monitor: false,
         list: false,
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -115,7 +117,7 @@ impl MysqlBuilder {
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
         let table = config.table_name().to_owned();
-        let values = MysqlValues::new(pool.clone(), &crate::sql_common::values_table(&table));
+        let values = MysqlValues::new(pool.clone(), &table);
         let store = match config.mode {
             Mode::Lease => {
                 schema::ensure_lease(&pool, &table).await?;
@@ -124,11 +126,17 @@ impl MysqlBuilder {
                     pool,
                     &table,
                     Backoff::new(config.poll_min, config.poll_max),
+                    values.clone(),
                 ))
             }
             Mode::Session => {
                 schema::ensure_session(&pool, &table).await?;
-                SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
+                SqlStore::Session(SessionStore::new(
+                    pool,
+                    &table,
+                    config.check_interval,
+                    values.clone(),
+                ))
             }
         };
         Ok(MysqlBackend {

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::backend::wait::{Attempt, acquire_loop};
 use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
+use crate::name::LockName;
 use crate::sql_common::{
     ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing,
     detached_attempt,
@@ -42,13 +43,20 @@ struct Shared {
     /// The table of the fence counter, for errors.
     table: Arc<str>,
     check_interval: Duration,
+    /// The values table, for fenced writes on a holder's connection.
+    values: Arc<super::values::MysqlValues>,
     /// Wakes the holders when the watcher's connection drops.
     alarm: SessionAlarm,
     watch: Arc<Watch>,
 }
 
 impl SessionStore {
-    pub(super) fn new(pool: MySqlPool, table: &str, check_interval: Duration) -> SessionStore {
+    pub(super) fn new(
+        pool: MySqlPool,
+        table: &str,
+        check_interval: Duration,
+        values: super::values::MysqlValues,
+    ) -> SessionStore {
         // One counter for every name: the table stays one row however many names are used.
         let fence_sql = super::schema::next_fence_sql(table);
         SessionStore {
@@ -58,6 +66,7 @@ impl SessionStore {
                 fence_sql: fence_sql.into(),
                 table: table.into(),
                 check_interval,
+                values: Arc::new(values),
                 alarm: SessionAlarm::default(),
             }),
         }
@@ -136,6 +145,7 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
         Held {
             conn,
             name: name.clone(),
+            values: shared.values.clone(),
         },
         name,
         fence,
@@ -150,6 +160,7 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
 struct Held {
     conn: PoolConnection<MySql>,
     name: String,
+    values: Arc<super::values::MysqlValues>,
 }
 
 #[async_trait]
@@ -169,6 +180,19 @@ impl SessionConn for Held {
         .await
         .map_err(from_sqlx)?;
         Ok(released == Some(1))
+    }
+
+    /// A `GET_LOCK` lives as long as its connection, so a write on the live connection is the
+    /// holder's: a ping first (a connection that ended writes nothing), then the write on it.
+    async fn put_fenced(&mut self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        if self.conn.ping().await.is_err() {
+            return Ok(None);
+        }
+        let values = self.values.clone();
+        values
+            .put_on(&mut self.conn, value.as_str(), bytes)
+            .await
+            .map(Some)
     }
 
     fn recycle(self) {

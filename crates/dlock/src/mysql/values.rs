@@ -2,7 +2,7 @@
 //! MySQL has no `RETURNING`, so a blind write reports its new version through
 //! `LAST_INSERT_ID(expr)`, which is per connection and set by the same statement.
 
-use sqlx::{AssertSqlSafe, MySqlPool};
+use sqlx::{AssertSqlSafe, MySqlConnection, MySqlPool};
 
 use async_trait::async_trait;
 
@@ -32,7 +32,7 @@ pub(super) fn ddl(table: &str) -> String {
 const ER_DUP_ENTRY: &str = "23000";
 
 /// The statements of one values table, formatted once.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct MysqlValues {
     pool: MySqlPool,
     table: String,
@@ -42,10 +42,16 @@ pub(crate) struct MysqlValues {
     put_any: String,
     put_absent: String,
     put_version: String,
+    /// The hold's row in the lock table, read with a shared lock kept until the transaction
+    /// ends: a takeover, release or break waits for the fenced write, or is seen by it.
+    held: String,
 }
 
 impl MysqlValues {
-    pub(super) fn new(pool: MySqlPool, table: &str) -> MysqlValues {
+    /// The values table of lock table `locks`.
+    pub(super) fn new(pool: MySqlPool, locks: &str) -> MysqlValues {
+        let table = &crate::sql_common::values_table(locks);
+        let now = super::lease_table::NOW;
         MysqlValues {
             pool,
             table: table.to_owned(),
@@ -59,6 +65,11 @@ impl MysqlValues {
             put_version: format!(
                 "UPDATE {table} SET version = version + 1, value = ? WHERE name = ? AND version = ?"
             ),
+            held: format!(
+                "SELECT 1 FROM {locks}
+                 WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {now}
+                 LOCK IN SHARE MODE"
+            ),
         }
     }
 
@@ -69,6 +80,59 @@ impl MysqlValues {
             })
             .await
             .map(|_| ())
+    }
+}
+
+impl MysqlValues {
+    /// A blind write on `conn`, the connection that holds a `GET_LOCK` (its fenced write: the
+    /// lock lives as long as the connection).
+    pub(super) async fn put_on(
+        &self,
+        conn: &mut MySqlConnection,
+        name: &str,
+        value: &[u8],
+    ) -> Result<u64> {
+        self.ensure_table().await?;
+        let done = sqlx::query(AssertSqlSafe(self.put_any.as_str()))
+            .bind(name.as_bytes())
+            .bind(value)
+            .execute(conn)
+            .await
+            .map_err(from_sqlx)?;
+        Ok(done.last_insert_id())
+    }
+
+    /// A fenced write: one transaction that reads the hold's row in the lock table (token,
+    /// fence, lease not over by the server's clock) under a shared lock and writes the value.
+    /// `None` when the hold is not current: rolled back, nothing written.
+    pub(super) async fn put_fenced(
+        &self,
+        hold: (&str, &str, i64),
+        name: &str,
+        value: &[u8],
+    ) -> Result<Option<u64>> {
+        self.ensure_table().await?;
+        let (lock, token, fence) = hold;
+        let mut tx = self.pool.begin().await.map_err(from_sqlx)?;
+        let held: Option<i32> = sqlx::query_scalar(AssertSqlSafe(self.held.as_str()))
+            .bind(lock)
+            .bind(token)
+            .bind(fence)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(from_sqlx)?;
+        if held.is_none() {
+            // Dropping `tx` rolls back; nothing was written.
+            return Ok(None);
+        }
+        let done = sqlx::query(AssertSqlSafe(self.put_any.as_str()))
+            .bind(name.as_bytes())
+            .bind(value)
+            .execute(&mut *tx)
+            .await
+            .map_err(from_sqlx)?;
+        tx.commit().await.map_err(from_sqlx)?;
+        Ok(Some(done.last_insert_id()))
     }
 }
 

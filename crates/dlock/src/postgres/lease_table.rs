@@ -44,6 +44,8 @@ pub(crate) struct LeaseStore {
 struct Shared {
     pool: PgPool,
     sql: Statements,
+    /// The values table beside the lock table, for fenced writes.
+    values: super::values::PgValues,
     /// The NOTIFY channel: the table's name.
     channel: String,
     wakers: Arc<Wakers>,
@@ -55,12 +57,13 @@ struct Shared {
 }
 
 impl LeaseStore {
-    pub(super) fn new(pool: PgPool, table: &str) -> LeaseStore {
+    pub(super) fn new(pool: PgPool, table: &str, values: super::values::PgValues) -> LeaseStore {
         let stop = CancellationToken::new();
         LeaseStore {
             shared: Arc::new(Shared {
                 pool,
                 sql: Statements::new(table),
+                values,
                 channel: table.to_owned(),
                 wakers: Arc::default(),
                 listener: Mutex::new(None),
@@ -334,6 +337,14 @@ impl Lease for TableLease {
 
     async fn release(&self) -> Result<()> {
         self.release_on(&self.store().pool).await
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let hold = (self.name(), self.token(), self.fence().signed());
+        self.store()
+            .values
+            .put_fenced(hold, value.as_str(), bytes)
+            .await
     }
 
     async fn release_elsewhere(&self) -> Result<()> {

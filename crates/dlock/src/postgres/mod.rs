@@ -25,7 +25,13 @@ use lease_table::LeaseStore;
 use session::SessionStore;
 use values::PgValues;
 
-const LEASE_INFO: BackendInfo = BackendInfo::new(BACKEND, Capabilities::SHARED_STORE);
+const LEASE_INFO: BackendInfo = BackendInfo::new(
+    BACKEND,
+    Capabilities {
+        fenced_writes: true,
+        ..Capabilities::SHARED_STORE
+    },
+);
 
 const SESSION_INFO: BackendInfo = BackendInfo::new(
     BACKEND,
@@ -35,6 +41,7 @@ const SESSION_INFO: BackendInfo = BackendInfo::new(
         native_loss_signal: true,
         // The server keeps only a hash of each name.
         list: false,
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -99,7 +106,7 @@ impl PostgresBuilder {
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
         let table = config.table_name().to_owned();
-        let values = PgValues::new(pool.clone(), &crate::sql_common::values_table(&table));
+        let values = PgValues::new(pool.clone(), &table);
         let store = match config.mode {
             Mode::Lease => {
                 schema::ensure_lease(&pool, &table).await?;
@@ -112,11 +119,16 @@ impl PostgresBuilder {
                 )
                 .await?;
                 schema::ensure_index(&pool, &waiters, "seen").await?;
-                SqlStore::Lease(LeaseStore::new(pool, &table))
+                SqlStore::Lease(LeaseStore::new(pool, &table, values.clone()))
             }
             Mode::Session => {
                 schema::ensure_session(&pool, &table).await?;
-                SqlStore::Session(SessionStore::new(pool, &table, config.check_interval))
+                SqlStore::Session(SessionStore::new(
+                    pool,
+                    &table,
+                    config.check_interval,
+                    values.clone(),
+                ))
             }
         };
         Ok(PostgresBackend {

@@ -54,13 +54,20 @@ struct Shared {
     /// The table of the fence counter, for errors.
     table: Arc<str>,
     check_interval: Duration,
+    /// The values table, for fenced writes on a holder's connection.
+    values: Arc<super::values::PgValues>,
     /// Wakes the holders when the watcher's connection drops.
     alarm: SessionAlarm,
     watch: Arc<Watch>,
 }
 
 impl SessionStore {
-    pub(super) fn new(pool: PgPool, table: &str, check_interval: Duration) -> SessionStore {
+    pub(super) fn new(
+        pool: PgPool,
+        table: &str,
+        check_interval: Duration,
+        values: super::values::PgValues,
+    ) -> SessionStore {
         // One counter for every name: the table stays one row however many names are used.
         let fence_sql = format!(
             "WITH f AS ({}) SELECT counter, current_setting('application_name'), \
@@ -74,6 +81,7 @@ impl SessionStore {
                 fence_sql: fence_sql.into(),
                 table: table.into(),
                 check_interval,
+                values: Arc::new(values),
                 alarm: SessionAlarm::default(),
             }),
         }
@@ -151,6 +159,7 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
             conn,
             name: name.clone(),
             app_name,
+            values: shared.values.clone(),
         },
         name,
         fence,
@@ -240,6 +249,7 @@ struct Held {
     name: String,
     /// The connection's `application_name` before the holder's tag replaced it.
     app_name: String,
+    values: Arc<super::values::PgValues>,
 }
 
 #[async_trait]
@@ -262,6 +272,20 @@ impl SessionConn for Held {
         .await
         .map(|(unlocked, _)| unlocked)
         .map_err(from_sqlx)
+    }
+
+    /// An advisory lock lives as long as its connection, so a write on the live connection is
+    /// the holder's: a ping first (a connection ended by a break writes nothing), then the
+    /// write on it.
+    async fn put_fenced(&mut self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        if self.conn.ping().await.is_err() {
+            return Ok(None);
+        }
+        let values = self.values.clone();
+        values
+            .put_on(&mut self.conn, value.as_str(), bytes)
+            .await
+            .map(Some)
     }
 
     fn recycle(self) {

@@ -1,6 +1,6 @@
 //! Versioned values in the `<table>_values` table: each write is one conditional statement.
 
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 
 use async_trait::async_trait;
 
@@ -23,7 +23,7 @@ pub(super) fn ddl(table: &str) -> String {
 }
 
 /// The statements of one values table, formatted once.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct PgValues {
     pool: PgPool,
     table: String,
@@ -33,10 +33,13 @@ pub(crate) struct PgValues {
     put_any: String,
     put_absent: String,
     put_version: String,
+    put_fenced: String,
 }
 
 impl PgValues {
-    pub(super) fn new(pool: PgPool, table: &str) -> PgValues {
+    /// The values table of lock table `locks`.
+    pub(super) fn new(pool: PgPool, locks: &str) -> PgValues {
+        let table = &crate::sql_common::values_table(locks);
         PgValues {
             pool,
             table: table.to_owned(),
@@ -55,6 +58,18 @@ impl PgValues {
                 "UPDATE {table} SET version = version + 1, value = $2
                  WHERE name = $1 AND version = $3 RETURNING version"
             ),
+            // FOR SHARE holds the lock's row until the write commits: a takeover, release or
+            // break waits for it, and one that committed first is seen (the row re-read).
+            put_fenced: format!(
+                "WITH held AS (
+                     SELECT 1 FROM {locks}
+                     WHERE name = $1 AND token = $2 AND hold_fence = $3 AND expires_at > now()
+                     FOR SHARE
+                 )
+                 INSERT INTO {table} (name, version, value) SELECT $4, 1, $5 FROM held
+                 ON CONFLICT (name) DO UPDATE SET version = {table}.version + 1, value = EXCLUDED.value
+                 RETURNING version"
+            ),
         }
     }
 
@@ -65,6 +80,51 @@ impl PgValues {
             })
             .await
             .map(|_| ())
+    }
+}
+
+impl PgValues {
+    /// A fenced write: one statement that checks the hold's row in the lock table (token,
+    /// fence, lease not over by the server's clock) and writes the value. `None` when the
+    /// hold is not current: nothing written.
+    pub(super) async fn put_fenced(
+        &self,
+        hold: (&str, &str, i64),
+        name: &str,
+        value: &[u8],
+    ) -> Result<Option<u64>> {
+        self.ensure_table().await?;
+        let (lock, token, fence) = hold;
+        let written: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.put_fenced.as_str()))
+            .bind(lock)
+            .bind(token)
+            .bind(fence)
+            .bind(name)
+            .bind(value)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(from_sqlx)?;
+        Ok(written.map(|version| u64::try_from(version).unwrap_or(0)))
+    }
+}
+
+impl PgValues {
+    /// A blind write on `conn`, the connection that holds a session lock (its fenced write:
+    /// the lock lives as long as the connection).
+    pub(super) async fn put_on(
+        &self,
+        conn: &mut PgConnection,
+        name: &str,
+        value: &[u8],
+    ) -> Result<u64> {
+        self.ensure_table().await?;
+        let written: i64 = sqlx::query_scalar(AssertSqlSafe(self.put_any.as_str()))
+            .bind(name)
+            .bind(value)
+            .fetch_one(conn)
+            .await
+            .map_err(from_sqlx)?;
+        Ok(u64::try_from(written).unwrap_or(0))
     }
 }
 

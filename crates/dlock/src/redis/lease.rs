@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use super::conn::Conn;
 use super::node::Node;
 use super::scripts::{self, Keys};
-use super::{Inner, ms, renewals};
+use super::{Inner, cluster, ms, renewals};
 use crate::backend::{Lease, LeaseCore};
 use crate::error::{Error, Result};
+use crate::name::LockName;
 
 /// One hold of a Redis lock.
 #[derive(Debug)]
@@ -78,6 +79,10 @@ impl Lease for RedisLease {
 
     /// On a connection of the runtime this runs on: the client's belongs to the runtime that
     /// made it, which may be shutting down.
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        self.put_fenced_now(value, bytes).await
+    }
+
     async fn release_elsewhere(&self) -> Result<()> {
         let node = Node::connect(&self.inner.config, true).await?;
         self.release_on(node.conn()).await
@@ -85,6 +90,31 @@ impl Lease for RedisLease {
 }
 
 impl RedisLease {
+    /// `value_put_fenced.lua`: the hold's key checked and the value written in one script. In
+    /// a Cluster both keys must be in one slot; a value in another is refused, not split.
+    async fn put_fenced_now(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let value_key = scripts::value_key(&self.inner.config.prefix, value.as_str());
+        if self.inner.is_cluster() && cluster::slot(&value_key) != cluster::slot(&self.keys.lock) {
+            return Err(Error::Unsupported {
+                operation: "fenced writes of a value outside its lock's Redis Cluster slot \
+                            (name the value with the lock's hash tag, `{=LOCK}...`)",
+                backend: "redis",
+            });
+        }
+        let mut conn = self.inner.conn();
+        self.inner
+            .scripts()
+            .value_put_fenced
+            .key(&self.keys.lock)
+            .key(&value_key)
+            .arg(&self.token)
+            .arg(self.core.fence().get())
+            .arg(bytes)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.inner.fail(e, &value_key))
+    }
+
     async fn release_on(&self, mut conn: Conn) -> Result<()> {
         let keys = &self.keys;
         let script = &self.inner.scripts().release;

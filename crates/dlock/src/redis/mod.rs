@@ -50,6 +50,7 @@ const INFO: BackendInfo = BackendInfo::new(
     Capabilities {
         permits: true,
         rwlock: true,
+        fenced_writes: true,
         ..Capabilities::SHARED_STORE
     },
 );

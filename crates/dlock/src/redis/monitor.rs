@@ -105,10 +105,10 @@ impl MonitorStore for RedisBackend {
     /// The mutex `name` if it is held, else the semaphore, else the read-write lock (all three
     /// read in one round trip).
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
-        if self.inner.py_layout() {
-            if let Some(info) = self.inspect_py(name).await? {
-                return Ok(Some(info));
-            }
+        if self.inner.py_layout()
+            && let Some(info) = self.inspect_py(name).await?
+        {
+            return Ok(Some(info));
         }
         let mut conn = self.inner.conn();
         let locks = ListFamily::ALL.map(|family| (family, name.as_str().to_owned()));

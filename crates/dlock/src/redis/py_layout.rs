@@ -230,6 +230,23 @@ impl Lease for PyLease {
         self.release_on(self.inner.conn()).await
     }
 
+    /// `py_put_fenced.lua`: the lock's key checked for this token and the value written in
+    /// one script (never on a cluster: this layout is refused there).
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let value_key = scripts::value_key(&self.inner.config.prefix, value.as_str());
+        self.inner
+            .scripts()
+            .py
+            .put_fenced
+            .key(&self.keys.lock)
+            .key(&value_key)
+            .arg(&self.token)
+            .arg(bytes)
+            .invoke_async(&mut self.inner.conn())
+            .await
+            .map_err(|e| self.inner.fail(e, &value_key))
+    }
+
     /// On a connection of the runtime this runs on (see the dlock layout's lease).
     async fn release_elsewhere(&self) -> Result<()> {
         let node = Node::connect(&self.inner.config, true).await?;

@@ -33,6 +33,7 @@ pub(super) struct Scripts {
     pub(super) inspect: Script,
     pub(super) inspect_shared: Script,
     pub(super) value_put: Script,
+    pub(super) value_put_fenced: Script,
     /// The mutex in redis-py's layout ([`RedisLayout::RedisPy`](super::RedisLayout::RedisPy)).
     pub(super) py: PyScripts,
 }
@@ -45,6 +46,7 @@ pub(super) struct PyScripts {
     pub(super) release: Script,
     pub(super) force_release: Script,
     pub(super) inspect: Script,
+    pub(super) put_fenced: Script,
 }
 
 /// Releases published with `PUBLISH`: one server, or a cluster without sharded pub/sub (which
@@ -105,12 +107,14 @@ impl Scripts {
             inspect: script(include_str!("scripts/inspect.lua")),
             inspect_shared: script(include_str!("scripts/inspect_shared.lua")),
             value_put: script(include_str!("scripts/value_put.lua")),
+            value_put_fenced: script(include_str!("scripts/value_put_fenced.lua")),
             py: PyScripts {
                 acquire: py(include_str!("scripts/py_acquire.lua")),
                 extend: py(include_str!("scripts/py_extend.lua")),
                 release: py(include_str!("scripts/py_release.lua")),
                 force_release: py(include_str!("scripts/py_force_release.lua")),
                 inspect: py(include_str!("scripts/py_inspect.lua")),
+                put_fenced: py(include_str!("scripts/py_put_fenced.lua")),
             },
         }
     }

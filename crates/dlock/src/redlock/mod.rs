@@ -45,6 +45,7 @@ const INFO: BackendInfo = BackendInfo::new(
         monitor: true,
         list: true,
         values: false,
+        fenced_writes: false,
         permits: false,
         rwlock: false,
     },

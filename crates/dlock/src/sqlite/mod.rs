@@ -48,7 +48,13 @@ use worker::Worker;
 /// URL schemes served by this backend.
 pub const SQLITE_SCHEMES: &[&str] = &["sqlite"];
 
-const INFO: BackendInfo = BackendInfo::new("sqlite", Capabilities::SHARED_STORE);
+const INFO: BackendInfo = BackendInfo::new(
+    "sqlite",
+    Capabilities {
+        fenced_writes: true,
+        ..Capabilities::SHARED_STORE
+    },
+);
 
 /// Builds a [`SqliteBackend`] from options.
 ///
@@ -495,6 +501,20 @@ impl Lease for SqliteLease {
             return Err(crate::Error::not_owned(self.name()));
         }
         Ok(())
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        let (lock, token, fence) = (
+            self.name().to_owned(),
+            self.token().to_owned(),
+            self.fence().signed(),
+        );
+        let (name, bytes) = (value.as_str().to_owned(), bytes.to_vec());
+        let written = self
+            .store()
+            .exec(move |conn| values::put_fenced(conn, (&lock, &token, fence), &name, &bytes))
+            .await?;
+        Ok(written.map(|version| u64::try_from(version).unwrap_or(0)))
     }
 
     async fn release(&self) -> Result<()> {

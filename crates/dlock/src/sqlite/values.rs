@@ -1,6 +1,8 @@
 //! Versioned values in the `dlock_values` table: each write is one conditional statement.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use super::clock::{boot, now_ms};
 
 use crate::backend::Expect;
 
@@ -56,4 +58,30 @@ pub(super) fn put(
             )
             .optional(),
     }
+}
+
+/// A fenced write: in one IMMEDIATE transaction, the hold's row is checked (its token and
+/// fence, its lease not over by this machine's monotonic clock, this boot) and the value
+/// written. `None` when the hold is no longer current: the transaction rolls back, nothing
+/// written.
+pub(super) fn put_fenced(
+    conn: &mut Connection,
+    hold: (&str, &str, i64),
+    name: &str,
+    value: &[u8],
+) -> rusqlite::Result<Option<i64>> {
+    let (lock, token, fence) = hold;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current = tx
+        .prepare_cached(
+            "SELECT 1 FROM dlock_locks
+             WHERE name = ?1 AND token = ?2 AND hold_fence = ?3 AND expires_mono > ?4 AND boot = ?5",
+        )?
+        .exists(params![lock, token, fence, now_ms(), boot()])?;
+    if !current {
+        return Ok(None);
+    }
+    let version = put(&tx, name, Expect::Any, value)?;
+    tx.commit()?;
+    Ok(version)
 }

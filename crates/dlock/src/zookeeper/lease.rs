@@ -16,6 +16,7 @@ use crate::backend::{AcquireRequest, Lease, LeaseCore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::lease::keeper::LostReason;
+use crate::name::LockName;
 use crate::name::Owner;
 
 use super::acquire::Node;
@@ -293,6 +294,10 @@ impl Lease for ZkLease {
                 Err(map(error, &self.shared.path))
             }
         }
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        super::values::put_while_held(&self.shared.session, &self.shared.path, value, bytes).await
     }
 
     async fn release_elsewhere(&self) -> Result<()> {

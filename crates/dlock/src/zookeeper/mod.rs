@@ -49,6 +49,7 @@ const INFO: BackendInfo = BackendInfo::new(
         // The session: its expiry ends every hold.
         native_loss_signal: true,
         permits: true,
+        fenced_writes: true,
         rwlock: true,
         ..Capabilities::SHARED_STORE
     },
@@ -270,10 +271,15 @@ impl Inner {
     }
 
     fn acls(&self) -> Acls<'static> {
-        match self.config.acl {
-            Acl::Open => Acls::anyone_all(),
-            Acl::Creator => Acls::creator_all(),
-        }
+        acls_of(&self.config)
+    }
+}
+
+/// The ACLs of every node this client creates.
+fn acls_of(config: &ZookeeperConfig) -> Acls<'static> {
+    match config.acl {
+        Acl::Open => Acls::anyone_all(),
+        Acl::Creator => Acls::creator_all(),
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::backend::{Lease, LeaseCore, LossSignal};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::name::LockName;
 
 use super::acquire::{Node, delete_until_done};
 use super::error::map;
@@ -139,6 +140,10 @@ impl Lease for SessionLease {
                 Err(map(error, &self.path))
             }
         }
+    }
+
+    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
+        super::values::put_while_held(&self.session, &self.path, value, bytes).await
     }
 
     async fn release_elsewhere(&self) -> Result<()> {

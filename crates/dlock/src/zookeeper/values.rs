@@ -4,14 +4,14 @@
 //! versioned `setData` and exclusive `create`.
 
 use async_trait::async_trait;
-use zookeeper_client::{CreateMode, Error as ZkError, Stat};
+use zookeeper_client::{CreateMode, Error as ZkError, MultiWriteError, Stat};
 
 use crate::backend::{Expect, ValueStore, Versioned};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
 use super::error::{BACKEND, map};
-use super::{Inner, Session, ZookeeperBackend, encode_name};
+use super::{Inner, Session, ZookeeperBackend, acls_of, encode_name};
 
 /// The directory of every value, under the chroot.
 pub(super) const VALUES_DIR: &str = "%00values";
@@ -20,9 +20,14 @@ fn version(stat: &Stat) -> u64 {
     u64::try_from(stat.version).unwrap_or(0) + 1
 }
 
+/// The node of value `name` under `chroot`.
+fn value_path_in(chroot: &str, name: &str) -> String {
+    format!("{chroot}/{VALUES_DIR}/{}", encode_name(name))
+}
+
 impl Inner {
     fn value_path(&self, name: &str) -> String {
-        format!("{}/{VALUES_DIR}/{}", self.config.chroot, encode_name(name))
+        value_path_in(&self.config.chroot, name)
     }
 
     /// Creates the value node; `None` when it already exists. Makes the directory on the way.
@@ -104,4 +109,69 @@ impl ValueStore for ZookeeperBackend {
             },
         }
     }
+}
+
+/// A fenced write: one `multi` of a `check` that the hold's node (`held`, its own sequential
+/// node) still exists and the value's `setData`, or its `create` when it was never written.
+/// `None` when the hold's node is gone (released, its TTL run out, broken, its session
+/// ended): nothing written.
+pub(super) async fn put_while_held(
+    session: &Session,
+    held: &str,
+    name: &LockName,
+    value: &[u8],
+) -> Result<Option<u64>> {
+    let config = &session.config;
+    let path = value_path_in(&config.chroot, name.as_str());
+    let acls = acls_of(config);
+    let options = CreateMode::Persistent.with_acls(acls);
+    for _ in 0..4 {
+        let mut multi = session.client.new_multi_writer();
+        let add = multi.add_check_version(held, -1);
+        let exists = session
+            .client
+            .check_stat(&path)
+            .await
+            .map_err(|e| map(e, &path))?;
+        let add = add.and_then(|()| match exists {
+            Some(_) => multi.add_set_data(&path, value, None),
+            None => multi.add_create(&path, value, &options),
+        });
+        add.map_err(|e| map(e, &path))?;
+        match multi.commit().await {
+            Ok(results) => {
+                if let Some(stat) = results.into_iter().find_map(|result| match result {
+                    zookeeper_client::MultiWriteResult::SetData { stat }
+                    | zookeeper_client::MultiWriteResult::Create { stat, .. } => Some(stat),
+                    _ => None,
+                }) {
+                    return Ok(Some(version(&stat)));
+                }
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    source: "a fenced write's multi answered without its write".into(),
+                });
+            }
+            Err(MultiWriteError::OperationFailed { index: 0, .. }) => return Ok(None),
+            // Created or removed by someone else in between, or the values' directory not
+            // made yet: again with what is there now.
+            Err(MultiWriteError::OperationFailed {
+                source: ZkError::NodeExists | ZkError::NoNode,
+                ..
+            }) => {
+                if exists.is_none() {
+                    let dir = format!("{}/{VALUES_DIR}", config.chroot);
+                    match session.client.mkdir(&dir, &options).await {
+                        Ok(()) | Err(ZkError::NodeExists) => {}
+                        Err(e) => return Err(map(e, &dir)),
+                    }
+                }
+            }
+            Err(error) => return Err(map(error.into(), &path)),
+        }
+    }
+    Err(Error::Unavailable {
+        backend: BACKEND,
+        source: format!("{path} kept changing under a fenced write").into(),
+    })
 }

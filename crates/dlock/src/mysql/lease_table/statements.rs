@@ -7,7 +7,8 @@ use crate::sql_common::{STARVATION_US, WAITER_STALE_MS};
 
 /// The database's clock in microseconds since the Unix epoch, in UTC whatever the session's
 /// time zone. `UTC_TIMESTAMP(6)` is fixed for the whole statement.
-pub(super) const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+pub(in crate::mysql) const NOW: &str =
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
 /// The statements, with the table name spliced in once.
 #[derive(Debug)]
