@@ -72,6 +72,16 @@ pub struct Workload {
     /// overlap with such a hold is the documented window, counted apart, as long as its
     /// holder was told within this bound (plus [`SIGNAL_TOLERANCE`]) of the strike.
     pub fault_told_within: Option<Duration>,
+    /// Every this many rounds a worker holds for half a lease, two leases or three in turn
+    /// instead of [`hold`](Self::hold) (0: never): with the watchdog, holds renewed mid-hold
+    /// (the renewal soak).
+    pub long_every: u32,
+    /// A store or network fault strikes a hold that has been held this long (one of the long
+    /// holds, with renewals still to come) rather than one that just began.
+    pub strike_held_for: Option<Duration>,
+    /// The renewal rule applies (the soak): a watchdog hold the fault did not strike must
+    /// never be lost, however long it is held.
+    pub renewal_rule: bool,
 }
 
 impl Default for Workload {
@@ -97,6 +107,9 @@ impl Default for Workload {
             fault_ends_leases: false,
             acquisitions: None,
             fault_told_within: None,
+            long_every: 0,
+            strike_held_for: None,
+            renewal_rule: false,
         }
     }
 }
@@ -164,6 +177,24 @@ impl fmt::Debug for Fault {
 /// frozen lease holder never told, which only it knows to be a violation).
 pub const FROZEN_HOLDER_RULE: &str = "frozen-holder rule";
 
+/// The frozen-holder rule's violation, if any: a frozen holder must be told at once (within
+/// [`SIGNAL_TOLERANCE`]) when it runs again, and when `must_lose` (its lock was a lease,
+/// which the freeze outlived) it must be told at all. `told` is
+/// [`ScenarioReport::paused_holder_lost`].
+pub fn frozen_holder_rule(told: Option<Option<Duration>>, must_lose: bool) -> Option<String> {
+    match told? {
+        Some(lag) if lag > SIGNAL_TOLERANCE => Some(format!(
+            "{FROZEN_HOLDER_RULE}: the frozen holder was told {} ms after it ran again (at once is {} ms)",
+            lag.as_millis(),
+            SIGNAL_TOLERANCE.as_millis()
+        )),
+        None if must_lose => Some(format!(
+            "{FROZEN_HOLDER_RULE}: the frozen holder's guard never reported the loss"
+        )),
+        _ => None,
+    }
+}
+
 /// What one run found.
 #[derive(Clone, Debug)]
 pub struct ScenarioReport {
@@ -208,6 +239,12 @@ pub struct ScenarioReport {
     pub paused_holder_lost: Option<Option<Duration>>,
     /// For a holder pause: holds by other workers that started while it was frozen.
     pub holds_during_pause: usize,
+    /// Holds (a multi-lock's once) that lasted longer than their lease: with the watchdog,
+    /// holds renewed while held.
+    pub held_past_lease: usize,
+    /// Under the renewal rule ([`Workload::renewal_rule`]), watchdog holds told lost that the
+    /// fault did not strike: violations.
+    pub renewals_lost: Vec<String>,
     /// From the end of the fault to the first hold after it.
     pub recovery: Option<Duration>,
     /// The fault's duration.
@@ -259,15 +296,14 @@ impl ScenarioReport {
                 self.late_signals
             ));
         }
-        if let Some(Some(lag)) = self.paused_holder_lost
-            && lag > SIGNAL_TOLERANCE
-        {
+        if !self.renewals_lost.is_empty() {
             violations.push(format!(
-                "{FROZEN_HOLDER_RULE}: the frozen holder was told {} ms after it ran again (at once is {} ms)",
-                lag.as_millis(),
-                SIGNAL_TOLERANCE.as_millis()
+                "renewal rule: {} watchdog holds no fault struck were lost: {:?}",
+                self.renewals_lost.len(),
+                self.renewals_lost
             ));
         }
+        violations.extend(frozen_holder_rule(self.paused_holder_lost, false));
         if self.recovery.is_none() {
             violations.push("no hold after the fault ended".into());
         }
@@ -420,6 +456,7 @@ pub fn run(
         primitive: workload.primitive,
         canary: workload.canary,
         writes: workload.writes,
+        long_every: workload.long_every,
         id: 0,
     };
     let mut workers = spawn_workers(&config, workload)?;
@@ -487,6 +524,11 @@ pub fn run(
         .iter()
         .filter_map(|(_, lost)| lost.map(|at| at.saturating_duration_since(fault.strike)))
         .max();
+    let held_past_lease = holds
+        .iter()
+        .filter(|hold| hold.part == 0 && hold.end.is_some_and(|end| end - hold.start > workload.ttl))
+        .count();
+    let renewals_lost = renewals_lost(&holds, workload, &fault);
     let recovery = resource
         .holds_since(fault_end)
         .into_iter()
@@ -514,6 +556,8 @@ pub fn run(
         holds_during_pause,
         holds_struck,
         lost_after_fault_max,
+        held_past_lease,
+        renewals_lost,
         recovery,
         fault_duration: fault_end - fault_start,
         leftover,
@@ -713,6 +757,35 @@ pub fn signal_lags(
     (lags, late)
 }
 
+/// Under the renewal rule, the watchdog holds told lost although the fault did not strike
+/// them: a hold open at the strike, begun during the fault or within a lease after it (its
+/// client may still be catching up), or the frozen holder's, may be lost; any other is kept
+/// by its renewals for as long as it is held.
+pub fn renewals_lost(holds: &[Hold], workload: &Workload, fault: &FaultTimes) -> Vec<String> {
+    if !(workload.renewal_rule && workload.watchdog) {
+        return Vec::new();
+    }
+    let frozen = fault.frozen_group(holds);
+    let struck_or_near = |hold: &Hold| {
+        fault.struck(hold)
+            || Some(hold.group) == frozen
+            || (hold.start >= fault.start && hold.start <= fault.end + workload.ttl)
+    };
+    holds
+        .iter()
+        .filter(|hold| hold.part == 0 && hold.lost_at.is_some() && !struck_or_near(hold))
+        .map(|hold| {
+            format!(
+                "fence {} ({:?} hold) told lost {} ms into it",
+                hold.fence,
+                hold.kind,
+                hold.lost_at
+                    .map_or(0, |at| at.saturating_duration_since(hold.start).as_millis())
+            )
+        })
+        .collect()
+}
+
 /// Whether the store at `url` has native semaphores, whose permits' fences are ordered.
 fn native_permits(url: &str) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -782,14 +855,21 @@ fn worker_url(config: &WorkerConfig, workload: &Workload, i: usize) -> String {
 /// rule judges it (a hold ending before the bound is never judged).
 const FRESH_HOLD: Duration = Duration::from_millis(20);
 
-/// Waits until a hold has just begun (see [`FRESH_HOLD`]), and returns it.
-fn wait_for_a_fresh_hold(service: &CheckerService, deadline: Duration) -> anyhow::Result<Hold> {
+/// Waits until a hold has just begun (see [`FRESH_HOLD`]), or with `held_for` until a hold
+/// has been held that long (within [`FRESH_HOLD`]), and returns it.
+fn wait_for_a_fresh_hold(
+    service: &CheckerService,
+    deadline: Duration,
+    held_for: Option<Duration>,
+) -> anyhow::Result<Hold> {
     let mut fresh = None;
+    let age = held_for.unwrap_or_default();
     wait_until(deadline, "a hold to strike", || {
-        fresh = service
-            .resource()
-            .newest_open_hold()
-            .filter(|hold| hold.start.elapsed() < FRESH_HOLD);
+        fresh = match held_for {
+            None => service.resource().newest_open_hold(),
+            Some(_) => service.resource().open_hold_held_for(age),
+        }
+        .filter(|hold| (age..age + FRESH_HOLD).contains(&hold.start.elapsed()));
         fresh.is_some()
     })?;
     fresh.context("no hold to strike")
@@ -865,7 +945,7 @@ fn drive(
             }
         }
         Fault::Partition(duration, cut) => {
-            let holder = wait_for_a_fresh_hold(service, deadline)?;
+            let holder = wait_for_a_fresh_hold(service, deadline, None)?;
             let Some(id) = holder.worker else {
                 bail!("the holder has no id");
             };
@@ -887,7 +967,7 @@ fn drive(
         }
         Fault::External(name, inject) => {
             // Strike a hold that just began, where a fault can do harm.
-            wait_for_a_fresh_hold(service, deadline)?;
+            wait_for_a_fresh_hold(service, deadline, workload.strike_held_for)?;
             let start = Instant::now();
             inject().with_context(|| format!("inject {name}"))?;
             FaultTimes::new(start, Instant::now())
@@ -1148,6 +1228,7 @@ mod tests {
                 kind: HoldKind::Exclusive,
                 part: 0,
                 group,
+                slot: None,
                 worker: Some(worker),
                 attempted: Some(self.at(start - 5)),
                 start: self.at(start),
@@ -1402,6 +1483,53 @@ mod tests {
         assert_eq!(late.len(), 1, "{late:?}");
         assert!(late[0].starts_with("fence 10"), "{late:?}");
         assert!(late[0].contains("fixed TTL"), "{late:?}");
+    }
+
+    #[test]
+    fn the_renewal_rule_flags_a_watchdog_hold_lost_away_from_the_fault() {
+        let workload = Workload {
+            renewal_rule: true,
+            ..watchdog()
+        };
+        let mut record = Record::new();
+        record.hold(1, 10, (-3000, -500), Some(-1700)); // lost long before the fault
+        record.hold(2, 11, (-10, 2500), Some(900)); // struck by it
+        record.hold(3, 12, (500, 900), Some(800)); // begun within a lease after it
+        record.hold(4, 13, (3000, 6000), Some(4400)); // long after it
+        record.hold(5, 14, (3000, 6000), None); // kept
+        let fault = record.fault(0, 200);
+        let lost = renewals_lost(&record.holds, &workload, &fault);
+        assert_eq!(lost.len(), 2, "{lost:?}");
+        assert!(lost[0].starts_with("fence 10"), "{lost:?}");
+        assert!(lost[0].contains("1300 ms into it"), "{lost:?}");
+        assert!(lost[1].starts_with("fence 13"), "{lost:?}");
+        // Only the soak asks it, and only of watchdog holds.
+        assert!(renewals_lost(&record.holds, &watchdog(), &fault).is_empty());
+        let fixed = Workload {
+            watchdog: false,
+            ..workload
+        };
+        assert!(renewals_lost(&record.holds, &fixed, &fault).is_empty());
+    }
+
+    #[test]
+    fn the_frozen_holder_rule_flags_a_keeper_that_never_tells_or_tells_a_lease_late() {
+        let at_once = Some(Some(Duration::from_millis(3)));
+        assert_eq!(frozen_holder_rule(at_once, true), None);
+        // The keeper that never tells: a violation where the freeze outlived a lease.
+        let never = frozen_holder_rule(Some(None), true).unwrap();
+        assert!(never.starts_with(FROZEN_HOLDER_RULE), "{never}");
+        assert!(never.contains("never reported"), "{never}");
+        // A session lock kept through the freeze: nothing to tell.
+        assert_eq!(frozen_holder_rule(Some(None), false), None);
+        // The keeper that tells a lease late.
+        let late = frozen_holder_rule(Some(Some(Duration::from_millis(1003))), false).unwrap();
+        assert!(late.starts_with(FROZEN_HOLDER_RULE), "{late}");
+        assert!(late.contains("told 1003 ms after it ran again"), "{late}");
+        // Just within the tolerance is at once.
+        assert_eq!(frozen_holder_rule(Some(Some(SIGNAL_TOLERANCE)), true), None);
+        // No frozen holder in the run.
+        assert_eq!(frozen_holder_rule(None, true), None);
     }
 
     #[test]

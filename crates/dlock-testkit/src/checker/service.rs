@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `ATTEMPT <pid>` | about to acquire; the reply `STOP` tells the worker to finish |
 //! | `TIMEOUT <pid>` / `ERROR <pid> <message>` | the acquire timed out / failed otherwise (indeterminate) |
-//! | `BEGIN <pid> <fence> [w\|r\|p [<fence>…]]` | the acquire returned this fence: a hold starts (exclusive, read or permit; exclusive when absent); a multi-lock adds the fences of its other names, in order, and its `LOST` and `END` name the first |
+//! | `BEGIN <pid> <fence> [w\|r\|p [<fence>…\|s<slot>]]` | the acquire returned this fence: a hold starts (exclusive, read or permit; exclusive when absent); a multi-lock adds the fences of its other names, in order, and its `LOST` and `END` name the first; a composed semaphore's permit adds its slot's number |
 //! | `WRITE <pid> <fence>` | a write through the fence: `OK` or `STALE <highest>` |
 //! | `READ <pid> <fence>` | a reader's read: `OK` or `STALE <highest>` (refused like a write, raises nothing) |
 //! | `LOST <pid> <fence>` | the guard's lost signal fired |
@@ -232,13 +232,19 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
         .next()
         .and_then(|fence| fence.parse::<u64>().ok())
         .map(FencingToken::new);
-    // `BEGIN <pid> <fence> [w|r|p [<fence>…]]`: what the hold excludes (exclusive when
-    // absent), and a multi-lock's other names' fences.
+    // `BEGIN <pid> <fence> [w|r|p [<fence>…|s<slot>]]`: what the hold excludes (exclusive
+    // when absent), and a multi-lock's other names' fences or a composed permit's slot.
     let kind = words
         .next()
         .and_then(HoldKind::from_letter)
         .unwrap_or_default();
-    let other_fences: Option<Vec<FencingToken>> = words
+    let (slots, others): (Vec<&str>, Vec<&str>) = words.partition(|word| word.starts_with('s'));
+    let slot = slots
+        .first()
+        .and_then(|word| word.strip_prefix('s'))
+        .and_then(|number| number.parse::<u32>().ok());
+    let other_fences: Option<Vec<FencingToken>> = others
+        .into_iter()
         .map(|word| word.parse::<u64>().ok().map(FencingToken::new))
         .collect();
     let resource = &shared.resource;
@@ -268,8 +274,16 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
                 return format!("ERR bad request {line:?}");
             };
             lock(&shared.acquisitions).succeeded += 1;
-            let fences: Vec<FencingToken> = std::iter::once(fence).chain(other_fences).collect();
-            resource.begin_parts(&fences, kind, Some(pid));
+            match slot {
+                Some(slot) if kind == HoldKind::Permit => {
+                    resource.begin_on_slot(fence, slot, Some(pid));
+                }
+                _ => {
+                    let fences: Vec<FencingToken> =
+                        std::iter::once(fence).chain(other_fences).collect();
+                    resource.begin_parts(&fences, kind, Some(pid));
+                }
+            }
             if let Some(pause) = lock(&shared.pause_request).take() {
                 freeze(shared, pid, fence, pause);
             }
