@@ -1200,7 +1200,11 @@ fn soak_trial(backend: &'static str, canary: Canary) -> Result<(), Failed> {
         let report = run(&stand, backend, fault, &workload, injected)?;
         let found = judge(&stand, fault, prim, &report);
         violations.extend(found.iter().map(|v| {
-            format!("{v} (segment {index}: {} under {})", prim.label(), fault.slug())
+            format!(
+                "{v} (segment {index}: {} under {})",
+                prim.label(),
+                fault.slug()
+            )
         }));
         soak.add(&report, fault != FaultKind::Baseline);
         index += 1;
@@ -1409,7 +1413,8 @@ fn main() {
         let trial = Trial::test(name, move || soak_trial(backend, Canary::None));
         trials.push(gate(trial, installed, run));
         if matches!(backend, "memory" | "sqlite" | "redis" | "postgres") {
-            let name = format!("{backend}::canary_keeper_that_stops_renewing_is_flagged_by_the_soak");
+            let name =
+                format!("{backend}::canary_keeper_that_stops_renewing_is_flagged_by_the_soak");
             let run = !soak && (full || matches!(backend, "memory" | "sqlite"));
             let trial = Trial::test(name, move || soak_trial(backend, Canary::StopsRenewing));
             trials.push(gate(trial, installed, run));

@@ -526,7 +526,9 @@ pub fn run(
         .max();
     let held_past_lease = holds
         .iter()
-        .filter(|hold| hold.part == 0 && hold.end.is_some_and(|end| end - hold.start > workload.ttl))
+        .filter(|hold| {
+            hold.part == 0 && hold.end.is_some_and(|end| end - hold.start > workload.ttl)
+        })
         .count();
     let renewals_lost = renewals_lost(&holds, workload, &fault);
     let recovery = resource

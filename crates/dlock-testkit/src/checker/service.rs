@@ -227,26 +227,7 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
     let Some(pid) = pid else {
         return format!("ERR bad request {line:?}");
     };
-    let mut words = rest.split(' ');
-    let fence = words
-        .next()
-        .and_then(|fence| fence.parse::<u64>().ok())
-        .map(FencingToken::new);
-    // `BEGIN <pid> <fence> [w|r|p [<fence>…|s<slot>]]`: what the hold excludes (exclusive
-    // when absent), and a multi-lock's other names' fences or a composed permit's slot.
-    let kind = words
-        .next()
-        .and_then(HoldKind::from_letter)
-        .unwrap_or_default();
-    let (slots, others): (Vec<&str>, Vec<&str>) = words.partition(|word| word.starts_with('s'));
-    let slot = slots
-        .first()
-        .and_then(|word| word.strip_prefix('s'))
-        .and_then(|number| number.parse::<u32>().ok());
-    let other_fences: Option<Vec<FencingToken>> = others
-        .into_iter()
-        .map(|word| word.parse::<u64>().ok().map(FencingToken::new))
-        .collect();
+    let (fence, kind, other_fences, slot) = words_of(rest);
     let resource = &shared.resource;
     match (verb, fence) {
         ("ATTEMPT", _) => {
@@ -307,6 +288,39 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
         }
         _ => format!("ERR bad request {line:?}"),
     }
+}
+
+/// A request's words after its pid: `<fence> [w|r|p [<fence>…|s<slot>]]` (`BEGIN`'s, the
+/// others have only the fence): the fence, what the hold excludes (exclusive when absent), a
+/// multi-lock's other names' fences (`None` if one is not a number) and a composed permit's
+/// slot.
+fn words_of(
+    rest: &str,
+) -> (
+    Option<FencingToken>,
+    HoldKind,
+    Option<Vec<FencingToken>>,
+    Option<u32>,
+) {
+    let mut words = rest.split(' ');
+    let fence = words
+        .next()
+        .and_then(|fence| fence.parse::<u64>().ok())
+        .map(FencingToken::new);
+    let kind = words
+        .next()
+        .and_then(HoldKind::from_letter)
+        .unwrap_or_default();
+    let (slots, others): (Vec<&str>, Vec<&str>) = words.partition(|word| word.starts_with('s'));
+    let slot = slots
+        .first()
+        .and_then(|word| word.strip_prefix('s'))
+        .and_then(|number| number.parse::<u32>().ok());
+    let other_fences = others
+        .into_iter()
+        .map(|word| word.parse::<u64>().ok().map(FencingToken::new))
+        .collect();
+    (fence, kind, other_fences, slot)
 }
 
 fn freeze(shared: &Arc<Shared>, pid: u32, fence: FencingToken, pause: Duration) {
