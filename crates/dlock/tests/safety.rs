@@ -15,8 +15,10 @@
 //!   under every fault that applies (many minutes). With `DLOCK_SAFETY_REPORT=FILE` every
 //!   run's figures are appended to FILE as well as printed. Trials that fail on a known,
 //!   unfixed library bug are listed as ignored (`known-bug`) with the reason.
-//! - `DLOCK_SOAK=N` runs only the soak trials (`<backend>::soak`) with N acquisitions each;
-//!   `scripts/soak.sh` drives them.
+//! - `DLOCK_SOAK=N` runs only the renewal soak trials (`<backend>::soak`) with N acquisitions
+//!   each, in segments of `DLOCK_SOAK_SEGMENT` (2,000) by `DLOCK_SOAK_WORKERS` (4) workers,
+//!   each segment with its own primitive and fault; `scripts/soak.sh` drives them. CI runs a
+//!   short one (300) on memory, SQLite and Redis.
 //!
 //! Trials run one at a time: faults restart and pause the shared servers, and the timings
 //! mean more without other trials competing for the CPU.
