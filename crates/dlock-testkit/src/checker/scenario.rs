@@ -636,7 +636,9 @@ impl FaultTimes {
 /// The unsignalled overlaps of a run, split into those a data-losing fault excuses (left to
 /// the fence) and the violations. An overlap that began while the earlier holder was frozen
 /// is the fence's to cover too: it cannot hear anything until it runs again (and must be told
-/// at once then, which the frozen-holder rule checks).
+/// at once then, which the frozen-holder rule checks); so is a permit beyond the count while
+/// a permit holder is frozen, when the frozen permit accounts for it
+/// ([`frozen_permit_explains`]).
 pub fn judge_overlaps(
     overlaps: &[Overlap],
     holds: &[Hold],
@@ -645,8 +647,9 @@ pub fn judge_overlaps(
 ) -> (Vec<Overlap>, Vec<Overlap>) {
     let frozen = fault.frozen_group(holds);
     let while_frozen = |overlap: &Overlap| match fault.paused {
-        Some(pause) if Some(overlap.earlier_group) == frozen => {
-            overlap.at <= pause.continued.unwrap_or(fault.end) + SIGNAL_TOLERANCE
+        Some(pause) if overlap.at <= pause.continued.unwrap_or(fault.end) + SIGNAL_TOLERANCE => {
+            Some(overlap.earlier_group) == frozen
+                || frozen_permit_explains(overlap, holds, workload.primitive, frozen)
         }
         _ => false,
     };
@@ -668,6 +671,38 @@ pub fn judge_overlaps(
         .copied()
         .filter(|overlap| !overlap.signalled && !while_frozen(overlap))
         .partition(|overlap| fault.excuses(workload, overlap.at) || told_in_time(overlap))
+}
+
+/// Whether a permit overlap is the frozen holder's: the resource charges a permit beyond the
+/// count to the earliest untold open permit, but while a permit holder is frozen (untold, its
+/// lease run out in the store) the permit the store let go is the frozen one. It is, if the
+/// other untold permits open when the later one began are fewer than the count.
+fn frozen_permit_explains(
+    overlap: &Overlap,
+    holds: &[Hold],
+    primitive: Primitive,
+    frozen: Option<u64>,
+) -> bool {
+    let Primitive::Semaphore(permits) = primitive else {
+        return false;
+    };
+    let open_untold = |hold: &&Hold| {
+        hold.kind == HoldKind::Permit
+            && hold.part == overlap.part
+            && hold.start < overlap.at
+            && hold.end.is_none_or(|end| end > overlap.at)
+            && !hold.told_by(overlap.at)
+    };
+    let frozen_open = holds
+        .iter()
+        .filter(open_untold)
+        .any(|hold| Some(hold.group) == frozen);
+    let others = holds
+        .iter()
+        .filter(open_untold)
+        .filter(|hold| Some(hold.group) != frozen)
+        .count();
+    frozen_open && others < usize::try_from(permits).unwrap_or(usize::MAX)
 }
 
 /// Why a hold's lease must have ended, if it must: the lag rule then wants it told within
@@ -1532,6 +1567,44 @@ mod tests {
         assert_eq!(frozen_holder_rule(Some(Some(SIGNAL_TOLERANCE)), true), None);
         // No frozen holder in the run.
         assert_eq!(frozen_holder_rule(None, true), None);
+    }
+
+    #[test]
+    fn a_permit_beyond_the_count_while_a_permit_holder_is_frozen_is_the_frozen_ones() {
+        // Two permits. Worker 1 holds one for three leases (renewed, untold), worker 2 is
+        // frozen on the other past its lease, and worker 3 takes the permit the store freed:
+        // the resource charges the overlap to the earliest untold permit, worker 1's, but the
+        // permit the store let go is the frozen one's (the soak's redis semaphore segment 35
+        // under holder_sigstop_past_ttl: 152 such overlaps).
+        let workload = Workload {
+            primitive: Primitive::Semaphore(2),
+            ..watchdog()
+        };
+        let mut record = Record::new();
+        record.hold(1, 10, (-100, 3000), None);
+        record.hold(2, 11, (0, 3200), Some(3001));
+        record.hold(3, 12, (1500, 1600), None);
+        for hold in &mut record.holds {
+            hold.kind = HoldKind::Permit;
+        }
+        let fault = FaultTimes {
+            paused: Some(super::super::service::Pause {
+                pid: 2,
+                fence: FencingToken::new(11),
+                stopped: record.at(1),
+                continued: Some(record.at(3000)),
+            }),
+            ..record.fault(1, 3000)
+        };
+        let overlaps = [record.overlap(0, 2)];
+        let (during, unexcused) = judge_overlaps(&overlaps, &record.holds, &workload, &fault);
+        assert_eq!((during.len(), unexcused.len()), (0, 0), "{unexcused:?}");
+        // A fourth permit at once is one more than the frozen holder explains.
+        record.hold(4, 13, (1400, 1700), None);
+        record.holds[3].kind = HoldKind::Permit;
+        let overlaps = [record.overlap(0, 2)];
+        let (_, unexcused) = judge_overlaps(&overlaps, &record.holds, &workload, &fault);
+        assert_eq!(unexcused.len(), 1);
     }
 
     #[test]
