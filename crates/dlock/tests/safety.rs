@@ -15,8 +15,10 @@
 //!   under every fault that applies (many minutes). With `DLOCK_SAFETY_REPORT=FILE` every
 //!   run's figures are appended to FILE as well as printed. Trials that fail on a known,
 //!   unfixed library bug are listed as ignored (`known-bug`) with the reason.
-//! - `DLOCK_SOAK=N` runs only the soak trials (`<backend>::soak`) with N acquisitions each;
-//!   `scripts/soak.sh` drives them.
+//! - `DLOCK_SOAK=N` runs only the renewal soak trials (`<backend>::soak`) with N acquisitions
+//!   each, in segments of `DLOCK_SOAK_SEGMENT` (2,000) by `DLOCK_SOAK_WORKERS` (4) workers,
+//!   each segment with its own primitive and fault; `scripts/soak.sh` drives them. CI runs a
+//!   short one (300) on memory, SQLite and Redis.
 //!
 //! Trials run one at a time: faults restart and pause the shared servers, and the timings
 //! mean more without other trials competing for the CPU.
@@ -584,6 +586,8 @@ enum CanaryKind {
     RepeatedFence,
     /// A store wrapper repeats a native semaphore permit's fence.
     RepeatedPermitFence,
+    /// A store wrapper repeats the fence of a composed semaphore's slot.
+    RepeatedSlotFence,
     /// The resource ignores fences (a frozen holder's writes are accepted).
     Unfenced,
     /// A frozen holder's guard is never told of its loss.
@@ -603,10 +607,11 @@ enum CanaryKind {
 }
 
 impl CanaryKind {
-    const ALL: [CanaryKind; 11] = [
+    const ALL: [CanaryKind; 12] = [
         CanaryKind::LateSignal,
         CanaryKind::RepeatedFence,
         CanaryKind::RepeatedPermitFence,
+        CanaryKind::RepeatedSlotFence,
         CanaryKind::Unfenced,
         CanaryKind::FrozenNeverTold,
         CanaryKind::FrozenToldLate,
@@ -622,6 +627,7 @@ impl CanaryKind {
             CanaryKind::LateSignal => "canary_keeper_trusting_twice_the_lease_is_flagged",
             CanaryKind::RepeatedFence => "canary_store_repeating_a_fence_is_flagged",
             CanaryKind::RepeatedPermitFence => "canary_store_repeating_a_permit_fence_is_flagged",
+            CanaryKind::RepeatedSlotFence => "canary_store_repeating_a_slot_fence_is_flagged",
             CanaryKind::Unfenced => "canary_unfenced_resource_is_flagged",
             CanaryKind::FrozenNeverTold => "canary_keeper_never_telling_a_frozen_holder_is_flagged",
             CanaryKind::FrozenToldLate => {
@@ -647,6 +653,7 @@ impl CanaryKind {
             CanaryKind::LateSignal
             | CanaryKind::RepeatedFence
             | CanaryKind::RepeatedPermitFence
+            | CanaryKind::RepeatedSlotFence
             | CanaryKind::RepeatedTerm
             | CanaryKind::StaleObserver => FaultKind::Baseline,
             CanaryKind::Unfenced
@@ -660,7 +667,7 @@ impl CanaryKind {
     /// What the workers take.
     fn prim(self) -> Prim {
         match self {
-            CanaryKind::RepeatedPermitFence => Prim::Semaphore,
+            CanaryKind::RepeatedPermitFence | CanaryKind::RepeatedSlotFence => Prim::Semaphore,
             CanaryKind::RepeatedTerm
             | CanaryKind::DeposedLeaderNeverTold
             | CanaryKind::StaleObserver => Prim::Election,
@@ -674,6 +681,7 @@ impl CanaryKind {
             CanaryKind::LateSignal => "overlap rule",
             CanaryKind::RepeatedFence
             | CanaryKind::RepeatedPermitFence
+            | CanaryKind::RepeatedSlotFence
             | CanaryKind::RepeatedTerm => "fence rule",
             CanaryKind::Unfenced => "unsafe-write rule",
             CanaryKind::FrozenNeverTold
@@ -710,6 +718,17 @@ impl CanaryKind {
                     | "zookeeper"
                     | "zookeeper-ensemble"
             ),
+            // Composed semaphores: each slot's fences grow hold after hold.
+            CanaryKind::RepeatedSlotFence => matches!(
+                backend,
+                "sqlite"
+                    | "file"
+                    | "redlock"
+                    | "postgres"
+                    | "postgres-session"
+                    | "mariadb"
+                    | "mariadb-session"
+            ),
             // Session locks are held while their connection lives: a frozen holder keeps its
             // lock, so there is no stale write to accept and nothing to tell.
             CanaryKind::Unfenced
@@ -734,6 +753,7 @@ impl CanaryKind {
             CanaryKind::FrozenToldLate | CanaryKind::StruckNeverTold => false,
             CanaryKind::StruckToldLate | CanaryKind::RepeatedPermitFence => backend == "redis",
             CanaryKind::StaleObserver => matches!(backend, "memory" | "sqlite" | "redis"),
+            CanaryKind::RepeatedSlotFence => backend == "sqlite",
             _ => backend == "sqlite" || (backend == "redis" && self == CanaryKind::LateSignal),
         }
     }
@@ -1069,9 +1089,11 @@ fn judge(stand: &Stand, fault: FaultKind, prim: Prim, report: &ScenarioReport) -
                     "no write of the frozen holder was refused: the fault did not happen".into(),
                 );
             }
-            if !matches!(report.paused_holder_lost, Some(Some(_))) {
-                violations.push(format!(
-                    "{FROZEN_HOLDER_RULE}: the frozen holder's guard never reported the loss"
+            // Told late is in the report's own violations already.
+            if report.paused_holder_lost == Some(None) {
+                violations.extend(scenario::frozen_holder_rule(
+                    report.paused_holder_lost,
+                    true,
                 ));
             }
         }
@@ -1129,7 +1151,9 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
             workload.hold = workload.ttl * 3 / 4;
             workload.holds_before = 4;
         }
-        CanaryKind::RepeatedFence | CanaryKind::RepeatedPermitFence => {
+        CanaryKind::RepeatedFence
+        | CanaryKind::RepeatedPermitFence
+        | CanaryKind::RepeatedSlotFence => {
             workload.canary = Canary::RepeatFence;
             workload.holds_before = 12;
         }
@@ -1195,58 +1219,177 @@ fn canary_trial(backend: &'static str, canary: CanaryKind) -> Result<(), Failed>
     }
 }
 
-/// Many acquisitions with no fault: `DLOCK_SOAK=N` asks for N (the soak; `scripts/soak.sh`),
-/// otherwise a short run for CI.
-fn soak_trial(backend: &'static str) -> Result<(), Failed> {
+/// The primitives the soak takes, one per segment in turn.
+const SOAK_PRIMS: [Prim; 3] = [Prim::Mutex, Prim::RwLock, Prim::Semaphore];
+
+/// The faults the soak strikes with, one per segment in turn, those the backend offers: a
+/// holder killed or frozen, connections reset, the server restarted (on Redis, which keeps
+/// nothing, that ends every lease it strikes, and the lag rule wants each told in time).
+const SOAK_FAULTS: [FaultKind; 4] = [
+    FaultKind::HolderKill,
+    FaultKind::ProxyReset,
+    FaultKind::ServerRestart,
+    FaultKind::HolderPause,
+];
+
+/// The renewal soak: `DLOCK_SOAK=N` acquisitions (`scripts/soak.sh`; 300 in CI) in segments
+/// of a few thousand (`DLOCK_SOAK_SEGMENT`, 2,000; a third of the run when shorter), each on
+/// a fresh lock with one primitive (a mutex, a read-write lock, a semaphore of two, in turn)
+/// under one fault struck once its acquisitions are done (in turn, those the backend offers).
+/// Every hold uses the watchdog (a 1 s lease renewed every third); most are short, and every
+/// `long_every`-th round of a worker holds for half a lease, two or three leases in turn, so
+/// renewals happen mid-hold, and store faults strike such a hold 200 ms into it. Each segment
+/// is judged by every rule of its fault's trial (the lag rule among them) and by the renewal
+/// rule (a watchdog hold the fault did not strike is never lost); `canary` breaks the
+/// workers' store, and the trial then passes only when the overlap or renewal rule flags it.
+fn soak_trial(backend: &'static str, canary: Canary) -> Result<(), Failed> {
     let stand = stand(backend)?;
-    let acquisitions = soak_size().unwrap_or(300);
-    let workload = Workload {
-        workers: std::env::var("DLOCK_SOAK_WORKERS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(4),
-        hold: Duration::ZERO,
-        writes: 1,
-        acquisitions: Some(acquisitions),
-        // Generous: the machine is shared, and a stuck run is still a failure.
-        deadline: Duration::from_secs(3 * 3600),
-        ..stand.workload.clone()
-    };
-    let report = run(&stand, backend, FaultKind::Baseline, &workload, Fault::None)?;
-    let lags = {
-        let mut lags = report.lost_lags.clone();
-        lags.sort();
-        lags
-    };
-    let p99 = lags
-        .get((lags.len() * 99).div_ceil(100).saturating_sub(1))
-        .copied();
-    let ms = |d: Option<Duration>| d.map_or("-".into(), |d| d.as_millis().to_string());
-    let line = format!(
-        "| {backend} | {} | {} | {} | {} / {} | {:.0} s |",
-        report.acquisitions.succeeded,
-        report.check.overlaps.len() + report.check.lost_overlaps.len(),
-        report.check.fence_regressions.len(),
-        ms(p99),
-        ms(report.lost_lag_max),
-        report.elapsed.as_secs_f64()
-    );
-    eprintln!("soak: {line}");
-    if let Some(path) = std::env::var_os("DLOCK_SOAK_TABLE") {
-        use std::io::Write;
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(file, "{line}");
+    let total = soak_size().unwrap_or(300);
+    let segment = std::env::var("DLOCK_SOAK_SEGMENT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2000)
+        .min(total.div_ceil(3))
+        .max(1);
+    let offers = BACKENDS
+        .iter()
+        .find(|entry| entry.name == backend)
+        .map(|entry| entry.offers)
+        .ok_or("unknown backend")?;
+    let faults: Vec<FaultKind> = SOAK_FAULTS
+        .into_iter()
+        .filter(|&fault| applies(offers, fault))
+        .collect();
+    let mut soak = SoakTotals::default();
+    let mut violations = Vec::new();
+    let mut index = 0;
+    while soak.acquisitions < total {
+        let prim = SOAK_PRIMS[index % SOAK_PRIMS.len()];
+        let fault = faults
+            .get(index % faults.len().max(1))
+            .copied()
+            .unwrap_or(FaultKind::Baseline);
+        let (mut workload, injected) = prepare(&stand, fault, prim);
+        workload.canary = canary;
+        soak_workload(&mut workload, segment.min(total - soak.acquisitions));
+        let report = run(&stand, backend, fault, &workload, injected)?;
+        let found = judge(&stand, fault, prim, &report);
+        violations.extend(found.iter().map(|v| {
+            format!(
+                "{v} (segment {index}: {} under {})",
+                prim.label(),
+                fault.slug()
+            )
+        }));
+        soak.add(&report, fault != FaultKind::Baseline);
+        index += 1;
+        if canary != Canary::None && !violations.is_empty() {
+            break;
         }
     }
-    let violations = report.violations();
+    // The overlap rule where the store lets the next holder in unannounced, the renewal rule
+    // where it tells the old holder at the takeover (memory).
+    if canary != Canary::None {
+        let flagged = |v: &String| v.starts_with("overlap rule") || v.starts_with("renewal rule");
+        return if violations.iter().any(flagged) {
+            eprintln!("{backend}: the {canary:?} canary flagged: {violations:?}");
+            Ok(())
+        } else {
+            Err(format!(
+                "neither the overlap rule nor the renewal rule flagged the {canary:?} canary: \
+                 {violations:?}"
+            )
+            .into())
+        };
+    }
+    soak.table_row(backend, violations.len());
     if violations.is_empty() {
         Ok(())
     } else {
-        Err(format!("{}\n{}", violations.join("\n"), report.summary()).into())
+        Err(violations.join("\n").into())
+    }
+}
+
+/// One soak segment's workload: four workers (`DLOCK_SOAK_WORKERS`), watchdog holds, short
+/// but every `long_every`-th round renewed mid-hold, `acquisitions` before the fault strikes.
+fn soak_workload(workload: &mut Workload, acquisitions: usize) {
+    workload.workers = std::env::var("DLOCK_SOAK_WORKERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(4);
+    workload.watchdog = true;
+    workload.hold = Duration::ZERO;
+    workload.writes = 2;
+    // In CI a worker's 25 rounds of a segment hold one long hold; in the long soak one in
+    // a hundred rounds does, so the short ones still make most of the acquisitions.
+    workload.long_every = if soak_size().is_some() { 100 } else { 25 };
+    workload.strike_held_for = Some(workload.ttl / 5);
+    workload.renewal_rule = true;
+    workload.holds_before = acquisitions;
+    workload.acquisitions = Some(acquisitions);
+    workload.holds_after = 3;
+    // Generous: the machine is shared, and a stuck run is still a failure.
+    workload.deadline = Duration::from_secs(3 * 3600);
+}
+
+/// What the soak's segments found, for its row in RELIABILITY.md's soak table.
+#[derive(Default)]
+struct SoakTotals {
+    acquisitions: usize,
+    held_past_lease: usize,
+    faults: usize,
+    unsignalled_overlaps: usize,
+    fence_regressions: usize,
+    stale_refused: usize,
+    lost_lags: Vec<Duration>,
+    seconds: f64,
+}
+
+impl SoakTotals {
+    fn add(&mut self, report: &ScenarioReport, fault: bool) {
+        self.acquisitions += report.acquisitions.succeeded;
+        self.held_past_lease += report.held_past_lease;
+        self.faults += usize::from(fault);
+        self.unsignalled_overlaps += report.overlaps_without_fault;
+        self.fence_regressions += report.check.fence_regressions.len();
+        self.stale_refused += report.check.rejected.len();
+        self.lost_lags.extend(&report.lost_lags);
+        self.seconds += report.elapsed.as_secs_f64();
+    }
+
+    /// Prints the row and appends it to `DLOCK_SOAK_TABLE`, if set.
+    fn table_row(&mut self, backend: &str, violations: usize) {
+        self.lost_lags.sort();
+        let lags = &self.lost_lags;
+        let p99 = lags
+            .get((lags.len() * 99).div_ceil(100).saturating_sub(1))
+            .copied();
+        let ms = |d: Option<Duration>| d.map_or("-".into(), |d| d.as_millis().to_string());
+        let line = format!(
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} s |",
+            self.acquisitions,
+            self.held_past_lease,
+            self.faults,
+            self.unsignalled_overlaps,
+            self.fence_regressions,
+            self.stale_refused,
+            lags.len(),
+            ms(p99),
+            ms(lags.last().copied()),
+            violations,
+            self.seconds
+        );
+        eprintln!("soak: {line}");
+        if let Some(path) = std::env::var_os("DLOCK_SOAK_TABLE") {
+            use std::io::Write;
+            if let Ok(mut file) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                let _ = writeln!(file, "{line}");
+            }
+        }
     }
 }
 
@@ -1338,11 +1481,19 @@ fn main() {
             let trial = Trial::test(name, move || canary_trial(backend, canary));
             trials.push(gate(trial, installed, run));
         }
-        // The soak runs alone (`DLOCK_SOAK=N`); CI runs a short one on two stores.
+        // The soak runs alone (`DLOCK_SOAK=N`); CI runs a short one on three stores, and its
+        // canary on two.
         let name = format!("{backend}::soak");
-        let run = soak || matches!(backend, "sqlite" | "redis");
-        let trial = Trial::test(name, move || soak_trial(backend));
+        let run = soak || matches!(backend, "memory" | "sqlite" | "redis");
+        let trial = Trial::test(name, move || soak_trial(backend, Canary::None));
         trials.push(gate(trial, installed, run));
+        if matches!(backend, "memory" | "sqlite" | "redis" | "postgres") {
+            let name =
+                format!("{backend}::canary_keeper_that_stops_renewing_is_flagged_by_the_soak");
+            let run = !soak && (full || matches!(backend, "memory" | "sqlite"));
+            let trial = Trial::test(name, move || soak_trial(backend, Canary::StopsRenewing));
+            trials.push(gate(trial, installed, run));
+        }
     }
     if !known.is_empty() && !args.list {
         eprintln!("known bugs (registered as ignored, not counted as passed):");

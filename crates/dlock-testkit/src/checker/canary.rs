@@ -6,7 +6,8 @@
 //!   while the client's keeper still trusts the whole TTL: a keeper that trusts leases twice as
 //!   long as the store, so a holder hears of its loss after another holder got in.
 //! - [`Canary::RepeatFence`]: every fourth grant reports the fence of this process's previous
-//!   grant instead of its own, so two holds carry fences that do not grow.
+//!   grant of the same name instead of its own, so two holds carry fences that do not grow
+//!   (a composed semaphore's slot locks have names of their own: a slot's fence repeats).
 //! - [`Canary::FenceBehind`]: every fourth grant reports its fence less one, the fence of the
 //!   name's previous grant on stores that count fences up by one per name: a store handing
 //!   the same term to two leaders (the election's record accepts it, as the term it holds is
@@ -18,7 +19,12 @@
 //! - [`Canary::StaleReads`]: an election observer's reads come from a replica
 //!   [`STALE_READ_LAG`](super::election::STALE_READ_LAG) behind (the workers' store is
 //!   untouched).
+//! - [`Canary::StopsRenewing`]: a hold's first renewal reaches the store, every later one is
+//!   dropped while the keeper is told it succeeded: a keeper that stops renewing a watchdog
+//!   hold mid-hold and tells nobody (the renewal soak must flag it).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -37,7 +43,7 @@ pub enum Canary {
     None,
     /// Leases last half as long in the store as the keeper believes.
     LateSignal,
-    /// Every fourth grant repeats the process's previous fence.
+    /// Every fourth grant repeats the process's previous fence of the same name.
     RepeatFence,
     /// Every fourth grant reports its fence less one.
     FenceBehind,
@@ -47,6 +53,8 @@ pub enum Canary {
     ToldLate,
     /// An election observer reads from a lagging replica.
     StaleReads,
+    /// Renewals after a hold's first one never reach the store, and are reported done.
+    StopsRenewing,
 }
 
 impl Canary {
@@ -60,6 +68,7 @@ impl Canary {
             Canary::NeverTold => "never-told",
             Canary::ToldLate => "told-late",
             Canary::StaleReads => "stale-reads",
+            Canary::StopsRenewing => "stops-renewing",
         }
     }
 
@@ -73,6 +82,7 @@ impl Canary {
             Canary::NeverTold,
             Canary::ToldLate,
             Canary::StaleReads,
+            Canary::StopsRenewing,
         ]
         .into_iter()
         .find(|canary| canary.as_str() == text)
@@ -91,7 +101,7 @@ impl Canary {
             canary => Arc::new(Broken {
                 inner: backend,
                 canary,
-                grants: Mutex::new((0, None)),
+                grants: Mutex::new((0, HashMap::new())),
             }),
         }
     }
@@ -101,8 +111,8 @@ impl Canary {
 struct Broken {
     inner: DynBackend,
     canary: Canary,
-    /// Grants so far, and the fence of the last one.
-    grants: Mutex<(u64, Option<FencingToken>)>,
+    /// Grants so far, and the fence of the last one of each name.
+    grants: Mutex<(u64, HashMap<String, FencingToken>)>,
 }
 
 #[async_trait]
@@ -123,15 +133,16 @@ impl Backend for Broken {
             let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
             grants.0 += 1;
             let real = lease.fence();
+            let name = req.name.as_str().to_owned();
             let fourth = grants.0.is_multiple_of(4);
-            let shown = match grants.1 {
-                Some(previous) if self.canary == Canary::RepeatFence && fourth => previous,
+            let shown = match grants.1.get(&name) {
+                Some(&previous) if self.canary == Canary::RepeatFence && fourth => previous,
                 _ if self.canary == Canary::FenceBehind && fourth && real.get() > 1 => {
                     FencingToken::new(real.get() - 1)
                 }
                 _ => real,
             };
-            grants.1 = Some(real);
+            grants.1.insert(name, real);
             shown
         };
         // What the guard hears: the loss signal itself, or one that stays silent, or one that
@@ -155,6 +166,7 @@ impl Backend for Broken {
             core: lease.core().with_fence(fence),
             inner: lease,
             halve: self.canary == Canary::LateSignal,
+            renewals_left: (self.canary == Canary::StopsRenewing).then(|| AtomicU32::new(1)),
             told,
         })))
     }
@@ -177,6 +189,8 @@ struct BrokenLease {
     /// The inner lease's, under the canary's fence (the loss signal is shared).
     core: LeaseCore,
     halve: bool,
+    /// Renewals that still reach the store (`None`: every one does).
+    renewals_left: Option<AtomicU32>,
     /// The token the guard watches instead of the loss signal, if the canary says so.
     told: Option<CancellationToken>,
 }
@@ -193,6 +207,14 @@ impl Lease for BrokenLease {
     }
 
     async fn extend(&self, ttl: Duration) -> dlock::Result<()> {
+        if let Some(left) = &self.renewals_left
+            && left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_err()
+        {
+            // Dropped, and reported done: the store's lease runs out under a trusting keeper.
+            return Ok(());
+        }
         self.inner
             .extend(if self.halve { ttl / 2 } else { ttl })
             .await

@@ -92,6 +92,11 @@ pub struct Hold {
     pub part: usize,
     /// The holds begun together (a multi-lock's names) share this number; unique otherwise.
     pub group: u64,
+    /// A composed semaphore's permit: the index of the slot lock it holds
+    /// (`<name>#p<slot>of<permits>`), whose fences must grow hold after hold. `None` for
+    /// every other hold, and for a native permit (ordered by
+    /// [`FencedResource::with_ordered_permits`] instead).
+    pub slot: Option<u32>,
     /// The worker that reported it, if it said.
     pub worker: Option<u32>,
     /// When the worker said it was about to acquire (its `ATTEMPT`), if it did: the grant came
@@ -215,8 +220,9 @@ impl FencedResource {
     }
 
     /// The same resource admitting `permits` [`HoldKind::Permit`] holds at once (a
-    /// semaphore's); fences of permits are not compared with each other (a composed
-    /// semaphore's come from its slots).
+    /// semaphore's); fences of permits are compared only on one slot
+    /// ([`begin_on_slot`](Self::begin_on_slot)), or in the order of their grants with
+    /// [`with_ordered_permits`](Self::with_ordered_permits).
     pub fn with_permits(self, permits: u32) -> FencedResource {
         FencedResource {
             permits: permits.max(1),
@@ -321,6 +327,22 @@ impl FencedResource {
     /// one fence per name, in the order of its names); its `LOST` and `END`, given the first
     /// name's fence, apply to every name.
     pub fn begin_parts(&self, fences: &[FencingToken], kind: HoldKind, worker: Option<u32>) {
+        self.begin_on(fences, kind, None, worker);
+    }
+
+    /// Marks the start of a composed semaphore's permit by `worker` on its slot lock number
+    /// `slot`: its fence must exceed every earlier permit's on that slot.
+    pub fn begin_on_slot(&self, fence: FencingToken, slot: u32, worker: Option<u32>) {
+        self.begin_on(&[fence], HoldKind::Permit, Some(slot), worker);
+    }
+
+    fn begin_on(
+        &self,
+        fences: &[FencingToken],
+        kind: HoldKind,
+        slot: Option<u32>,
+        worker: Option<u32>,
+    ) {
         let start = Instant::now();
         let mut record = self.record();
         let group = record.next_group;
@@ -332,6 +354,7 @@ impl FencedResource {
                 kind,
                 part,
                 group,
+                slot,
                 worker,
                 attempted,
                 start,
@@ -414,6 +437,17 @@ impl FencedResource {
             .holds
             .iter()
             .filter(|hold| hold.end.is_none() && hold.part == 0)
+            .max_by_key(|hold| hold.start)
+            .copied()
+    }
+
+    /// The newest open hold (a multi-lock's by its first name) that began at least `age` ago,
+    /// if any.
+    pub fn open_hold_held_for(&self, age: Duration) -> Option<Hold> {
+        self.record()
+            .holds
+            .iter()
+            .filter(|hold| hold.end.is_none() && hold.part == 0 && hold.start.elapsed() >= age)
             .max_by_key(|hold| hold.start)
             .copied()
     }
@@ -545,12 +579,21 @@ fn fence_regressions_of(
     // begin in another order than their fences (two grants in flight at once), and a
     // composed semaphore's fences come from its slots.
     let (mut highest, mut highest_excluding_reads) = (None, None);
+    // A composed semaphore's slot is a lock of its own: its permits' fences grow hold after
+    // hold, as a mutex's do (RELIABILITY.md, promise 2); permits of different slots are not
+    // compared.
+    let mut highest_on_slot: HashMap<u32, FencingToken> = HashMap::new();
     for hold in holds {
-        let bound = match hold.kind {
-            HoldKind::Exclusive => highest,
-            HoldKind::Read => highest_excluding_reads,
-            HoldKind::Permit => None,
+        let bound = match (hold.kind, hold.slot) {
+            (HoldKind::Exclusive, _) => highest,
+            (HoldKind::Read, _) => highest_excluding_reads,
+            (HoldKind::Permit, Some(slot)) => highest_on_slot.get(&slot).copied(),
+            (HoldKind::Permit, None) => None,
         };
+        if let Some(slot) = hold.slot {
+            let high = highest_on_slot.entry(slot).or_insert(hold.fence);
+            *high = (*high).max(hold.fence);
+        }
         if let Some(high) = bound.filter(|high| hold.fence <= *high) {
             regressions.push((high, hold.fence));
         }
@@ -816,6 +859,24 @@ mod tests {
         composed.attempt(2);
         composed.begin(f(4), HoldKind::Permit, Some(2));
         assert!(composed.report().fence_regressions.is_empty());
+    }
+
+    #[test]
+    fn a_composed_permits_fence_must_grow_on_its_slot() {
+        let resource = FencedResource::new().with_permits(2);
+        let f = FencingToken::new;
+        // Two slots, each with fences of its own: 7 on slot 1 after 9 on slot 0 is fine.
+        resource.begin_on_slot(f(9), 0, Some(1));
+        resource.begin_on_slot(f(7), 1, Some(2));
+        resource.end_hold_of(f(9), Some(1));
+        resource.end_hold_of(f(7), Some(2));
+        resource.begin_on_slot(f(10), 0, Some(2));
+        resource.end_hold_of(f(10), Some(2));
+        assert!(resource.report().fence_regressions.is_empty());
+        // Slot 1 hands out its last fence again: the store repeated a slot's fence.
+        resource.begin_on_slot(f(7), 1, Some(1));
+        assert_eq!(resource.report().fence_regressions, vec![(f(7), f(7))]);
+        assert_eq!(resource.holds()[3].slot, Some(1));
     }
 
     #[test]

@@ -77,6 +77,16 @@ pub struct Workload {
     /// [`super::election`]), and a term it shows longer than this after the term ended is
     /// stale (the store's lease: the TTL, or a session timeout).
     pub observe_lease: Option<Duration>,
+    /// Every this many rounds a worker holds for half a lease, two leases or three in turn
+    /// instead of [`hold`](Self::hold) (0: never): with the watchdog, holds renewed mid-hold
+    /// (the renewal soak).
+    pub long_every: u32,
+    /// A store or network fault strikes a hold that has been held this long (one of the long
+    /// holds, with renewals still to come) rather than one that just began.
+    pub strike_held_for: Option<Duration>,
+    /// The renewal rule applies (the soak): a watchdog hold the fault did not strike must
+    /// never be lost, however long it is held.
+    pub renewal_rule: bool,
 }
 
 impl Default for Workload {
@@ -103,6 +113,9 @@ impl Default for Workload {
             acquisitions: None,
             fault_told_within: None,
             observe_lease: None,
+            long_every: 0,
+            strike_held_for: None,
+            renewal_rule: false,
         }
     }
 }
@@ -170,6 +183,24 @@ impl fmt::Debug for Fault {
 /// frozen lease holder never told, which only it knows to be a violation).
 pub const FROZEN_HOLDER_RULE: &str = "frozen-holder rule";
 
+/// The frozen-holder rule's violation, if any: a frozen holder must be told at once (within
+/// [`SIGNAL_TOLERANCE`]) when it runs again, and when `must_lose` (its lock was a lease,
+/// which the freeze outlived) it must be told at all. `told` is
+/// [`ScenarioReport::paused_holder_lost`].
+pub fn frozen_holder_rule(told: Option<Option<Duration>>, must_lose: bool) -> Option<String> {
+    match told? {
+        Some(lag) if lag > SIGNAL_TOLERANCE => Some(format!(
+            "{FROZEN_HOLDER_RULE}: the frozen holder was told {} ms after it ran again (at once is {} ms)",
+            lag.as_millis(),
+            SIGNAL_TOLERANCE.as_millis()
+        )),
+        None if must_lose => Some(format!(
+            "{FROZEN_HOLDER_RULE}: the frozen holder's guard never reported the loss"
+        )),
+        _ => None,
+    }
+}
+
 /// What one run found.
 #[derive(Clone, Debug)]
 pub struct ScenarioReport {
@@ -214,6 +245,12 @@ pub struct ScenarioReport {
     pub paused_holder_lost: Option<Option<Duration>>,
     /// For a holder pause: holds by other workers that started while it was frozen.
     pub holds_during_pause: usize,
+    /// Holds (a multi-lock's once) that lasted longer than their lease: with the watchdog,
+    /// holds renewed while held.
+    pub held_past_lease: usize,
+    /// Under the renewal rule ([`Workload::renewal_rule`]), watchdog holds told lost that the
+    /// fault did not strike: violations.
+    pub renewals_lost: Vec<String>,
     /// From the end of the fault to the first hold after it.
     pub recovery: Option<Duration>,
     /// The fault's duration.
@@ -267,18 +304,17 @@ impl ScenarioReport {
                 self.late_signals
             ));
         }
-        if let Some(Some(lag)) = self.paused_holder_lost
-            && lag > SIGNAL_TOLERANCE
-        {
+        if !self.renewals_lost.is_empty() {
             violations.push(format!(
-                "{FROZEN_HOLDER_RULE}: the frozen holder was told {} ms after it ran again (at once is {} ms)",
-                lag.as_millis(),
-                SIGNAL_TOLERANCE.as_millis()
+                "renewal rule: {} watchdog holds no fault struck were lost: {:?}",
+                self.renewals_lost.len(),
+                self.renewals_lost
             ));
         }
         if let Some(observed) = &self.observed {
             violations.extend(observed.violations());
         }
+        violations.extend(frozen_holder_rule(self.paused_holder_lost, false));
         if self.recovery.is_none() {
             violations.push("no hold after the fault ended".into());
         }
@@ -436,6 +472,7 @@ pub fn run(
         primitive: workload.primitive,
         canary: workload.canary,
         writes: workload.writes,
+        long_every: workload.long_every,
         id: 0,
     };
     let observer = workload
@@ -513,6 +550,13 @@ pub fn run(
         .iter()
         .filter_map(|(_, lost)| lost.map(|at| at.saturating_duration_since(fault.strike)))
         .max();
+    let held_past_lease = holds
+        .iter()
+        .filter(|hold| {
+            hold.part == 0 && hold.end.is_some_and(|end| end - hold.start > workload.ttl)
+        })
+        .count();
+    let renewals_lost = renewals_lost(&holds, workload, &fault);
     let recovery = resource
         .holds_since(fault_end)
         .into_iter()
@@ -540,6 +584,8 @@ pub fn run(
         holds_during_pause,
         holds_struck,
         lost_after_fault_max,
+        held_past_lease,
+        renewals_lost,
         recovery,
         fault_duration: fault_end - fault_start,
         leftover,
@@ -617,7 +663,9 @@ impl FaultTimes {
 /// The unsignalled overlaps of a run, split into those a data-losing fault excuses (left to
 /// the fence) and the violations. An overlap that began while the earlier holder was frozen
 /// is the fence's to cover too: it cannot hear anything until it runs again (and must be told
-/// at once then, which the frozen-holder rule checks).
+/// at once then, which the frozen-holder rule checks); so is a permit beyond the count while
+/// a permit holder is frozen, when the frozen permit accounts for it
+/// ([`frozen_permit_explains`]).
 pub fn judge_overlaps(
     overlaps: &[Overlap],
     holds: &[Hold],
@@ -626,8 +674,9 @@ pub fn judge_overlaps(
 ) -> (Vec<Overlap>, Vec<Overlap>) {
     let frozen = fault.frozen_group(holds);
     let while_frozen = |overlap: &Overlap| match fault.paused {
-        Some(pause) if Some(overlap.earlier_group) == frozen => {
-            overlap.at <= pause.continued.unwrap_or(fault.end) + SIGNAL_TOLERANCE
+        Some(pause) if overlap.at <= pause.continued.unwrap_or(fault.end) + SIGNAL_TOLERANCE => {
+            Some(overlap.earlier_group) == frozen
+                || frozen_permit_explains(overlap, holds, workload.primitive, frozen)
         }
         _ => false,
     };
@@ -649,6 +698,38 @@ pub fn judge_overlaps(
         .copied()
         .filter(|overlap| !overlap.signalled && !while_frozen(overlap))
         .partition(|overlap| fault.excuses(workload, overlap.at) || told_in_time(overlap))
+}
+
+/// Whether a permit overlap is the frozen holder's: the resource charges a permit beyond the
+/// count to the earliest untold open permit, but while a permit holder is frozen (untold, its
+/// lease run out in the store) the permit the store let go is the frozen one. It is, if the
+/// other untold permits open when the later one began are fewer than the count.
+fn frozen_permit_explains(
+    overlap: &Overlap,
+    holds: &[Hold],
+    primitive: Primitive,
+    frozen: Option<u64>,
+) -> bool {
+    let Primitive::Semaphore(permits) = primitive else {
+        return false;
+    };
+    let open_untold = |hold: &&Hold| {
+        hold.kind == HoldKind::Permit
+            && hold.part == overlap.part
+            && hold.start < overlap.at
+            && hold.end.is_none_or(|end| end > overlap.at)
+            && !hold.told_by(overlap.at)
+    };
+    let frozen_open = holds
+        .iter()
+        .filter(open_untold)
+        .any(|hold| Some(hold.group) == frozen);
+    let others = holds
+        .iter()
+        .filter(open_untold)
+        .filter(|hold| Some(hold.group) != frozen)
+        .count();
+    frozen_open && others < usize::try_from(permits).unwrap_or(usize::MAX)
 }
 
 /// Why a hold's lease must have ended, if it must: the lag rule then wants it told within
@@ -740,6 +821,35 @@ pub fn signal_lags(
     (lags, late)
 }
 
+/// Under the renewal rule, the watchdog holds told lost although the fault did not strike
+/// them: a hold open at the strike, begun during the fault or within a lease after it (its
+/// client may still be catching up), or the frozen holder's, may be lost; any other is kept
+/// by its renewals for as long as it is held.
+pub fn renewals_lost(holds: &[Hold], workload: &Workload, fault: &FaultTimes) -> Vec<String> {
+    if !(workload.renewal_rule && workload.watchdog) {
+        return Vec::new();
+    }
+    let frozen = fault.frozen_group(holds);
+    let struck_or_near = |hold: &Hold| {
+        fault.struck(hold)
+            || Some(hold.group) == frozen
+            || (hold.start >= fault.start && hold.start <= fault.end + workload.ttl)
+    };
+    holds
+        .iter()
+        .filter(|hold| hold.part == 0 && hold.lost_at.is_some() && !struck_or_near(hold))
+        .map(|hold| {
+            format!(
+                "fence {} ({:?} hold) told lost {} ms into it",
+                hold.fence,
+                hold.kind,
+                hold.lost_at
+                    .map_or(0, |at| at.saturating_duration_since(hold.start).as_millis())
+            )
+        })
+        .collect()
+}
+
 /// Whether the store at `url` has native semaphores, whose permits' fences are ordered.
 fn native_permits(url: &str) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -809,14 +919,21 @@ fn worker_url(config: &WorkerConfig, workload: &Workload, i: usize) -> String {
 /// rule judges it (a hold ending before the bound is never judged).
 const FRESH_HOLD: Duration = Duration::from_millis(20);
 
-/// Waits until a hold has just begun (see [`FRESH_HOLD`]), and returns it.
-fn wait_for_a_fresh_hold(service: &CheckerService, deadline: Duration) -> anyhow::Result<Hold> {
+/// Waits until a hold has just begun (see [`FRESH_HOLD`]), or with `held_for` until a hold
+/// has been held that long (within [`FRESH_HOLD`]), and returns it.
+fn wait_for_a_fresh_hold(
+    service: &CheckerService,
+    deadline: Duration,
+    held_for: Option<Duration>,
+) -> anyhow::Result<Hold> {
     let mut fresh = None;
+    let age = held_for.unwrap_or_default();
     wait_until(deadline, "a hold to strike", || {
-        fresh = service
-            .resource()
-            .newest_open_hold()
-            .filter(|hold| hold.start.elapsed() < FRESH_HOLD);
+        fresh = match held_for {
+            None => service.resource().newest_open_hold(),
+            Some(_) => service.resource().open_hold_held_for(age),
+        }
+        .filter(|hold| (age..age + FRESH_HOLD).contains(&hold.start.elapsed()));
         fresh.is_some()
     })?;
     fresh.context("no hold to strike")
@@ -892,7 +1009,7 @@ fn drive(
             }
         }
         Fault::Partition(duration, cut) => {
-            let holder = wait_for_a_fresh_hold(service, deadline)?;
+            let holder = wait_for_a_fresh_hold(service, deadline, None)?;
             let Some(id) = holder.worker else {
                 bail!("the holder has no id");
             };
@@ -914,7 +1031,7 @@ fn drive(
         }
         Fault::External(name, inject) => {
             // Strike a hold that just began, where a fault can do harm.
-            wait_for_a_fresh_hold(service, deadline)?;
+            wait_for_a_fresh_hold(service, deadline, workload.strike_held_for)?;
             let start = Instant::now();
             inject().with_context(|| format!("inject {name}"))?;
             FaultTimes::new(start, Instant::now())
@@ -1176,6 +1293,7 @@ mod tests {
                 kind: HoldKind::Exclusive,
                 part: 0,
                 group,
+                slot: None,
                 worker: Some(worker),
                 attempted: Some(self.at(start - 5)),
                 start: self.at(start),
@@ -1430,6 +1548,91 @@ mod tests {
         assert_eq!(late.len(), 1, "{late:?}");
         assert!(late[0].starts_with("fence 10"), "{late:?}");
         assert!(late[0].contains("fixed TTL"), "{late:?}");
+    }
+
+    #[test]
+    fn the_renewal_rule_flags_a_watchdog_hold_lost_away_from_the_fault() {
+        let workload = Workload {
+            renewal_rule: true,
+            ..watchdog()
+        };
+        let mut record = Record::new();
+        record.hold(1, 10, (-3000, -500), Some(-1700)); // lost long before the fault
+        record.hold(2, 11, (-10, 2500), Some(900)); // struck by it
+        record.hold(3, 12, (500, 900), Some(800)); // begun within a lease after it
+        record.hold(4, 13, (3000, 6000), Some(4400)); // long after it
+        record.hold(5, 14, (3000, 6000), None); // kept
+        let fault = record.fault(0, 200);
+        let lost = renewals_lost(&record.holds, &workload, &fault);
+        assert_eq!(lost.len(), 2, "{lost:?}");
+        assert!(lost[0].starts_with("fence 10"), "{lost:?}");
+        assert!(lost[0].contains("1300 ms into it"), "{lost:?}");
+        assert!(lost[1].starts_with("fence 13"), "{lost:?}");
+        // Only the soak asks it, and only of watchdog holds.
+        assert!(renewals_lost(&record.holds, &watchdog(), &fault).is_empty());
+        let fixed = Workload {
+            watchdog: false,
+            ..workload
+        };
+        assert!(renewals_lost(&record.holds, &fixed, &fault).is_empty());
+    }
+
+    #[test]
+    fn the_frozen_holder_rule_flags_a_keeper_that_never_tells_or_tells_a_lease_late() {
+        let at_once = Some(Some(Duration::from_millis(3)));
+        assert_eq!(frozen_holder_rule(at_once, true), None);
+        // The keeper that never tells: a violation where the freeze outlived a lease.
+        let never = frozen_holder_rule(Some(None), true).unwrap();
+        assert!(never.starts_with(FROZEN_HOLDER_RULE), "{never}");
+        assert!(never.contains("never reported"), "{never}");
+        // A session lock kept through the freeze: nothing to tell.
+        assert_eq!(frozen_holder_rule(Some(None), false), None);
+        // The keeper that tells a lease late.
+        let late = frozen_holder_rule(Some(Some(Duration::from_millis(1003))), false).unwrap();
+        assert!(late.starts_with(FROZEN_HOLDER_RULE), "{late}");
+        assert!(late.contains("told 1003 ms after it ran again"), "{late}");
+        // Just within the tolerance is at once.
+        assert_eq!(frozen_holder_rule(Some(Some(SIGNAL_TOLERANCE)), true), None);
+        // No frozen holder in the run.
+        assert_eq!(frozen_holder_rule(None, true), None);
+    }
+
+    #[test]
+    fn a_permit_beyond_the_count_while_a_permit_holder_is_frozen_is_the_frozen_ones() {
+        // Two permits. Worker 1 holds one for three leases (renewed, untold), worker 2 is
+        // frozen on the other past its lease, and worker 3 takes the permit the store freed:
+        // the resource charges the overlap to the earliest untold permit, worker 1's, but the
+        // permit the store let go is the frozen one's (the soak's redis semaphore segment 35
+        // under holder_sigstop_past_ttl: 152 such overlaps).
+        let workload = Workload {
+            primitive: Primitive::Semaphore(2),
+            ..watchdog()
+        };
+        let mut record = Record::new();
+        record.hold(1, 10, (-100, 3000), None);
+        record.hold(2, 11, (0, 3200), Some(3001));
+        record.hold(3, 12, (1500, 1600), None);
+        for hold in &mut record.holds {
+            hold.kind = HoldKind::Permit;
+        }
+        let fault = FaultTimes {
+            paused: Some(super::super::service::Pause {
+                pid: 2,
+                fence: FencingToken::new(11),
+                stopped: record.at(1),
+                continued: Some(record.at(3000)),
+            }),
+            ..record.fault(1, 3000)
+        };
+        let overlaps = [record.overlap(0, 2)];
+        let (during, unexcused) = judge_overlaps(&overlaps, &record.holds, &workload, &fault);
+        assert_eq!((during.len(), unexcused.len()), (0, 0), "{unexcused:?}");
+        // A fourth permit at once is one more than the frozen holder explains.
+        record.hold(4, 13, (1400, 1700), None);
+        record.holds[3].kind = HoldKind::Permit;
+        let overlaps = [record.overlap(0, 2)];
+        let (_, unexcused) = judge_overlaps(&overlaps, &record.holds, &workload, &fault);
+        assert_eq!(unexcused.len(), 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `ATTEMPT <pid>` | about to acquire; the reply `STOP` tells the worker to finish |
 //! | `TIMEOUT <pid>` / `ERROR <pid> <message>` | the acquire timed out / failed otherwise (indeterminate) |
-//! | `BEGIN <pid> <fence> [w\|r\|p [<fence>…]]` | the acquire returned this fence: a hold starts (exclusive, read or permit; exclusive when absent); a multi-lock adds the fences of its other names, in order, and its `LOST` and `END` name the first |
+//! | `BEGIN <pid> <fence> [w\|r\|p [<fence>…\|s<slot>]]` | the acquire returned this fence: a hold starts (exclusive, read or permit; exclusive when absent); a multi-lock adds the fences of its other names, in order, and its `LOST` and `END` name the first; a composed semaphore's permit adds its slot's number |
 //! | `WRITE <pid> <fence>` | a write through the fence: `OK` or `STALE <highest>` |
 //! | `READ <pid> <fence>` | a reader's read: `OK` or `STALE <highest>` (refused like a write, raises nothing) |
 //! | `LOST <pid> <fence>` | the guard's lost signal fired |
@@ -227,20 +227,7 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
     let Some(pid) = pid else {
         return format!("ERR bad request {line:?}");
     };
-    let mut words = rest.split(' ');
-    let fence = words
-        .next()
-        .and_then(|fence| fence.parse::<u64>().ok())
-        .map(FencingToken::new);
-    // `BEGIN <pid> <fence> [w|r|p [<fence>…]]`: what the hold excludes (exclusive when
-    // absent), and a multi-lock's other names' fences.
-    let kind = words
-        .next()
-        .and_then(HoldKind::from_letter)
-        .unwrap_or_default();
-    let other_fences: Option<Vec<FencingToken>> = words
-        .map(|word| word.parse::<u64>().ok().map(FencingToken::new))
-        .collect();
+    let (fence, kind, other_fences, slot) = words_of(rest);
     let resource = &shared.resource;
     match (verb, fence) {
         ("ATTEMPT", _) => {
@@ -268,8 +255,16 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
                 return format!("ERR bad request {line:?}");
             };
             lock(&shared.acquisitions).succeeded += 1;
-            let fences: Vec<FencingToken> = std::iter::once(fence).chain(other_fences).collect();
-            resource.begin_parts(&fences, kind, Some(pid));
+            match slot {
+                Some(slot) if kind == HoldKind::Permit => {
+                    resource.begin_on_slot(fence, slot, Some(pid));
+                }
+                _ => {
+                    let fences: Vec<FencingToken> =
+                        std::iter::once(fence).chain(other_fences).collect();
+                    resource.begin_parts(&fences, kind, Some(pid));
+                }
+            }
             if let Some(pause) = lock(&shared.pause_request).take() {
                 freeze(shared, pid, fence, pause);
             }
@@ -293,6 +288,39 @@ fn handle(line: &str, shared: &Arc<Shared>) -> String {
         }
         _ => format!("ERR bad request {line:?}"),
     }
+}
+
+/// A request's words after its pid: `<fence> [w|r|p [<fence>…|s<slot>]]` (`BEGIN`'s, the
+/// others have only the fence): the fence, what the hold excludes (exclusive when absent), a
+/// multi-lock's other names' fences (`None` if one is not a number) and a composed permit's
+/// slot.
+fn words_of(
+    rest: &str,
+) -> (
+    Option<FencingToken>,
+    HoldKind,
+    Option<Vec<FencingToken>>,
+    Option<u32>,
+) {
+    let mut words = rest.split(' ');
+    let fence = words
+        .next()
+        .and_then(|fence| fence.parse::<u64>().ok())
+        .map(FencingToken::new);
+    let kind = words
+        .next()
+        .and_then(HoldKind::from_letter)
+        .unwrap_or_default();
+    let (slots, others): (Vec<&str>, Vec<&str>) = words.partition(|word| word.starts_with('s'));
+    let slot = slots
+        .first()
+        .and_then(|word| word.strip_prefix('s'))
+        .and_then(|number| number.parse::<u32>().ok());
+    let other_fences = others
+        .into_iter()
+        .map(|word| word.parse::<u64>().ok().map(FencingToken::new))
+        .collect();
+    (fence, kind, other_fences, slot)
 }
 
 fn freeze(shared: &Arc<Shared>, pid: u32, fence: FencingToken, pause: Duration) {

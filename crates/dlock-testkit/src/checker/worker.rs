@@ -137,13 +137,25 @@ impl Held {
         }
     }
 
-    /// The `BEGIN` line's rest: the fence, the kind's letter, a multi-lock's other fences.
+    /// The `BEGIN` line's rest: the fence, the kind's letter, a multi-lock's other fences or
+    /// a composed permit's slot (`s<index>`, read from its slot lock's name, so the checker
+    /// orders its fences on that slot).
     fn begin_line(&self) -> String {
         let mut line = format!("{} {}", self.fence().get(), self.kind().letter());
-        if let Held::Multi(_, fences) = self {
-            for fence in &fences[1..] {
-                line.push_str(&format!(" {}", fence.get()));
+        match self {
+            Held::Multi(_, fences) => {
+                for fence in &fences[1..] {
+                    line.push_str(&format!(" {}", fence.get()));
+                }
             }
+            Held::Permit(permit) => {
+                if let Some((_, dlock::ComposedPart::PermitSlot { slot, .. })) =
+                    dlock::ComposedPart::parse(permit.slot().as_str())
+                {
+                    line.push_str(&format!(" s{slot}"));
+                }
+            }
+            _ => {}
         }
         line
     }
@@ -262,8 +274,29 @@ pub struct WorkerConfig {
     pub canary: Canary,
     /// Writes per hold.
     pub writes: u32,
+    /// Every this many rounds (0: never) the hold lasts two leases, three or half a lease in
+    /// turn instead of `hold`, so a watchdog hold is renewed while it is held.
+    pub long_every: u32,
     /// The id the worker reports (its pid when it runs as a process).
     pub id: u32,
+}
+
+impl WorkerConfig {
+    /// How long round `round` holds: `hold`, or every [`long_every`](Self::long_every)
+    /// rounds (shifted by the worker's id, so the workers' long holds do not come at once)
+    /// two leases, three or half a lease in turn.
+    pub fn hold_of(&self, round: u64) -> Duration {
+        let (every, shifted) = (u64::from(self.long_every), round + u64::from(self.id));
+        if every == 0 || !shifted.is_multiple_of(every) {
+            return self.hold;
+        }
+        // Two leases first: a short run still renews mid-hold.
+        match (shifted / every) % 3 {
+            0 => self.ttl / 2,
+            1 => self.ttl * 2,
+            _ => self.ttl * 3,
+        }
+    }
 }
 
 impl WorkerConfig {
@@ -291,6 +324,8 @@ impl WorkerConfig {
             self.canary.as_str().into(),
             "--writes".into(),
             self.writes.to_string(),
+            "--long-every".into(),
+            self.long_every.to_string(),
         ]
     }
 
@@ -304,6 +339,7 @@ impl WorkerConfig {
         let (mut url, mut name, mut checker) = (None, None, None);
         let (mut ttl, mut hold, mut wait, mut watchdog) = (None, None, None, false);
         let (mut primitive, mut canary, mut writes) = (Primitive::Mutex, Canary::None, 4);
+        let mut long_every = 0;
         while let Some(flag) = args.next() {
             let value = args
                 .next()
@@ -322,6 +358,7 @@ impl WorkerConfig {
                     canary = Canary::parse(&value).with_context(|| format!("canary {value}"))?;
                 }
                 "--writes" => writes = value.parse()?,
+                "--long-every" => long_every = value.parse()?,
                 _ => bail!("unknown argument {flag}"),
             }
         }
@@ -336,6 +373,7 @@ impl WorkerConfig {
             primitive,
             canary,
             writes,
+            long_every,
             id: std::process::id(),
         })
     }
@@ -447,12 +485,12 @@ pub async fn run(config: WorkerConfig) -> anyhow::Result<()> {
             HoldKind::Permit => None,
         };
         let mut refused = false;
-        let writes = config.writes.max(1);
+        let (writes, hold) = (config.writes.max(1), config.hold_of(round));
         for _ in 0..writes {
             if let Some(verb) = verb {
                 refused |= checker.send(verb, &fence).await?.starts_with("STALE");
             }
-            tokio::time::sleep(config.hold / writes).await;
+            tokio::time::sleep(hold / writes).await;
         }
         // A fixed lease that ran out, or a refused write: the signal is due already; give it
         // the tolerance to arrive, then end the hold whatever happened.
