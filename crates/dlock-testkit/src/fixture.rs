@@ -6,7 +6,7 @@ use dlock::Locks;
 use futures::future::BoxFuture;
 
 use crate::server::{
-    Etcd, EtcdCluster, Redis, RedisCluster, RedisNodes, RedisReplicaSet, RedisSentinelSet,
+    Etcd, EtcdCluster, Nats, Redis, RedisCluster, RedisNodes, RedisReplicaSet, RedisSentinelSet,
     ServerProcess, Zookeeper, ZookeeperEnsemble,
 };
 
@@ -641,6 +641,25 @@ impl EtcdClusterFixture {
     }
 }
 
+/// A real `nats-server` with JetStream on a free loopback port; locks in the bucket
+/// `dlock_test`.
+pub type NatsFixture = ServerFixture<Nats>;
+
+impl NatsFixture {
+    /// Starts a server.
+    ///
+    /// # Errors
+    ///
+    /// See above.
+    pub fn start() -> anyhow::Result<Option<Arc<NatsFixture>>> {
+        let server = unless_missing("nats", ServerProcess::start(Nats))?;
+        Ok(server.map(|server| {
+            let url = format!("nats://{}/dlock_test", server.addr());
+            ServerFixture::new("nats", server, url)
+        }))
+    }
+}
+
 /// Session timeout of the ZooKeeper fixtures' URLs: short, so a killed holder process (whose
 /// lock lasts until its session expires) is recovered within the suite's 5 s bound, but not
 /// so short that a CPU-starved client (the whole suite on 2 cores) declares its connection
@@ -863,6 +882,14 @@ pub const STARTERS: &[Starter] = &[
         masked: false,
         start: || one(ZookeeperEnsembleFixture::start()),
     },
+    Starter {
+        driver: "nats",
+        backends: &["nats"],
+        server: Some("nats"),
+        several_servers: false,
+        masked: false,
+        start: || one(NatsFixture::start()),
+    },
 ];
 
 /// A backend [`start_enabled`] could not start: its server is not installed (and the run
@@ -956,8 +983,9 @@ mod tests {
         let script: String = include_str!("../../dlock/build.rs")
             .split_whitespace()
             .collect();
-        let kinds: [&dyn ServerKind; 4] = [
+        let kinds: [&dyn ServerKind; 5] = [
             &Redis::default(),
+            &Nats,
             &crate::server::Postgres::default(),
             &crate::server::Mariadb::default(),
             &Zookeeper::default(),
