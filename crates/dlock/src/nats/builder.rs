@@ -121,7 +121,12 @@ impl NatsBuilder {
         js.set_timeout(config.timeout);
         let kv = open_bucket(&js, &config).await?;
         Ok(NatsBackend {
-            inner: Arc::new(Inner { js, kv, config }),
+            inner: Arc::new(Inner {
+                js,
+                kv,
+                config,
+                bell: Default::default(),
+            }),
         })
     }
 }

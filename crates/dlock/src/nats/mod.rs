@@ -7,6 +7,7 @@ mod error;
 mod keys;
 mod lease;
 mod values;
+mod wake;
 mod write;
 
 pub use builder::NatsBuilder;
@@ -17,10 +18,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use async_trait::async_trait;
-use futures::StreamExt;
 use tokio::time::Instant;
 
-use crate::backend::wait::{Attempt, acquire_loop};
+use crate::backend::abandon::{Abandon, spawn_cleanup};
+use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
     AcquireRequest, Backend, BackendInfo, Capabilities, Lease, LockKind, ValueStore, Wait,
 };
@@ -47,13 +48,13 @@ const INFO: BackendInfo = BackendInfo::new(
     },
 );
 
+/// How many times an abandoned call's clean-up looks for its grant (about 1.3 s in all).
+const GIVE_BACK_READS: usize = 6;
+
 /// How often an attempt reads the key again when it changed between the write that was
 /// refused and the read: a few rounds, then the lock counts as busy (the watch wakes the
 /// waiter at the next change).
 const ROUNDS: usize = 3;
-
-/// Pause before a waiter's watch is made again after it failed (the server restarting).
-const REWATCH_PAUSE: Duration = Duration::from_millis(200);
 
 /// Locks in a NATS JetStream key-value bucket: a grant is a `create` with a per-key TTL, a
 /// renewal and a release are writes that expect the holder's revision, the fence is the
@@ -79,6 +80,33 @@ struct Inner {
     js: jetstream::Context,
     kv: kv::Store,
     config: NatsConfig,
+    /// The waiters' wake-up: one watch of the bucket's lock keys.
+    bell: wake::Bell,
+}
+
+impl Inner {
+    /// Purges `key` if its holder is `token`: the grant of a call that ended without its
+    /// hold. Read a few times: the call's write may still be on its way to the stream (a
+    /// dropped publish is still sent, and the stream may apply it after answering a read).
+    async fn give_back(&self, key: &str, token: &str) {
+        let mut pause = Backoff::steady(Duration::from_millis(25), Duration::from_millis(400));
+        for _ in 0..GIVE_BACK_READS {
+            if let Ok(Some(entry)) = self.kv.entry(key).await
+                && entry.operation == kv::Operation::Put
+                && Holder::decode(&entry.value, entry.revision).is_some_and(|h| h.token == token)
+            {
+                let purged = self
+                    .write(key, Head::Purge, entry.revision, bytes::Bytes::new())
+                    .await;
+                match purged {
+                    Ok(Written::At(_)) => return,
+                    Ok(Written::Refused) => {}
+                    Err(error) => tracing::debug!(%error, "giving back an abandoned grant failed"),
+                }
+            }
+            tokio::time::sleep(pause.next()).await;
+        }
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -205,59 +233,6 @@ impl NatsBackend {
     }
 }
 
-/// A waiter's watch of one key: wakes on a release or an expiry (a delete or purge entry),
-/// not on the holder's renewals.
-struct KeyWatch<'a> {
-    kv: &'a kv::Store,
-    key: &'a str,
-    watch: tokio::sync::Mutex<Option<kv::Watch>>,
-}
-
-impl<'a> KeyWatch<'a> {
-    /// Made before the first attempt, so no release after it is missed: the watch starts
-    /// with the key's last entry, then every change.
-    async fn start(kv: &'a kv::Store, key: &'a str) -> Result<KeyWatch<'a>> {
-        let watch = kv.watch(key).await.map_err(map)?;
-        Ok(KeyWatch {
-            kv,
-            key,
-            watch: tokio::sync::Mutex::new(Some(watch)),
-        })
-    }
-
-    /// Returns when the key may be free.
-    async fn changed(&self) {
-        let mut slot = self.watch.lock().await;
-        let Some(watch) = slot.as_mut() else {
-            // The last watch failed: a new one, then an attempt (a release in between would
-            // otherwise be missed).
-            match self.kv.watch(self.key).await {
-                Ok(watch) => *slot = Some(watch),
-                Err(error) => {
-                    tracing::debug!(%error, "a waiter's key watch could not be made");
-                    tokio::time::sleep(REWATCH_PAUSE).await;
-                }
-            }
-            return;
-        };
-        loop {
-            match watch.next().await {
-                Some(Ok(entry)) if entry.operation == kv::Operation::Put => {}
-                Some(Ok(_)) => return,
-                Some(Err(error)) => {
-                    tracing::debug!(%error, "a waiter's key watch failed");
-                    *slot = None;
-                    return;
-                }
-                None => {
-                    *slot = None;
-                    return;
-                }
-            }
-        }
-    }
-}
-
 #[async_trait]
 impl Backend for NatsBackend {
     fn info(&self) -> &BackendInfo {
@@ -267,25 +242,37 @@ impl Backend for NatsBackend {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Arc<dyn Lease>>> {
         NatsBackend::check(req)?;
         let key = lock_key(req.name.as_str());
-        let watch = match req.wait {
-            Wait::No => None,
-            _ => Some(KeyWatch::start(&self.inner.kv, &key).await?),
-        };
-        acquire_loop(
+        let inner = &self.inner;
+        if req.wait != Wait::No {
+            // The client's watch in place before the first attempt.
+            inner.bell.start(&inner.kv).await?;
+        }
+        // A call dropped while a write is on its way may leave a grant nobody holds: given
+        // back by token once the call is gone.
+        let abandoned = Abandon::on_drop(|| {
+            let (inner, key, token) = (inner.clone(), key.clone(), req.token.clone());
+            spawn_cleanup(move || async move { inner.give_back(&key, &token).await });
+        });
+        let acquired = acquire_loop(
             req.wait,
             None,
             || self.attempt(req, &key),
             || {
-                let watch = watch.as_ref();
+                let woken = (req.wait != Wait::No).then(|| inner.bell.subscribe(&key));
                 async move {
-                    match watch {
-                        Some(watch) => watch.changed().await,
+                    match woken {
+                        Some(mut woken) => {
+                            // An error means the bell is gone with the client: try again.
+                            let _ = woken.changed().await;
+                        }
                         None => std::future::pending().await,
                     }
                 }
             },
         )
-        .await
+        .await;
+        abandoned.disarm();
+        acquired
     }
 
     fn values(&self) -> Option<&dyn ValueStore> {
