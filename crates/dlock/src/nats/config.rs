@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 /// assert_eq!(config.timeout, Duration::from_millis(500));
 /// assert!(!format!("{config:?}").contains("secret"));
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct NatsConfig {
     /// The servers, `host:port` each (default port 4222); the client moves to another when
@@ -31,6 +31,7 @@ pub struct NatsConfig {
     /// User name, if the servers ask for one.
     pub user: Option<String>,
     /// The user's password (never shown by `Debug`).
+    #[serde(skip_serializing)]
     pub password: Option<String>,
     /// How long one request may take before it fails as unavailable (URL `timeout`).
     /// Default: 2 s.
