@@ -126,6 +126,7 @@ impl NatsBuilder {
                 kv,
                 config,
                 bell: Default::default(),
+                markers: Default::default(),
             }),
         })
     }

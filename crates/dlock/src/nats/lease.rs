@@ -169,7 +169,10 @@ impl Lease for NatsLease {
             .await?;
         self.done.store(true, Ordering::SeqCst);
         match purged {
-            Written::At(_) => Ok(()),
+            Written::At(marker) => {
+                self.inner.remember_marker(&self.key, marker);
+                Ok(())
+            }
             Written::Refused => Err(Error::not_owned(&self.name)),
         }
     }

@@ -13,7 +13,8 @@ mod write;
 pub use builder::NatsBuilder;
 pub use config::NatsConfig;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
@@ -47,6 +48,9 @@ const INFO: BackendInfo = BackendInfo::new(
         ..Capabilities::SHARED_STORE
     },
 );
+
+/// The most release markers a client remembers (see `Inner::markers`).
+const MARKER_HINTS: usize = 4096;
 
 /// How many times an abandoned call's clean-up looks for its grant (about 1.3 s in all).
 const GIVE_BACK_READS: usize = 6;
@@ -82,9 +86,27 @@ struct Inner {
     config: NatsConfig,
     /// The waiters' wake-up: one watch of the bucket's lock keys.
     bell: wake::Bell,
+    /// The revision of the marker this client's last releases left, by key: what the next
+    /// grant of the key expects first (a hint; a wrong one costs a read).
+    markers: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 impl Inner {
+    /// Remembers the marker revision a release left under `key`.
+    fn remember_marker(&self, key: &str, revision: u64) {
+        let mut markers = self.markers.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only hints: forgotten all at once rather than kept for every name ever released.
+        if markers.len() >= MARKER_HINTS {
+            markers.clear();
+        }
+        markers.insert(key.to_owned(), revision);
+    }
+
+    fn take_marker(&self, key: &str) -> Option<u64> {
+        let mut markers = self.markers.lock().unwrap_or_else(PoisonError::into_inner);
+        markers.remove(key)
+    }
+
     /// Purges `key` if its holder is `token`: the grant of a call that ended without its
     /// hold. Read a few times: the call's write may still be on its way to the stream (a
     /// dropped publish is still sent, and the stream may apply it after answering a read).
@@ -184,7 +206,7 @@ impl NatsBackend {
         let inner = &self.inner;
         let head = Head::Put { ttl: req.ttl };
         // Nothing under the key, or the marker of a release or an expiry: its revision.
-        let mut expect = 0;
+        let mut expect = inner.take_marker(key).unwrap_or(0);
         for _ in 0..ROUNDS {
             let start = Instant::now();
             let record = Holder::encode(req, 0);
