@@ -641,6 +641,15 @@ impl EtcdClusterFixture {
     }
 }
 
+/// The traits of a store that keeps nothing of its waiters (they watch the lock's key): none
+/// to count.
+const NO_WAITERS_IN_THE_STORE: StoreTraits = StoreTraits {
+    counts_waiters: false,
+    retry_finds_its_grant: true,
+    reports_ttl: true,
+    fence_by_quorum: false,
+};
+
 /// A real `nats-server` with JetStream on a free loopback port; locks in the bucket
 /// `dlock_test`.
 pub type NatsFixture = ServerFixture<Nats>;
@@ -655,7 +664,7 @@ impl NatsFixture {
         let server = unless_missing("nats", ServerProcess::start(Nats))?;
         Ok(server.map(|server| {
             let url = format!("nats://{}/dlock_test", server.addr());
-            ServerFixture::new("nats", server, url)
+            ServerFixture::with_traits("nats", NO_WAITERS_IN_THE_STORE, server, url)
         }))
     }
 }

@@ -34,8 +34,8 @@ pub(super) struct NatsLease {
     inner: Arc<Inner>,
     name: String,
     key: String,
-    /// The holder record every renewal writes again (with the fence in it).
-    record: Bytes,
+    /// The holder every renewal records again (with the fence in it).
+    holder: Holder,
     last: Arc<Mutex<LastWrite>>,
     /// Released, or cleaned up after a loss: nothing left to delete.
     done: Arc<AtomicBool>,
@@ -83,7 +83,7 @@ impl NatsLease {
             inner,
             name: req.name.as_str().to_owned(),
             key,
-            record: Holder::encode(req, fence),
+            holder: Holder::of(req, fence),
             last,
             done,
             core: LeaseCore::with_signal(FencingToken::new(fence), lost, start),
@@ -142,9 +142,10 @@ impl Lease for NatsLease {
         let start = Instant::now();
         let ttl = ttl.max(last.expires.saturating_duration_since(start));
         let head = Head::Put { ttl };
+        let record = self.holder.encode(ttl);
         match self
             .inner
-            .write(&self.key, head, last.revision, self.record.clone())
+            .write(&self.key, head, last.revision, record)
             .await?
         {
             Written::At(revision) => {

@@ -6,6 +6,7 @@ pub(crate) mod driver;
 mod error;
 mod keys;
 mod lease;
+mod monitor;
 mod values;
 mod wake;
 mod write;
@@ -24,7 +25,8 @@ use tokio::time::Instant;
 use crate::backend::abandon::{Abandon, spawn_cleanup};
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{
-    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, LockKind, ValueStore, Wait,
+    AcquireRequest, Backend, BackendInfo, Capabilities, Lease, LockKind, MonitorStore, ValueStore,
+    Wait,
 };
 use crate::error::{Error, Result};
 
@@ -42,9 +44,6 @@ const INFO: BackendInfo = BackendInfo::new(
         // A key holds one holder: no hold count, no queue (a release wakes every watcher).
         reentrant: false,
         fair: false,
-        // Not yet: listing and breaking holds (the bucket's keys could serve them).
-        monitor: false,
-        list: false,
         ..Capabilities::SHARED_STORE
     },
 );
@@ -58,7 +57,7 @@ const GIVE_BACK_READS: usize = 6;
 /// How often an attempt reads the key again when it changed between the write that was
 /// refused and the read: a few rounds, then the lock counts as busy (the watch wakes the
 /// waiter at the next change).
-const ROUNDS: usize = 3;
+pub(super) const ROUNDS: usize = 3;
 
 /// Locks in a NATS JetStream key-value bucket: a grant is a `create` with a per-key TTL, a
 /// renewal and a release are writes that expect the holder's revision, the fence is the
@@ -209,7 +208,7 @@ impl NatsBackend {
         let mut expect = inner.take_marker(key).unwrap_or(0);
         for _ in 0..ROUNDS {
             let start = Instant::now();
-            let record = Holder::encode(req, 0);
+            let record = Holder::of(req, 0).encode(req.ttl);
             if let Written::At(revision) = inner.write(key, head, expect, record).await? {
                 return Ok(self.granted(req, key, revision, revision, start));
             }
@@ -228,7 +227,7 @@ impl NatsBackend {
             }
             // Our own grant, its reply lost: renewed to a full lease from now, and taken.
             let start = Instant::now();
-            let record = Holder::encode(req, holder.fence);
+            let record = holder.encode(req.ttl);
             if let Written::At(revision) = inner.write(key, head, entry.revision, record).await? {
                 return Ok(self.granted(req, key, holder.fence, revision, start));
             }
@@ -295,6 +294,10 @@ impl Backend for NatsBackend {
         .await;
         abandoned.disarm();
         acquired
+    }
+
+    fn monitor(&self) -> Option<&dyn MonitorStore> {
+        Some(self)
     }
 
     fn values(&self) -> Option<&dyn ValueStore> {
