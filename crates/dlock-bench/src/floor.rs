@@ -40,6 +40,7 @@ pub(crate) async fn floor_pairs(url: &str, backend: &str) -> anyhow::Result<Vec<
         }
         "postgres" => vec![postgres_floor(url).await?],
         "mysql" => vec![mysql_floor(url).await?],
+        "nats" => vec![nats_floor(url).await?],
         _ => Vec::new(),
     })
 }
@@ -277,6 +278,41 @@ async fn connect_etcd(url: &str) -> anyhow::Result<etcd_client::Client> {
         .map(|e| format!("http://{e}"))
         .collect();
     Ok(etcd_client::Client::connect(endpoints, Some(options)).await?)
+}
+
+/// The NATS floor: a KV `create` with a per-key TTL + a delete, through async-nats on the
+/// backend's bucket (made by the backend first, so it has per-key TTLs). A new key per pair:
+/// a create over a deleted key's marker costs a read more, which is the lock's to pay.
+async fn nats_floor(url: &str) -> anyhow::Result<FloorPair> {
+    let backend = dlock::nats::NatsBackend::connect_url(url).await?;
+    let config = backend.config().clone();
+    let servers: Vec<String> = config
+        .servers
+        .iter()
+        .map(|s| format!("nats://{s}"))
+        .collect();
+    let client = async_nats::ConnectOptions::new()
+        .request_timeout(Some(config.timeout))
+        .connect(servers.join(","))
+        .await?;
+    let kv = async_nats::jetstream::new(client)
+        .get_key_value(config.bucket.clone())
+        .await?;
+    let prefix = unique_name("floor");
+    let mut n = 0_u64;
+    Ok(FloorPair {
+        what: "async-nats KV create with a per-key TTL + delete",
+        pair: Box::new(move || {
+            n += 1;
+            let (kv, key) = (kv.clone(), format!("{prefix}-{n}"));
+            Box::pin(async move {
+                kv.create_with_ttl(key.as_str(), "token".into(), TTL)
+                    .await?;
+                kv.delete(key.as_str()).await?;
+                Ok(())
+            })
+        }),
+    })
 }
 
 /// The etcd floor: a put attached to a lease + a delete. The lease is granted once, outside

@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::fixture::{
-    EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, RedisClusterFixture,
-    RedisFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer,
-    SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
+    EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, NatsFixture,
+    RedisClusterFixture, RedisFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture,
+    SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use crate::server::{self, ServerProcess};
 
@@ -288,7 +288,7 @@ macro_rules! single_server_faults {
     )*};
 }
 
-single_server_faults!(EtcdFixture);
+single_server_faults!(EtcdFixture, NatsFixture);
 
 impl Strikable for ZookeeperFixture {
     const OFFERS: Offers = Offers {

@@ -6,7 +6,7 @@ use dlock::Locks;
 use futures::future::BoxFuture;
 
 use crate::server::{
-    Etcd, EtcdCluster, Redis, RedisCluster, RedisNodes, RedisReplicaSet, RedisSentinelSet,
+    Etcd, EtcdCluster, Nats, Redis, RedisCluster, RedisNodes, RedisReplicaSet, RedisSentinelSet,
     ServerProcess, Zookeeper, ZookeeperEnsemble,
 };
 
@@ -654,6 +654,34 @@ impl EtcdClusterFixture {
     }
 }
 
+/// The traits of a store that keeps nothing of its waiters (they watch the lock's key): none
+/// to count.
+const NO_WAITERS_IN_THE_STORE: StoreTraits = StoreTraits {
+    counts_waiters: false,
+    retry_finds_its_grant: true,
+    reports_ttl: true,
+    fence_by_quorum: false,
+};
+
+/// A real `nats-server` with JetStream on a free loopback port; locks in the bucket
+/// `dlock_test`.
+pub type NatsFixture = ServerFixture<Nats>;
+
+impl NatsFixture {
+    /// Starts a server.
+    ///
+    /// # Errors
+    ///
+    /// See above.
+    pub fn start() -> anyhow::Result<Option<Arc<NatsFixture>>> {
+        let server = unless_missing("nats", ServerProcess::start(Nats))?;
+        Ok(server.map(|server| {
+            let url = format!("nats://{}/dlock_test", server.addr());
+            ServerFixture::with_traits("nats", NO_WAITERS_IN_THE_STORE, server, url)
+        }))
+    }
+}
+
 /// Session timeout of the ZooKeeper fixtures' URLs: short, so a killed holder process (whose
 /// lock lasts until its session expires) is recovered within the suite's 5 s bound, but not
 /// so short that a CPU-starved client (the whole suite on 2 cores) declares its connection
@@ -885,6 +913,14 @@ pub const STARTERS: &[Starter] = &[
         masked: false,
         start: || one(ZookeeperEnsembleFixture::start()),
     },
+    Starter {
+        driver: "nats",
+        backends: &["nats"],
+        server: Some("nats"),
+        several_servers: false,
+        masked: false,
+        start: || one(NatsFixture::start()),
+    },
 ];
 
 /// A backend [`start_enabled`] could not start: its server is not installed (and the run
@@ -978,8 +1014,9 @@ mod tests {
         let script: String = include_str!("../../dlock/build.rs")
             .split_whitespace()
             .collect();
-        let kinds: [&dyn ServerKind; 4] = [
+        let kinds: [&dyn ServerKind; 5] = [
             &Redis::default(),
+            &Nats,
             &crate::server::Postgres::default(),
             &crate::server::Mariadb::default(),
             &Zookeeper::default(),

@@ -30,6 +30,7 @@
 //! | `etcd://[user:pass@]h1:p1[,h2:p2…]` | etcd v3 (`etcd`) | `prefix`, `tls`, `ca`, `timeout`, `connect_timeout` |
 //! | `zk://[user:pass@]h1[:p1][,h2[:p2]…][/chroot]` (or `zookeeper://`) | ZooKeeper (`zookeeper`) | `session_timeout`, `connect_timeout`, `acl=open\|creator` |
 //! | `file:///ABSOLUTE/DIR` | `flock(2)` on `DIR/NAME`, the lock `flock(1)` and Python's `filelock` take (`file`) | `check_interval`, `create_dirs` |
+//! | `nats://[user:pass@]h1[:p1][,h2[:p2]…][/BUCKET]` | a NATS JetStream key-value bucket (`nats`) | `timeout`, `replicas` |
 //!
 //! Durations are written like `250ms`, `2s`. Each backend's module documents its URL and
 //! options in full; [`default_url`] names the embedded store the `dlock` command uses.
@@ -38,7 +39,7 @@
 //!
 //! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`,
 //!   `"memory://"`, `"redis://…"`, `"redlock://h1,h2,h3"`, `"zk://…"`, `"etcd://…"`,
-//!   `"postgres://…"`, `"mysql://…"`, `"file:///var/lock/app"`.
+//!   `"postgres://…"`, `"mysql://…"`, `"file:///var/lock/app"`, `"nats://…/BUCKET"`.
 //! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
 //!   protected resource can reject a holder that was paused past its lease.
 //! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
@@ -129,6 +130,10 @@
     feature = "file",
     doc = "* [`file`](mod@file): the kernel's `flock` on files of a folder, shared with `flock(1)` and Python's `filelock`."
 )]
+#![cfg_attr(
+    feature = "nats",
+    doc = "* [`nats`]: a NATS JetStream key-value bucket, per-key TTLs, revision fences, key watches."
+)]
 //!
 //! # Guarantees
 //!
@@ -160,6 +165,8 @@
 //!   repository vendors one (`scripts/protoc`); elsewhere set `PROTOC` or install it.
 //! * `zookeeper`: the ZooKeeper backend (zookeeper-client, pure Rust).
 //! * `file`: the file-lock backend (`flock` on `DIR/NAME`, inotify wake-ups; Linux).
+//! * `nats`: the NATS JetStream key-value backend (async-nats, rustls with ring; nats-server
+//!   2.11 or later).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
@@ -188,6 +195,9 @@ pub mod memory;
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod mysql;
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
@@ -304,6 +314,7 @@ pub fn default_url() -> String {
 /// | `etcd://host:port[,host:port…]` | `etcd`: leases, revision-ordered hand-off |
 /// | `zk://h1[:p1][,h2[:p2]…][/chroot]`, `zookeeper://…` | `zookeeper`: ephemeral sequential nodes |
 /// | `file:///ABSOLUTE/DIR` | `file`: `flock` on `DIR/NAME`, shared with `flock(1)` and Python's `filelock` |
+/// | `nats://host:port[,host:port…]/BUCKET` | `nats`: a JetStream key-value bucket, per-key TTLs |
 ///
 /// [`enabled_schemes`] lists the schemes of this build (each backend is behind its cargo
 /// feature, in parentheses in the crate docs' table).

@@ -51,6 +51,8 @@ const DRIVERS: &[Driver] = &[
     crate::zookeeper::driver::DRIVER,
     #[cfg(feature = "file")]
     crate::file::driver::DRIVER,
+    #[cfg(feature = "nats")]
+    crate::nats::driver::DRIVER,
 ];
 
 /// A backend left out of this build: its cargo feature and schemes, so a URL of it is told
@@ -88,6 +90,7 @@ not_built! {
     "etcd" => ["etcd"],
     "zookeeper" => ["zk", "zookeeper"],
     "file" => ["file"],
+    "nats" => ["nats"],
 }
 
 /// The URL schemes this build can connect to, each backend's usual scheme first.

@@ -33,7 +33,7 @@ use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
     EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, MysqlFixture,
-    PostgresFixture, RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture,
+    NatsFixture, PostgresFixture, RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture,
     RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
     ZookeeperFixture,
 };
@@ -154,7 +154,7 @@ struct Backend {
 
 /// The backends and their fixtures: the faults each trial can use come from the fixture's
 /// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
-const BACKENDS: [Backend; 15] = [
+const BACKENDS: [Backend; 16] = [
     Backend {
         name: "memory",
         offers: MemoryFixture::OFFERS,
@@ -256,6 +256,12 @@ const BACKENDS: [Backend; 15] = [
         offers: EtcdClusterFixture::OFFERS,
         tuning: LEASES,
         start: |tuning| Stand::new(EtcdClusterFixture::start()?, tuning),
+    },
+    Backend {
+        name: "nats",
+        offers: NatsFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(NatsFixture::start()?, tuning),
     },
     Backend {
         name: "zookeeper",
@@ -531,7 +537,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                     "redis",
                     ServerRestart | Partition | LaggingFailover | FixedTtlLatency | ReplyLost
                 )
-                | ("postgres" | "etcd" | "zookeeper", ReplyLost)
+                | ("postgres" | "etcd" | "zookeeper" | "nats", ReplyLost)
                 | (
                     "postgres-session" | "mariadb-session" | "mariadb",
                     SessionKill
@@ -543,7 +549,8 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("postgres-session", ServerPause)
                 | ("mariadb", ServerPause)
                 | ("mariadb-session", ProxyBlackhole)
-                | ("etcd", ProxyBlackhole)
+                | ("etcd" | "nats", ProxyBlackhole)
+                | ("nats", ServerRestart)
                 | ("etcd-cluster", LeaderKill)
                 | ("zookeeper", ServerPause | PartitionPastSession)
                 | ("zookeeper-ensemble", LeaderKill)
@@ -693,8 +700,8 @@ impl CanaryKind {
     }
 
     /// Where the canary is harmful. The late signal only shows where the keeper alone tells a
-    /// holder of an expired lease: etcd rounds leases up to whole seconds (half a 1 s TTL is
-    /// still 1 s), and ZooKeeper's and session locks' TTLs are kept by the client itself.
+    /// holder of an expired lease: etcd and NATS round leases up to whole seconds (half a 1 s
+    /// TTL is still 1 s), and ZooKeeper's and session locks' TTLs are kept by the client itself.
     fn applies(self, backend: &str) -> bool {
         match self {
             CanaryKind::LateSignal => {
@@ -776,6 +783,7 @@ fn installed(backend: &str) -> bool {
             "mariadb",
             server::find_binary(&server::Mariadb::default()).is_some(),
         ),
+        "nats" => ("nats", server::find_binary(&server::Nats).is_some()),
         b if b.starts_with("etcd") => (
             "etcd",
             server::Etcd::single().is_ok_and(|etcd| server::find_binary(&etcd).is_some()),

@@ -1,5 +1,5 @@
 //! Real-server test harness: runs throwaway database servers (Redis, PostgreSQL, MariaDB,
-//! etcd, ZooKeeper) as child processes, each on a free 127.0.0.1 port with its data in a
+//! etcd, ZooKeeper, NATS) as child processes, each on a free 127.0.0.1 port with its data in a
 //! temp dir, and offers fault hooks (pause, kill, restart) for lock tests.
 //!
 //! Everything here is synchronous std code, usable from sync tests and from
@@ -24,6 +24,7 @@
 pub mod etcd;
 mod kind;
 pub mod mariadb;
+pub mod nats;
 pub mod port;
 pub mod postgres;
 mod process;
@@ -36,6 +37,7 @@ pub mod zookeeper;
 pub use etcd::{Etcd, EtcdCluster, etcd_grpc_calls, etcd_is_leader};
 pub use kind::{ServerError, ServerKind, find_binary, required};
 pub use mariadb::Mariadb;
+pub use nats::Nats;
 pub use port::free_port;
 pub use postgres::Postgres;
 pub use process::ServerProcess;
