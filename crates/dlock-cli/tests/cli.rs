@@ -1084,7 +1084,7 @@ fn version_names_the_version_and_the_backends() {
         assert!(out.status.success(), "{}", stderr(&out));
         let text = String::from_utf8_lossy(&out.stdout);
         let expected = format!(
-            "dlock {} (backends: memory, sqlite, redis, redlock, postgres, mysql, etcd, zookeeper, file)\n",
+            "dlock {} (backends: memory, sqlite, redis, redlock, postgres, mysql, etcd, zookeeper, file, nats)\n",
             env!("CARGO_PKG_VERSION")
         );
         assert_eq!(text, expected);

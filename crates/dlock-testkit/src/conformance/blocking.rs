@@ -216,7 +216,9 @@ async fn a_blocking_task_run_while_held_is_told_to_stop_and_lost_is_returned(
         );
         ensure!(!long.is_lost(), "running a task gave the hold up");
         long.release()?;
-        let ttl = Duration::from_millis(400);
+        // Long enough for a composed write (33 locks) or a campaign and its published value
+        // to be whole on a loaded machine before the lease runs out.
+        let ttl = Duration::from_millis(1500);
         lost_mid_task!(locks.mutex(&mutex).ttl(ttl).acquire()?);
         lost_mid_task!(locks.rwlock(&rw_read).ttl(ttl).read()?);
         lost_mid_task!(locks.rwlock(&rw_write).ttl(ttl).write()?);
