@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::error::bad_reply;
 use super::lease::RedisLease;
 use super::scripts::{self, Keys};
-use super::wake::Waiter;
+use super::wake::{Heard, Waiter};
 use super::{Inner, RedisBackend, ms, owner_field, woken};
 use crate::backend::abandon::{Abandon, spawn_cleanup};
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
@@ -60,8 +60,23 @@ fn abandon_mutex(inner: &Inner, keys: &Keys, token: &str, reentrant: bool, lefto
 }
 
 /// Completes when the waiter registered by a busy attempt is woken; never before one is.
-async fn woken_lazily(waiter: &OnceLock<Waiter>) {
+pub(super) async fn woken_lazily(waiter: &OnceLock<Waiter>) {
     woken(waiter.get()).await;
+}
+
+/// A busy reply (`free_in`: the holder's ms left, negative when it has no expiry): a call
+/// that waits registers its waiter on `channel` now, once (see `Wakeups::waiter_after`).
+pub(super) fn busy(
+    inner: &Inner,
+    waiter: Option<(&OnceLock<Waiter>, &str, &str, Heard)>,
+    free_in: i64,
+) -> Attempt {
+    if let Some((waiter, channel, token, heard)) = waiter {
+        waiter.get_or_init(|| inner.node.wakeups.waiter_after(channel, token, heard));
+    }
+    Attempt::Busy {
+        free_in: u64::try_from(free_in).ok().map(Duration::from_millis),
+    }
 }
 
 impl RedisBackend {
@@ -112,18 +127,10 @@ impl RedisBackend {
                         core: LeaseCore::new(FencingToken::from_signed(*fence), start),
                     }))),
                     [0, free_in] => {
-                        if waits {
-                            leftovers.queued.store(true, Ordering::Relaxed);
-                            waiter.get_or_init(|| {
-                                inner
-                                    .node
-                                    .wakeups
-                                    .waiter_after(&keys.channel, &req.token, heard)
-                            });
-                        }
-                        Ok(Attempt::Busy {
-                            free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
-                        })
+                        leftovers.queued.fetch_or(waits, Ordering::Relaxed);
+                        let waiting =
+                            waits.then_some((&waiter, &*keys.channel, &*req.token, heard));
+                        Ok(busy(inner, waiting, *free_in))
                     }
                     _ => Err(bad_reply("acquire")),
                 }

@@ -14,11 +14,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use super::acquire::{busy, woken_lazily};
 use super::conn::Conn;
 use super::error::bad_reply;
 use super::node::Node;
 use super::scripts::{self, channel};
-use super::{Inner, RedisBackend, RedisLayout, ms, owner_field, woken};
+use super::{Inner, RedisBackend, RedisLayout, ms, owner_field};
 use crate::backend::abandon::{Abandon, spawn_cleanup};
 use crate::backend::wait::{Attempt, Backoff, acquire_loop};
 use crate::backend::{AcquireRequest, Lease, LeaseCore, LockInfo, Wait};
@@ -95,23 +96,16 @@ impl RedisBackend {
                         core: LeaseCore::new(FencingToken::from_signed(*fence), start),
                     }))),
                     [0, free_in] => {
-                        if req.wait != Wait::No {
-                            waiter.get_or_init(|| {
-                                inner
-                                    .node
-                                    .wakeups
-                                    .waiter_after(&keys.channel, &req.token, heard)
-                            });
-                        }
-                        Ok(Attempt::Busy {
-                            free_in: u64::try_from(*free_in).ok().map(Duration::from_millis),
-                        })
+                        let waits = req.wait != Wait::No;
+                        let waiting =
+                            waits.then_some((&waiter, &*keys.channel, &*req.token, heard));
+                        Ok(busy(inner, waiting, *free_in))
                     }
                     _ => Err(bad_reply("acquire")),
                 }
             },
             // Looked up when polled, after the attempt: a busy one registers the waiter.
-            || async { woken(waiter.get()).await },
+            || woken_lazily(&waiter),
         )
         .await;
         if matches!(acquired, Ok(Some(_))) {
