@@ -1365,11 +1365,11 @@ async fn the_redis_py_layout_excludes_redis_py_holders_both_ways() -> anyhow::Re
         "fences rise across a redis-py hold: {} after {first_fence}",
         second.fence()
     );
-    // A break reaches the holder as in dlock's own layout.
+    // A break reaches the holder at its next renewal, within a third of the watchdog lease.
     ensure!(
         locks.force_release("jobs").await?,
         "the hold was not broken"
     );
-    timeout(Duration::from_secs(10), second.lost()).await?;
+    timeout(Duration::from_secs(40), second.lost()).await?;
     Ok(())
 }
