@@ -237,14 +237,38 @@ async fn try_acquire(
     spot: Arc<QueueSpot>,
 ) -> Result<Attempt> {
     let _gate = spot.gate.lock().await;
+    let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
+    for _ in 1..LOOKS_PER_ATTEMPT {
+        match look(&shared, &req, &spot, &mut conn).await? {
+            Attempt::Busy {
+                free_in: Some(again),
+            } if again.is_zero() => {}
+            outcome => return Ok(outcome),
+        }
+    }
+    look(&shared, &req, &spot, &mut conn).await
+}
+
+/// How often one attempt looks again at once when its statements raced another client's (a
+/// holder gone between the grant and the read, a new name taken by another client first).
+/// The attempt of a request that does not wait is its only one: answering "busy" for a lock
+/// that was free by then would be false.
+const LOOKS_PER_ATTEMPT: u32 = 4;
+
+/// One look of [`try_acquire`]; `Busy` in no time (`Some(ZERO)`) when it should look again.
+async fn look(
+    shared: &Arc<Shared>,
+    req: &AcquireRequest,
+    spot: &Arc<QueueSpot>,
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<Attempt> {
     let start = Instant::now();
     let name = req.name.as_str();
     let waits = req.wait != crate::backend::Wait::No;
-    let mut conn = shared.pool.acquire().await.map_err(from_sqlx)?;
-    let taken = take(&shared, &req, &mut conn).await?;
+    let taken = take(shared, req, conn).await?;
     if taken.rows_affected() > 0 {
         let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
-        return Ok(granted(&shared, &spot, conn, &req, fence, start).await);
+        return Ok(granted(shared, spot, conn, req, fence, start).await);
     }
     type BusyRow = (Option<i64>, Option<String>, Option<i64>, i64);
     let busy: Option<BusyRow> = sqlx::query_as(AssertSqlSafe(shared.sql.busy.clone()))
@@ -257,14 +281,13 @@ async fn try_acquire(
         .await
         .map_err(from_sqlx)?;
     let Some((held_us, head, head_waited_us, ahead)) = busy else {
-        // A new name (or one whose row was swept): create its free row, then take it.
-        insert_free_row(&shared, name, &mut conn).await?;
-        let taken = take(&shared, &req, &mut conn).await?;
+        // A new name (or one whose row was swept): create its free row and take it.
+        let taken = create_and_take(shared, req, conn).await?;
         if taken.rows_affected() > 0 {
             let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
-            return Ok(granted(&shared, &spot, conn, &req, fence, start).await);
+            return Ok(granted(shared, spot, conn, req, fence, start).await);
         }
-        // Taken by another client in between: look again at once.
+        // Another client created and took it first: look again at once.
         return Ok(Attempt::Busy {
             free_in: Some(Duration::ZERO),
         });
@@ -282,7 +305,7 @@ async fn try_acquire(
     if !waits {
         return Ok(Attempt::Busy { free_in: held });
     }
-    queue_up(&shared, &spot, &mut conn, &req, held, ahead).await
+    queue_up(shared, spot, conn, req, held, ahead).await
 }
 
 /// The grant: a waiter that had queued leaves the queue (a second statement, see
@@ -290,7 +313,7 @@ async fn try_acquire(
 async fn granted(
     shared: &Arc<Shared>,
     spot: &QueueSpot,
-    mut conn: sqlx::pool::PoolConnection<sqlx::MySql>,
+    conn: &mut sqlx::MySqlConnection,
     req: &AcquireRequest,
     fence: i64,
     start: Instant,
@@ -402,24 +425,38 @@ where
     }
 }
 
-/// Creates the free row of a new name (see `Statements::new`), again if it was a deadlock
-/// victim.
-async fn insert_free_row(
+/// Creates the free row of a new name (see `Statements::new`) and takes it, in one
+/// transaction: nothing comes between the two (the sweeper deleting a row whose grant a
+/// loaded machine delayed; another client taking and releasing it), so a free name is never
+/// answered "busy". Run again whole if InnoDB picks it as a deadlock victim.
+async fn create_and_take(
     shared: &Shared,
-    name: &str,
+    req: &AcquireRequest,
     conn: &mut sqlx::MySqlConnection,
-) -> Result<()> {
+) -> Result<sqlx::mysql::MySqlQueryResult> {
     let mut victim = 0;
     loop {
-        let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
-            .bind(name)
-            .execute(&mut *conn)
-            .await;
-        match inserted {
+        match create_and_take_once(shared, req, &mut *conn).await {
             Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
-            done => return done.map(|_| ()).map_err(from_sqlx),
+            done => return done.map_err(from_sqlx),
         }
     }
+}
+
+async fn create_and_take_once(
+    shared: &Shared,
+    req: &AcquireRequest,
+    conn: &mut sqlx::MySqlConnection,
+) -> sqlx::Result<sqlx::mysql::MySqlQueryResult> {
+    use sqlx::Connection as _;
+    let mut tx = conn.begin().await?;
+    sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
+        .bind(req.name.as_str())
+        .execute(&mut *tx)
+        .await?;
+    let taken = take_once(shared, req, &mut tx).await?;
+    tx.commit().await?;
+    Ok(taken)
 }
 
 async fn take_once(
