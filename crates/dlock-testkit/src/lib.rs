@@ -17,6 +17,11 @@ pub mod require;
 pub mod server;
 pub mod tls;
 
+// The build script's reader of the `ServerKind` impls, checked against the fixture table.
+#[cfg(test)]
+#[path = "../../dlock/build/servers.rs"]
+mod build_servers;
+
 pub use fixture::{
     FileFixture, Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode,
     SqliteFixture,
