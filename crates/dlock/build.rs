@@ -63,8 +63,19 @@ fn driver_table(manifest_dir: &Path) -> Vec<drivers::DriverEntry> {
     let manifest = std::fs::read_to_string(manifest_dir.join("Cargo.toml")).unwrap_or_default();
     let table = drivers::read(&src, &drivers::full_features(&manifest));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
-    if let Err(error) = std::fs::write(out.join("drivers.rs"), drivers::generated(&table)) {
-        panic!("writing OUT_DIR/drivers.rs: {error}");
+    let mut files = vec![("drivers.rs".to_owned(), drivers::generated(&table))];
+    for kind in drivers::DOC_KINDS {
+        // Every backend's URLs and feature are documented; only the built ones are linked.
+        let list = drivers::doc_list(&table, kind, |driver| {
+            kind != "backend" || driver.feature.as_deref().is_none_or(feature_on)
+        });
+        files.push((format!("docs_{kind}.md"), list));
+    }
+    for (name, text) in files {
+        // A file not written fails the build where `registry.rs` or `lib.rs` includes it.
+        if let Err(error) = std::fs::write(out.join(&name), text) {
+            println!("cargo::warning=writing OUT_DIR/{name}: {error}");
+        }
     }
     table
 }
@@ -75,6 +86,12 @@ fn test_servers(manifest_dir: &Path) -> Vec<servers::ServerRow> {
     let folder = manifest_dir.join("../dlock-testkit/src/server");
     println!("cargo::rerun-if-changed={}", folder.display());
     servers::read(&folder)
+}
+
+/// Whether this build turns the cargo feature on.
+fn feature_on(feature: &str) -> bool {
+    let var = format!("CARGO_FEATURE_{}", feature.to_uppercase().replace('-', "_"));
+    std::env::var_os(var).is_some()
 }
 
 fn main() {
@@ -89,14 +106,10 @@ fn main() {
             features.push(feature);
         }
     }
-    let on = |feature: &String| {
-        let var = format!("CARGO_FEATURE_{}", feature.to_uppercase().replace('-', "_"));
-        std::env::var_os(var).is_some()
-    };
-    if !features.is_empty() && features.iter().all(on) {
+    if !features.is_empty() && features.iter().all(|f| feature_on(f)) {
         println!("cargo::rustc-cfg=dlock_all_backends");
     }
-    if features.iter().any(on) {
+    if features.iter().any(|f| feature_on(f)) {
         println!("cargo::rustc-cfg=dlock_any_backend");
     }
     let servers = test_servers(&manifest_dir);

@@ -13,6 +13,43 @@ pub(crate) struct DriverEntry {
     pub(crate) feature: Option<String>,
     /// `schemes: &[…]`, or the `const` of the folder that `schemes: super::…` names.
     pub(crate) schemes: Vec<String>,
+    /// Its lines of the crate docs: `//! KIND: TEXT` in its `driver.rs` (see [`DOC_KINDS`]).
+    pub(crate) docs: Vec<(String, String)>,
+}
+
+/// The crate docs' lists a driver has lines in, each written to `OUT_DIR/docs_KIND.md` for
+/// `lib.rs` to include: the URL table, `connect`'s table, the backends (built ones only), the
+/// cargo features.
+pub(crate) const DOC_KINDS: [&str; 4] = ["url", "connect", "backend", "feature"];
+
+/// The `//! KIND: TEXT` lines of a `driver.rs`.
+fn doc_lines(text: &str) -> Vec<(String, String)> {
+    let mut docs = Vec::new();
+    for line in text.lines().filter_map(|l| l.strip_prefix("//! ")) {
+        for kind in DOC_KINDS {
+            if let Some(rest) = line.strip_prefix(kind).and_then(|r| r.strip_prefix(": ")) {
+                docs.push((kind.to_owned(), rest.to_owned()));
+            }
+        }
+    }
+    docs
+}
+
+/// One list of the crate docs: the lines of `kind` of the drivers `built` keeps, in table
+/// order.
+pub(crate) fn doc_list(
+    drivers: &[DriverEntry],
+    kind: &str,
+    built: impl Fn(&DriverEntry) -> bool,
+) -> String {
+    let mut out = String::new();
+    for driver in drivers.iter().filter(|d| built(d)) {
+        for (_, text) in driver.docs.iter().filter(|(k, _)| k == kind) {
+            out.push_str(text);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The string literals of `text`, in order (no escapes: names, schemes and paths have none).
@@ -77,10 +114,8 @@ fn files(folder: &Path) -> Vec<String> {
 
 /// Reads the entry of one backend folder, `None` when it has no `driver.rs`.
 fn entry(folder: &Path) -> Option<DriverEntry> {
-    let text: String = std::fs::read_to_string(folder.join("driver.rs"))
-        .ok()?
-        .split_whitespace()
-        .collect();
+    let source = std::fs::read_to_string(folder.join("driver.rs")).ok()?;
+    let text: String = source.split_whitespace().collect();
     let fields = after(&text, "Driver{")?;
     let feature = after(fields, "feature:")?;
     let feature = match feature.strip_prefix("Some(") {
@@ -93,6 +128,7 @@ fn entry(folder: &Path) -> Option<DriverEntry> {
         module,
         feature,
         schemes,
+        docs: doc_lines(&source),
     })
 }
 

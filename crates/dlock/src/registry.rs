@@ -137,36 +137,45 @@ async fn connect_scheme(url: &str) -> Result<DynBackend> {
 mod tests {
     use super::*;
 
-    /// Every scheme named in the first column of the URL tables in `lib.rs`'s docs, per table
-    /// (a table is a run of `|` lines under one doc comment style).
+    /// Every scheme named in the first column of the URL tables of the crate docs and of
+    /// `connect`'s, per table: the rows the build script writes from the drivers' `url:` and
+    /// `connect:` lines, which `lib.rs` includes.
     fn doc_tables() -> Vec<Vec<String>> {
-        let mut tables: Vec<Vec<String>> = Vec::new();
-        let mut in_table = false;
-        for line in include_str!("lib.rs").lines() {
-            let row = line
-                .trim_start()
-                .strip_prefix("//! |")
-                .or_else(|| line.trim_start().strip_prefix("/// |"));
-            let Some(row) = row else {
-                in_table = false;
-                continue;
-            };
-            if !in_table {
-                tables.push(Vec::new());
-                in_table = true;
-            }
-            let first = row.split(" | ").next().unwrap_or_default();
-            let table = tables.last_mut().expect("pushed above");
-            for piece in first.split('`').skip(1).step_by(2) {
-                if let Some((scheme, _)) = piece.split_once("://")
-                    && !table.iter().any(|s| s == scheme)
-                {
-                    table.push(scheme.to_owned());
+        let lib = include_str!("lib.rs");
+        let tables = [
+            (
+                "/docs_url.md",
+                include_str!(concat!(env!("OUT_DIR"), "/docs_url.md")),
+            ),
+            (
+                "/docs_connect.md",
+                include_str!(concat!(env!("OUT_DIR"), "/docs_connect.md")),
+            ),
+        ];
+        let mut schemes = Vec::new();
+        for (file, rows) in tables {
+            assert!(
+                lib.contains(&format!("{file}\"))")),
+                "lib.rs includes {file}"
+            );
+            let mut table: Vec<String> = Vec::new();
+            for row in rows.lines() {
+                let first = row
+                    .trim_start_matches('|')
+                    .split(" | ")
+                    .next()
+                    .unwrap_or_default();
+                for piece in first.split('`').skip(1).step_by(2) {
+                    if let Some((scheme, _)) = piece.split_once("://")
+                        && !table.iter().any(|s| s == scheme)
+                    {
+                        table.push(scheme.to_owned());
+                    }
                 }
             }
+            schemes.push(table);
         }
-        tables.retain(|t| !t.is_empty());
-        tables
+        schemes
     }
 
     #[test]

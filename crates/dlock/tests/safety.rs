@@ -154,7 +154,7 @@ struct Backend {
 
 /// The backends and their fixtures: the faults each trial can use come from the fixture's
 /// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
-const BACKENDS: [Backend; 16] = [
+const BACKENDS: &[Backend] = &[
     Backend {
         name: "memory",
         offers: MemoryFixture::OFFERS,
@@ -1455,7 +1455,7 @@ fn main() {
         (false, _) => trial.with_ignored_flag(true).with_kind("not-installed"),
         (true, false) => trial.with_ignored_flag(true).with_kind("full-only"),
     };
-    for entry in &BACKENDS {
+    for entry in BACKENDS {
         let (backend, offers) = (entry.name, entry.offers);
         let installed = installed(backend);
         for prim in Prim::ALL {
