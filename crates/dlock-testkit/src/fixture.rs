@@ -392,13 +392,9 @@ fn unless_missing<T>(
     backend: &str,
     started: Result<T, crate::server::ServerError>,
 ) -> anyhow::Result<Option<T>> {
-    // `DLOCK_TEST_REQUIRE` names servers: `redis` covers Redlock, `etcd` the etcd cluster.
-    let server = match backend {
-        "redlock" | "redis-sentinel" | "redis-cluster" | "redis-py-layout" => "redis",
-        "etcd-cluster" => "etcd",
-        "zookeeper-ensemble" => "zookeeper",
-        other => other,
-    };
+    // `DLOCK_TEST_REQUIRE` names servers: the backend's line of `STARTERS` says which one
+    // (`redis` covers Redlock, `etcd` the etcd cluster).
+    let server = server_of(backend).unwrap_or(backend);
     match started {
         Ok(server) => Ok(Some(server)),
         Err(error) if error.is_not_found() && !crate::server::required(server) => {
@@ -923,6 +919,14 @@ pub const STARTERS: &[Starter] = &[
     },
 ];
 
+/// The server a backend's fixture runs, as its line of [`STARTERS`] names it.
+fn server_of(backend: &str) -> Option<&'static str> {
+    STARTERS
+        .iter()
+        .find(|starter| starter.backends.contains(&backend))
+        .and_then(|starter| starter.server)
+}
+
 /// A backend [`start_enabled`] could not start: its server is not installed (and the run
 /// does not require it).
 #[derive(Clone, Debug)]
@@ -1004,6 +1008,17 @@ pub fn all_enabled() -> anyhow::Result<Enabled> {
 mod tests {
     use super::*;
     use crate::server::ServerKind;
+
+    /// `DLOCK_TEST_REQUIRE` names servers: a backend of several servers, or of another
+    /// backend's server, is required by its server's name.
+    #[test]
+    fn a_backend_is_required_by_the_name_of_its_server() {
+        assert_eq!(server_of("redlock"), Some("redis"));
+        assert_eq!(server_of("etcd-cluster"), Some("etcd"));
+        assert_eq!(server_of("zookeeper-ensemble"), Some("zookeeper"));
+        assert_eq!(server_of("mariadb-session"), Some("mariadb"));
+        assert_eq!(server_of("sqlite"), None);
+    }
 
     /// dlock's build script cannot link the test kit, so it reads the servers from the
     /// `ServerKind` impls' text (`crates/dlock/build/servers.rs`, included here): it must find
