@@ -152,13 +152,14 @@ pub(crate) fn read(src: &Path, full: &[String]) -> Vec<DriverEntry> {
     drivers
 }
 
-/// The features of the `full` feature in `Cargo.toml`'s text, in order.
+/// The features of the `full` feature in `Cargo.toml`'s text, in order; its list may span
+/// lines (`cargo package` writes one name a line).
 pub(crate) fn full_features(manifest: &str) -> Vec<String> {
-    manifest
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("full = ["))
-        .map(literals)
-        .unwrap_or_default()
+    let Some(at) = manifest.find("\nfull = [") else {
+        return Vec::new();
+    };
+    let list = &manifest[at + "\nfull = [".len()..];
+    literals(list.split(']').next().unwrap_or_default())
 }
 
 /// `registry.rs`'s `DRIVERS` and `not_built!` for these entries.
