@@ -17,6 +17,11 @@ pub mod require;
 pub mod server;
 pub mod tls;
 
+pub use fixture::{
+    FileFixture, Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode,
+    SqliteFixture,
+};
+
 // The build script's readers, which it cannot test itself: of the `ServerKind` impls, checked
 // against the fixture table, and of the driver table.
 #[cfg(test)]
@@ -45,8 +50,3 @@ mod build_script_tests {
         }
     }
 }
-
-pub use fixture::{
-    FileFixture, Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode,
-    SqliteFixture,
-};
