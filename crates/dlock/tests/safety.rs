@@ -34,7 +34,7 @@ use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
     EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, MysqlFixture,
     NatsFixture, PostgresFixture, RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture,
-    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
+    RedlockFixture, STARTERS, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
     ZookeeperFixture,
 };
 use dlock_testkit::server::{self, Mariadb, Postgres};
@@ -154,7 +154,7 @@ struct Backend {
 
 /// The backends and their fixtures: the faults each trial can use come from the fixture's
 /// declaration ([`Strikable::OFFERS`]), not from a match on the backend's name.
-const BACKENDS: [Backend; 16] = [
+const BACKENDS: &[Backend] = &[
     Backend {
         name: "memory",
         offers: MemoryFixture::OFFERS,
@@ -766,31 +766,23 @@ impl CanaryKind {
     }
 }
 
-/// Whether the backend's server is installed; a missing one is still tested (and fails)
-/// when `DLOCK_TEST_REQUIRE` asks for it.
+/// Whether the backend's server was found when this test binary was built (the build script
+/// reads the servers from the test kit's `ServerKind`s and names the missing ones in
+/// `DLOCK_TEST_MISSING_AT_BUILD`), the server being the one its line of the fixture table
+/// (`fixture::STARTERS`) names. A missing one is still tested (and fails) when
+/// `DLOCK_TEST_REQUIRE` asks for it.
 fn installed(backend: &str) -> bool {
-    let (kind, found) = match backend {
-        "memory" | "sqlite" | "file" => return true,
-        "redis" | "redlock" | "redis-sentinel" | "redis-cluster" => (
-            "redis",
-            server::find_binary(&server::Redis::default()).is_some(),
-        ),
-        b if b.starts_with("postgres") => (
-            "postgres",
-            server::find_binary(&server::Postgres::default()).is_some(),
-        ),
-        b if b.starts_with("mariadb") => (
-            "mariadb",
-            server::find_binary(&server::Mariadb::default()).is_some(),
-        ),
-        "nats" => ("nats", server::find_binary(&server::Nats).is_some()),
-        b if b.starts_with("etcd") => (
-            "etcd",
-            server::Etcd::single().is_ok_and(|etcd| server::find_binary(&etcd).is_some()),
-        ),
-        _ => ("zookeeper", server::zookeeper_installed()),
-    };
-    found || server::required(kind)
+    let server = STARTERS
+        .iter()
+        .find(|starter| starter.backends.contains(&backend))
+        .and_then(|starter| starter.server);
+    server.is_none_or(|server| {
+        let missing_at_build = env!("DLOCK_TEST_MISSING_AT_BUILD").split(',');
+        !missing_at_build
+            .into_iter()
+            .any(|missing| missing == server)
+            || server::required(server)
+    })
 }
 
 type Stands = Mutex<Vec<(&'static str, Arc<Stand>)>>;
@@ -1463,7 +1455,7 @@ fn main() {
         (false, _) => trial.with_ignored_flag(true).with_kind("not-installed"),
         (true, false) => trial.with_ignored_flag(true).with_kind("full-only"),
     };
-    for entry in &BACKENDS {
+    for entry in BACKENDS {
         let (backend, offers) = (entry.name, entry.offers);
         let installed = installed(backend);
         for prim in Prim::ALL {

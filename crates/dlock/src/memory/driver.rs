@@ -1,4 +1,12 @@
 //! The memory backend's entry in the driver table (`registry.rs`): how `connect` finds it.
+//!
+//! Its lines of the crate docs, which the build script copies into `lib.rs`
+//! (`build/drivers.rs`): rows of the URL table (`url:`) and of `connect`'s (`connect:`), its
+//! item in the list of backends (`backend:`, when built) and of cargo features (`feature:`).
+//!
+//! url: | `memory://` or `memory://NAME` | tasks of this process; `NAME` shares one store between clients | none |
+//! connect: | `memory://` or `memory://NAME` | [`memory`]: one process |
+//! backend: * [`memory`]: tasks of one process; the reference backend.
 
 use std::sync::Arc;
 
