@@ -687,6 +687,9 @@ impl NatsFixture {
 /// the bucket `dlock_test` has a replica on each node.
 pub type NatsClusterFixture = ServerFixture<NatsCluster, NatsCluster>;
 
+/// The stream of the NATS cluster fixture's bucket, whose leader the leader faults strike.
+pub const NATS_TEST_STREAM: &str = "KV_dlock_test";
+
 impl NatsClusterFixture {
     /// Starts three nodes and makes the bucket.
     ///
