@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::fixture::{
     EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, NatsClusterFixture,
-    NatsFixture,
-    RedisClusterFixture, RedisFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture,
-    SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
+    NatsFixture, RedisClusterFixture, RedisFixture, RedisReplicaFixture, RedisSentinelFixture,
+    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
+    ZookeeperFixture,
 };
 use crate::server::{self, ServerProcess};
 

@@ -6,8 +6,8 @@ use dlock::Locks;
 use futures::future::BoxFuture;
 
 use crate::server::{
-    Etcd, EtcdCluster, Nats, NatsCluster, Redis, RedisCluster, RedisNodes, RedisReplicaSet, RedisSentinelSet,
-    ServerProcess, Zookeeper, ZookeeperEnsemble,
+    Etcd, EtcdCluster, Nats, NatsCluster, Redis, RedisCluster, RedisNodes, RedisReplicaSet,
+    RedisSentinelSet, ServerProcess, Zookeeper, ZookeeperEnsemble,
 };
 
 /// One backend under test. Each call to [`connect`](Fixture::connect) must return a new,

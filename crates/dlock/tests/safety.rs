@@ -33,9 +33,9 @@ use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
     EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, MysqlFixture,
-    NatsClusterFixture, NatsFixture, PostgresFixture, RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture,
-    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
-    ZookeeperFixture,
+    NatsClusterFixture, NatsFixture, PostgresFixture, RedisClusterFixture, RedisReplicaFixture,
+    RedisSentinelFixture, RedlockFixture, SqlFixture, SqlServer, SqliteFixture,
+    ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use dlock_testkit::server::{self, Mariadb, Postgres};
 use libtest_mimic::{Arguments, Failed, Trial};

