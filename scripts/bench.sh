@@ -37,7 +37,7 @@ ROUNDS="${BENCH_ROUNDS:-3}"
 # Runs per invocation (per round).
 REPEAT="${BENCH_REPEAT:-1}"
 DURATION="${BENCH_DURATION:-3s}"
-STORES="${BENCH_STORES:-memory sqlite redis redis-cluster redlock zookeeper postgres mysql etcd}"
+STORES="${BENCH_STORES:-memory sqlite file redis redis-cluster redlock zookeeper postgres mysql etcd nats}"
 WATCHDOG=",watchdog"
 [ "${BENCH_WATCHDOG:-yes}" = no ] && WATCHDOG=""
 # BENCH_MANY=no leaves out the many-locks scenario (64 tasks can time out waiting for a pool
@@ -96,12 +96,15 @@ fi
 # The stores that need a server, started by the test kit and kept up until its stdin closes.
 servers=()
 for store in $STORES; do
-    case "$store" in memory | sqlite) ;; *) servers+=("$store") ;; esac
+    case "$store" in memory | sqlite | file) ;; *) servers+=("$store") ;; esac
 done
 declare -A URL PIDS
 SQLITE_DIR="$(mktemp -d)"
 URL[memory]="memory://"
 URL[sqlite]="sqlite://$SQLITE_DIR/locks.db"
+# The file store's lock files beside the SQLite database, on the same disk.
+mkdir "$SQLITE_DIR/files"
+URL[file]="file://$SQLITE_DIR/files"
 if [ ${#servers[@]} -gt 0 ]; then
     coproc SERVERS { "$TARGET/$PROFILE/bench-servers" "${servers[@]}"; }
     while read -r name url pids <&"${SERVERS[0]}"; do
@@ -134,7 +137,7 @@ run() {
     local pin=()
     [ "$pinned" = pinned ] && pin=(taskset -c "$CLIENT_CPU")
     local server=()
-    case "$store" in memory | sqlite) ;; *) server=(--server-cpus "$SERVER_CPU" --server-pids "${PIDS[$store]}") ;; esac
+    case "$store" in memory | sqlite | file) ;; *) server=(--server-cpus "$SERVER_CPU" --server-pids "${PIDS[$store]}") ;; esac
     echo "== round $round: $file (load $(cut -d' ' -f1-3 /proc/loadavg))"
     "${pin[@]}" "$DLOCK" --url "$url" bench --repeat "$REPEAT" --duration "$DURATION" \
         "${server[@]}" --json "$RESULTS/$file.r$round.json" "$@"
@@ -192,6 +195,10 @@ for store in $STORES; do
     postgres | mysql | etcd)
         run "$store" "$store" pinned --scenario "uncontended$MANY" --pairs 500
         run "$store-handoff" "$store" unpinned --scenario handoff ;;
+    # Uncontended beside the floor only: each grant flushes its fence counter to disk (file),
+    # or is replicated through JetStream (nats).
+    file | nats)
+        run "$store" "$store" pinned --scenario uncontended --pairs 500 ;;
     *) echo "unknown store $store" >&2; exit 1 ;;
     esac
 done

@@ -27,7 +27,8 @@ cd "$(dirname "$0")/.."
 backends=("$@")
 if [ ${#backends[@]} -eq 0 ]; then
     backends=(memory sqlite redis redis-sentinel redis-cluster redlock postgres postgres-session
-        mariadb mariadb-session etcd etcd-cluster zookeeper zookeeper-ensemble)
+        mariadb mariadb-session etcd etcd-cluster zookeeper zookeeper-ensemble file nats
+        nats-cluster)
 fi
 acquisitions=${SOAK_ACQUISITIONS:-100000}
 segment=${SOAK_SEGMENT:-2000}

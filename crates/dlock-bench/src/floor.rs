@@ -41,6 +41,7 @@ pub(crate) async fn floor_pairs(url: &str, backend: &str) -> anyhow::Result<Vec<
         "postgres" => vec![postgres_floor(url).await?],
         "mysql" => vec![mysql_floor(url).await?],
         "nats" => vec![nats_floor(url).await?],
+        "file" => vec![file_floor(url)?],
         _ => Vec::new(),
     })
 }
@@ -147,6 +148,52 @@ fn sqlite_floor(url: &str) -> anyhow::Result<FloorPair> {
                     .conn
                     .prepare_cached("UPDATE t SET token = NULL WHERE name = 'x'")?
                     .execute([])?;
+                Ok(())
+            })();
+            Box::pin(async move { done })
+        }),
+    })
+}
+
+/// The file store's floor: what a fenced grant and its release cost at least without lock
+/// logic, through std: open the lock file and `flock` it, open the counter file, `flock` it,
+/// read it, write it one higher and flush it to disk (`fdatasync`), then unlock both. On
+/// files of their own beside the store's, so no lock is disturbed.
+fn file_floor(url: &str) -> anyhow::Result<FloorPair> {
+    use std::os::unix::fs::FileExt;
+    let config = dlock::file::FileConfig::from_url(url)?;
+    // One file name: the name's `/` would be folders.
+    let prefix = unique_name("floor").replace('/', "-");
+    let (lock, counter) = (
+        config.dir.join(format!("{prefix}.lock")),
+        config.dir.join(format!("{prefix}.fence")),
+    );
+    let open = |path: &std::path::Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+    };
+    Ok(FloorPair {
+        what: "std: open + flock the lock file, read + write + fdatasync a counter under its flock, unlock",
+        pair: Box::new(move || {
+            let done = (|| -> anyhow::Result<()> {
+                let held = open(&lock)?;
+                held.try_lock()?;
+                let fence = open(&counter)?;
+                fence.lock()?;
+                let mut buf = [0_u8; 21];
+                let read = fence.read_at(&mut buf, 0)?;
+                let last: u64 = std::str::from_utf8(&buf[..read])?
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                fence.write_all_at(format!("{:020}\n", last + 1).as_bytes(), 0)?;
+                fence.sync_data()?;
+                fence.unlock()?;
+                held.unlock()?;
                 Ok(())
             })();
             Box::pin(async move { done })

@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::fixture::{
-    EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, NatsFixture,
-    RedisClusterFixture, RedisFixture, RedisReplicaFixture, RedisSentinelFixture, RedlockFixture,
-    SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture, ZookeeperFixture,
+    EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, NatsClusterFixture,
+    NatsFixture, RedisClusterFixture, RedisFixture, RedisReplicaFixture, RedisSentinelFixture,
+    RedlockFixture, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
+    ZookeeperFixture,
 };
 use crate::server::{self, ServerProcess};
 
@@ -30,6 +31,8 @@ pub struct Offers {
     pub pause: bool,
     /// A cluster's leader (a minority of Redlock's nodes) can be killed and brought back.
     pub leader_kill: bool,
+    /// A cluster's leader can be frozen (SIGSTOP) alone and thawed, the other nodes running.
+    pub leader_pause: bool,
     /// A snapshot can be saved, and the store brought back from it after later writes.
     pub snapshot: bool,
     /// A replica can be cut off, and the store failed over to it after later writes.
@@ -70,6 +73,8 @@ pub struct Faults {
     pub pause: Option<(Action, Action)>,
     /// Kill the leader (or a minority of nodes), and bring it back.
     pub leader_kill: Option<(Action, Action)>,
+    /// Freeze the leader alone, and thaw it.
+    pub leader_pause: Option<(Action, Action)>,
     /// Save a snapshot; crash and start again from it.
     pub snapshot: Option<(Action, Action)>,
     /// Cut the replica off once it has caught up; kill the primary and fail over to it.
@@ -104,6 +109,7 @@ impl Faults {
             crash: self.crash.is_some() && self.start_again.is_some(),
             pause: self.pause.is_some(),
             leader_kill: self.leader_kill.is_some(),
+            leader_pause: self.leader_pause.is_some(),
             snapshot: self.snapshot.is_some(),
             fail_over: self.fail_over.is_some(),
             slot_move: self.slot_move.is_some(),
@@ -165,6 +171,7 @@ const SERVERS: Offers = Offers {
     crash: true,
     pause: true,
     leader_kill: false,
+    leader_pause: false,
     snapshot: false,
     fail_over: false,
     slot_move: false,
@@ -187,6 +194,7 @@ impl Offers {
         crash: false,
         pause: false,
         leader_kill: false,
+        leader_pause: false,
         snapshot: false,
         fail_over: false,
         slot_move: false,
@@ -215,6 +223,20 @@ fn leader_kill(
     + Sync
     + 'static,
 ) -> (Action, Action) {
+    strike_leader(leader, node, kill, restart)
+}
+
+/// Does `strike` to the leader a cluster names (waiting up to 30 s for one), and `back` to
+/// the same node.
+fn strike_leader(
+    leader: impl Fn() -> Option<usize> + Send + Sync + 'static,
+    node: impl Fn(usize, fn(&mut ServerProcess) -> anyhow::Result<()>) -> anyhow::Result<()>
+    + Send
+    + Sync
+    + 'static,
+    strike_node: fn(&mut ServerProcess) -> anyhow::Result<()>,
+    back_node: fn(&mut ServerProcess) -> anyhow::Result<()>,
+) -> (Action, Action) {
     let killed = Arc::new(Mutex::new(None::<usize>));
     let node = Arc::new(node);
     let (kill_node, k) = (node.clone(), killed.clone());
@@ -227,14 +249,14 @@ fn leader_kill(
             anyhow::ensure!(at.elapsed().as_secs() < 30, "no leader after 30 s");
             std::thread::sleep(std::time::Duration::from_millis(100));
         };
-        kill_node(leader, kill)?;
+        kill_node(leader, strike_node)?;
         *k.lock().unwrap_or_else(PoisonError::into_inner) = Some(leader);
         Ok(())
     });
     let back: Action = Arc::new(move || {
         let node_to_start = killed.lock().unwrap_or_else(PoisonError::into_inner).take();
         match node_to_start {
-            Some(at) => node(at, restart),
+            Some(at) => node(at, back_node),
             None => Ok(()),
         }
     });
@@ -513,3 +535,31 @@ macro_rules! cluster_faults {
 }
 
 cluster_faults!(EtcdClusterFixture, ZookeeperEnsembleFixture);
+
+/// A NATS cluster's leader for the locks is the leader of the bucket's stream (every key of
+/// the bucket is one Raft group's): killed and started again, or frozen alone and thawed
+/// while the two others elect another.
+impl Strikable for NatsClusterFixture {
+    const OFFERS: Offers = Offers {
+        leader_pause: true,
+        ..CLUSTER
+    };
+    fn faults(self: &Arc<Self>) -> Faults {
+        let stream = crate::fixture::NATS_TEST_STREAM;
+        let strike = |strike_node, back_node| {
+            let (a, b) = (self.clone(), self.clone());
+            strike_leader(
+                move || a.server().stream_leader(stream),
+                move |node, f| f(&mut b.server().nodes[node]),
+                strike_node,
+                back_node,
+            )
+        };
+        Faults {
+            leader_kill: Some(strike(kill, restart)),
+            leader_pause: Some(strike(pause, resume)),
+            holder_processes: true,
+            ..Faults::default()
+        }
+    }
+}

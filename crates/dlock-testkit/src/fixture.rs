@@ -6,8 +6,8 @@ use dlock::Locks;
 use futures::future::BoxFuture;
 
 use crate::server::{
-    Etcd, EtcdCluster, Nats, Redis, RedisCluster, RedisNodes, RedisReplicaSet, RedisSentinelSet,
-    ServerProcess, Zookeeper, ZookeeperEnsemble,
+    Etcd, EtcdCluster, Nats, NatsCluster, Redis, RedisCluster, RedisNodes, RedisReplicaSet,
+    RedisSentinelSet, ServerProcess, Zookeeper, ZookeeperEnsemble,
 };
 
 /// One backend under test. Each call to [`connect`](Fixture::connect) must return a new,
@@ -678,6 +678,54 @@ impl NatsFixture {
     }
 }
 
+/// A real three-node NATS JetStream cluster on loopback; clients get every node's address, and
+/// the bucket `dlock_test` has a replica on each node.
+pub type NatsClusterFixture = ServerFixture<NatsCluster, NatsCluster>;
+
+/// The stream of the NATS cluster fixture's bucket, whose leader the leader faults strike.
+pub const NATS_TEST_STREAM: &str = "KV_dlock_test";
+
+impl NatsClusterFixture {
+    /// Starts three nodes and makes the bucket.
+    ///
+    /// # Errors
+    ///
+    /// See above; also a bucket the cluster would not make.
+    pub fn start() -> anyhow::Result<Option<Arc<NatsClusterFixture>>> {
+        let Some(cluster) = unless_missing("nats-cluster", NatsCluster::start(3))? else {
+            return Ok(None);
+        };
+        let url = cluster.url("dlock_test");
+        make_bucket(&url)?;
+        Ok(Some(ServerFixture::with_traits(
+            "nats-cluster",
+            NO_WAITERS_IN_THE_STORE,
+            cluster,
+            url,
+        )))
+    }
+}
+
+/// Makes the bucket of a `nats://` URL by connecting once with a long timeout: a replicated
+/// stream can take longer to make on a loaded machine than a client's request timeout, and
+/// the first case would otherwise fail for it.
+fn make_bucket(url: &str) -> anyhow::Result<()> {
+    let url = format!("{url}&timeout=15s");
+    // A thread of its own: a fixture may be started from inside a runtime.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?
+                    .block_on(async { dlock::connect(&url).await.map(drop) })
+                    .map_err(anyhow::Error::from)
+            })
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the bucket's thread panicked")))
+    })
+}
+
 /// Session timeout of the ZooKeeper fixtures' URLs: short, so a killed holder process (whose
 /// lock lasts until its session expires) is recovered within the suite's 5 s bound, but not
 /// so short that a CPU-starved client (the whole suite on 2 cores) declares its connection
@@ -916,6 +964,14 @@ pub const STARTERS: &[Starter] = &[
         several_servers: false,
         masked: false,
         start: || one(NatsFixture::start()),
+    },
+    Starter {
+        driver: "nats",
+        backends: &["nats-cluster"],
+        server: Some("nats"),
+        several_servers: true,
+        masked: false,
+        start: || one(NatsClusterFixture::start()),
     },
 ];
 

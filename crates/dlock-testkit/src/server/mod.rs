@@ -37,7 +37,7 @@ pub mod zookeeper;
 pub use etcd::{Etcd, EtcdCluster, etcd_grpc_calls, etcd_is_leader};
 pub use kind::{ServerError, ServerKind, find_binary, required};
 pub use mariadb::Mariadb;
-pub use nats::Nats;
+pub use nats::{Nats, NatsCluster, NatsNode, NatsSecure};
 pub use port::free_port;
 pub use postgres::Postgres;
 pub use process::ServerProcess;

@@ -1,5 +1,6 @@
 //! [`NatsBuilder`]: connects to the servers and opens (or makes) the bucket.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,13 +92,86 @@ impl NatsBuilder {
         self
     }
 
+    /// Logs in with a user and password (see [`NatsConfig::user`]); never shown by `Debug`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = dlock::nats::NatsBuilder::default().user_and_password("app", "secret");
+    /// assert!(!format!("{builder:?}").contains("secret"));
+    /// ```
+    pub fn user_and_password(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.config.user = Some(user.into());
+        self.config.password = Some(password.into());
+        self
+    }
+
+    /// Logs in with a token (see [`NatsConfig::token`]); never shown by `Debug`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = dlock::nats::NatsBuilder::default().token("s3cr3t");
+    /// assert!(!format!("{builder:?}").contains("s3cr3t"));
+    /// ```
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.config.token = Some(token.into());
+        self
+    }
+
+    /// Logs in with a credentials file (see [`NatsConfig::creds_file`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = dlock::nats::NatsBuilder::default().creds_file("/etc/nats/app.creds");
+    /// ```
+    pub fn creds_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.creds_file = Some(path.into());
+        self
+    }
+
+    /// Speaks TLS to the servers, trusting the CA in this PEM file (see
+    /// [`NatsConfig::ca_file`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = dlock::nats::NatsBuilder::default().ca_file("/etc/nats/ca.pem");
+    /// ```
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.ca_file = Some(path.into());
+        self.config.tls = true;
+        self
+    }
+
+    /// Speaks TLS to the servers and shows them this PEM client certificate and key (see
+    /// [`NatsConfig::client_cert`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = dlock::nats::NatsBuilder::default()
+    ///     .client_cert("/etc/nats/app.pem", "/etc/nats/app.key");
+    /// ```
+    pub fn client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.config.client_cert = Some((cert.into(), key.into()));
+        self.config.tls = true;
+        self
+    }
+
     /// Connects, and opens the bucket, making it (with per-key TTLs on) when it does not
     /// exist.
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidArgument`]: a bad option, or a bucket without per-key TTLs (made by
-    ///   another program, or a server older than 2.11);
+    /// - [`Error::InvalidArgument`]: a bad option, a TLS or credentials file that cannot be
+    ///   read, or a bucket without per-key TTLs (made by another program, or a server older
+    ///   than 2.11);
     /// - [`Error::Unauthenticated`]: wrong user or password;
     /// - [`Error::Unavailable`]: no server can be reached, or JetStream does not answer.
     ///
@@ -141,14 +215,62 @@ pub(super) async fn connect_client(config: &NatsConfig) -> Result<async_nats::Cl
         })?;
         addrs.push(addr);
     }
-    let mut options = ConnectOptions::new()
+    let options = ConnectOptions::new()
         .connection_timeout(config.timeout)
         .request_timeout(Some(config.timeout));
-    if let Some(user) = &config.user {
-        options =
-            options.user_and_password(user.clone(), config.password.clone().unwrap_or_default());
-    }
+    let options = with_tls(with_login(options, config).await?, config)?;
     options.connect(addrs).await.map_err(map)
+}
+
+/// `options` with `config`'s user and password, token or credentials file.
+async fn with_login(options: ConnectOptions, config: &NatsConfig) -> Result<ConnectOptions> {
+    if let Some(user) = &config.user {
+        return Ok(
+            options.user_and_password(user.clone(), config.password.clone().unwrap_or_default())
+        );
+    }
+    if let Some(token) = &config.token {
+        return Ok(options.token(token.clone()));
+    }
+    match &config.creds_file {
+        Some(path) => {
+            readable("creds", path)?;
+            // The error names the file, never its contents (a seed).
+            options.credentials_file(path).await.map_err(|_| {
+                Error::invalid_argument(
+                    "creds",
+                    format!("{} is not a NATS credentials file", path.display()),
+                )
+            })
+        }
+        None => Ok(options),
+    }
+}
+
+/// `options` with `config`'s TLS settings; every file must be readable now (async-nats would
+/// read them only once connected).
+fn with_tls(mut options: ConnectOptions, config: &NatsConfig) -> Result<ConnectOptions> {
+    if !config.tls {
+        return Ok(options);
+    }
+    options = options.require_tls(true);
+    if let Some(ca) = &config.ca_file {
+        readable("ca", ca)?;
+        options = options.add_root_certificates(ca.clone());
+    }
+    if let Some((cert, key)) = &config.client_cert {
+        readable("cert", cert)?;
+        readable("key", key)?;
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    Ok(options)
+}
+
+/// A typed error naming the option and the file when `path` cannot be read.
+fn readable(option: &'static str, path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .map(drop)
+        .map_err(|e| Error::invalid_argument(option, format!("{}: {e}", path.display())))
 }
 
 /// Whether the server said the bucket's stream does not exist.

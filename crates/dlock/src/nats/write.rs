@@ -75,9 +75,21 @@ pub(super) async fn write(
         .map_err(map)?;
     match ack.await {
         Ok(ack) => Ok(Written::At(ack.sequence)),
-        Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => Ok(Written::Refused),
+        Err(error) if wrong_last_sequence(&error) => Ok(Written::Refused),
         Err(error) => Err(map(error)),
     }
+}
+
+/// Whether the stream refused a write for its expected revision. A single server answers
+/// `wrong last sequence: N` (10071), which async-nats names; a clustered stream's leader
+/// answers the constant form (10164), which it leaves as `Other`.
+fn wrong_last_sequence(error: &jetstream::context::PublishError) -> bool {
+    error.kind() == PublishErrorKind::WrongLastSequence
+        || std::error::Error::source(error)
+            .and_then(|source| source.downcast_ref::<jetstream::Error>())
+            .is_some_and(|source| {
+                source.error_code() == jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT
+            })
 }
 
 impl Inner {
