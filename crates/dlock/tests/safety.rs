@@ -1113,8 +1113,11 @@ fn judge(stand: &Stand, fault: FaultKind, prim: Prim, report: &ScenarioReport) -
     let exclusive = matches!(prim, Prim::Mutex | Prim::MultiLock | Prim::Election);
     match fault {
         FaultKind::HolderPause if stand.tuning.lease => {
-            // A permit holder does not write (permits share the resource).
-            if report.check.rejected.is_empty() && prim != Prim::Semaphore {
+            // A permit holder does not write (permits share the resource). A freeze that
+            // landed after the hold's last write leaves nothing to refuse: the holder told
+            // lost once it ran again shows the fault happened as well.
+            let told_after_thaw = matches!(report.paused_holder_lost, Some(Some(_)));
+            if report.check.rejected.is_empty() && prim != Prim::Semaphore && !told_after_thaw {
                 violations.push(
                     "no write of the frozen holder was refused: the fault did not happen".into(),
                 );

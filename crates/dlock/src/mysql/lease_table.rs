@@ -281,8 +281,14 @@ async fn look(
         .await
         .map_err(from_sqlx)?;
     let Some((held_us, head, head_waited_us, ahead)) = busy else {
-        // A new name (or one whose row was swept): create its free row and take it.
-        let taken = create_and_take(shared, req, conn).await?;
+        // A new name (or one whose row was swept): create its free row and take it, in one
+        // transaction only when the two statements alone lost the row to another client (or
+        // the sweeper) in between: the common case stays two statements.
+        insert_free_row(shared, req.name.as_str(), conn).await?;
+        let mut taken = take(shared, req, conn).await?;
+        if taken.rows_affected() == 0 {
+            taken = create_and_take(shared, req, conn).await?;
+        }
         if taken.rows_affected() > 0 {
             let fence = i64::try_from(taken.last_insert_id()).unwrap_or(i64::MAX);
             return Ok(granted(shared, spot, conn, req, fence, start).await);
@@ -421,6 +427,26 @@ where
         match statement().await {
             Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
             done => return done.map_err(from_sqlx),
+        }
+    }
+}
+
+/// Creates the free row of a new name (see `Statements::new`), again if it was a deadlock
+/// victim.
+async fn insert_free_row(
+    shared: &Shared,
+    name: &str,
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<()> {
+    let mut victim = 0;
+    loop {
+        let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
+            .bind(name)
+            .execute(&mut *conn)
+            .await;
+        match inserted {
+            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
+            done => return done.map(|_| ()).map_err(from_sqlx),
         }
     }
 }

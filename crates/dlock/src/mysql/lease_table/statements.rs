@@ -140,8 +140,9 @@ fn grant(t: &str, w: &str, stale: u128) -> (String, String, String) {
          WHERE name = ? AND (((token IS NULL OR expires_at <= {NOW}) AND NOT {blocked})
                              OR (token <=> ? AND expires_at > {NOW}))"
     );
-    // A new name gets a free row, which `take` then grants in the same transaction
-    // (`create_and_take`): a fence is only ever drawn under the row's lock (see `take`).
+    // A new name gets a free row, which `take` then grants (again in one transaction,
+    // `create_and_take`, if the row was lost in between): a fence is only ever drawn under
+    // the row's lock (see `take`).
     let insert = format!(
         "INSERT INTO {t} (name, hold_fence, token, holds, expires_at, acquired_at)
          VALUES (?, 0, NULL, 0, {NOW} + 1000000, 0) ON DUPLICATE KEY UPDATE name = name"
