@@ -207,23 +207,7 @@ impl EtcdCluster {
                 token: token.clone(),
             })
             .collect();
-        let started: Vec<Result<ServerProcess, ServerError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = kinds
-                .into_iter()
-                .map(|kind| scope.spawn(move || ServerProcess::start(kind)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(ServerError::io("etcd")(io::Error::other(
-                            "etcd start thread panicked",
-                        )))
-                    })
-                })
-                .collect()
-        });
-        let nodes = started.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let nodes = ServerProcess::start_all(kinds, "etcd")?;
         Ok(EtcdCluster { nodes })
     }
 

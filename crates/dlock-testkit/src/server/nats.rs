@@ -279,24 +279,7 @@ impl NatsCluster {
                 cluster_name: cluster_name.clone(),
             })
             .collect();
-        let started: Vec<Result<ServerProcess, ServerError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = kinds
-                .iter()
-                .cloned()
-                .map(|kind| scope.spawn(move || ServerProcess::start(kind)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(ServerError::io("nats")(io::Error::other(
-                            "nats start thread panicked",
-                        )))
-                    })
-                })
-                .collect()
-        });
-        let nodes = started.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let nodes = ServerProcess::start_all(kinds.iter().cloned(), "nats")?;
         Ok(NatsCluster { nodes, kinds })
     }
 

@@ -71,6 +71,34 @@ impl ServerProcess {
         Self::start_with_timeout(kind, start_timeout_from_env())
     }
 
+    /// Starts the members of a cluster side by side (each waits for its peers' ports to
+    /// answer, so one at a time would not come up); `name` names the server in errors.
+    ///
+    /// # Errors
+    ///
+    /// The first member's error, as [`ServerProcess::start`] gives it.
+    pub fn start_all<K: ServerKind>(
+        kinds: impl IntoIterator<Item = K>,
+        name: &'static str,
+    ) -> Result<Vec<Self>, ServerError> {
+        thread::scope(|scope| {
+            let handles: Vec<_> = kinds
+                .into_iter()
+                .map(|kind| scope.spawn(move || Self::start(kind)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle.join().unwrap_or_else(|_| {
+                        Err(ServerError::io(name)(io::Error::other(format!(
+                            "{name} start thread panicked"
+                        ))))
+                    })
+                })
+                .collect()
+        })
+    }
+
     /// Like [`ServerProcess::start`] with an explicit readiness deadline
     /// (ignores `DLOCK_TEST_START_TIMEOUT`).
     pub fn start_with_timeout(
