@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Backend, DynBackend, Lease, LockKind, Wait};
 use crate::error::{Error, Result};
+use crate::hold::metric_labels::metric_labels;
 use crate::hold::options::Terms;
 use crate::locks::Locks;
 use crate::mutex::MutexGuard;
@@ -312,33 +313,4 @@ fn histogram(name: &'static str, labels: &'static [metrics::Label]) -> metrics::
 fn gauge(name: &'static str, labels: &'static [metrics::Label]) -> metrics::Gauge {
     let key = metrics::Key::from_static_parts(name, labels);
     metrics::with_recorder(|recorder| recorder.register_gauge(&key, &METADATA))
-}
-
-/// The labels `backend` and, if given, `outcome`, made once per pair of values (a handful per
-/// process), so recording a metric allocates nothing: the macros build a label vector on
-/// every call, recorder or not.
-fn metric_labels(
-    backend: &'static str,
-    outcome: Option<&'static str>,
-) -> &'static [metrics::Label] {
-    type Made = Vec<(
-        &'static str,
-        Option<&'static str>,
-        &'static [metrics::Label],
-    )>;
-    static MADE: std::sync::Mutex<Made> = std::sync::Mutex::new(Vec::new());
-    let mut made = MADE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(&(_, _, labels)) = made.iter().find(|(b, o, _)| *b == backend && *o == outcome) {
-        return labels;
-    }
-    let mut labels = vec![metrics::Label::from_static_parts("backend", backend)];
-    if let Some(outcome) = outcome {
-        labels.push(metrics::Label::from_static_parts("outcome", outcome));
-    }
-    // Bounded: one slice per backend and outcome this process records.
-    let labels: &'static [metrics::Label] = Box::leak(labels.into_boxed_slice());
-    made.push((backend, outcome, labels));
-    labels
 }

@@ -3,6 +3,7 @@
 //! builder; `acquire.rs`: the observed store call).
 
 pub(crate) mod acquire;
+mod metric_labels;
 pub(crate) mod options;
 mod run;
 pub(crate) mod token;
