@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Builds the workspace's test binaries once and runs them side by side.
 
-    scripts/run_tests.py [--jobs N] [--split BINARY]... [--job NAME=COMMAND]... [--timeout SECONDS]
-                         -- CARGO_TEST_ARGS...
+    scripts/run_tests.py [--jobs N] [--split BINARY]... [--job NAME=COMMAND]... [--side NAME=COMMAND]...
+                         [--timeout SECONDS] -- CARGO_TEST_ARGS...
 
 `cargo test` runs one test binary after the other, and most of this suite waits on real
 servers (leases running out, hand-offs, restarts): one binary alone leaves the machine's cores
@@ -13,7 +13,9 @@ binary named with --split is run as one job per backend: its tests are listed, g
 first segment of their names (`sqlite::mutex::…` → `sqlite`) and each group runs on its own.
 The doc tests (`cargo test ARGS --doc`) are one more job, and so is each --job: a shell command
 run from the repository root beside the test binaries (the package check, the Python suite),
-whose exit status is its result.
+whose exit status is its result. A --side command is such a job that takes no place among the
+N: it starts with the first jobs, niced, and uses the cores the waiting tests leave idle (the
+compile-only checks: lints of other feature sets, the package check).
 
 Every job's output goes to target/test-logs/JOB.log; a failed job's failures are printed. The
 end is a table of every job: wall time, and passed / failed / ignored as the binary reported.
@@ -55,6 +57,8 @@ class Job:
     counts: List[int] = field(default_factory=lambda: [0, 0, 0])
     # A command of the caller's (--job): its exit status is its result, no result line needed.
     command: bool = False
+    # Run beside the N jobs, not in their places (--side).
+    side: bool = False
 
 
 def build(cargo_args: List[str]) -> List[dict]:
@@ -177,6 +181,7 @@ def main() -> int:
     parser.add_argument("--split", action="append", default=[], help="run this binary as one job per backend")
     parser.add_argument("--first", action="append", default=[], help="start jobs whose name begins so first")
     parser.add_argument("--job", action="append", default=[], metavar="NAME=COMMAND", help="a shell command to run beside the tests")
+    parser.add_argument("--side", action="append", default=[], metavar="NAME=COMMAND", help="a shell command run niced beside the N jobs")
     parser.add_argument("--timeout", type=float, default=1500.0, help="seconds one job may take")
     parser.add_argument("cargo_args", nargs=argparse.REMAINDER)
     options = parser.parse_args()
@@ -201,6 +206,10 @@ def main() -> int:
     for spec in options.job:
         name, _, command = spec.partition("=")
         jobs.append(Job(name, ["bash", "-c", command], root, logs / f"{name}.log", command=True))
+    for spec in options.side:
+        name, _, command = spec.partition("=")
+        argv = ["nice", "-n", "10", "bash", "-c", command]
+        jobs.append(Job(name, argv, root, logs / f"{name}.log", command=True, side=True))
     print(f"built the test binaries in {time.monotonic() - built:.0f} s; running {len(jobs)} jobs, {options.jobs} at a time", flush=True)
 
     def rank(job: Job) -> int:
@@ -209,12 +218,18 @@ def main() -> int:
                 return index
         return len(options.first)
 
-    pending = sorted(jobs, key=rank)
+    pending = sorted((job for job in jobs if not job.side), key=rank)
     running: List[Job] = []
     began = time.monotonic()
-    while pending or running:
-        while pending and len(running) < options.jobs:
+    sides = [job for job in jobs if job.side]
+    while pending or running or sides:
+        while pending and sum(not job.side for job in running) < options.jobs:
             job = pending.pop(0)
+            start(job)
+            running.append(job)
+        # After the first jobs: a first job that builds takes cargo's lock on target/ first.
+        while sides:
+            job = sides.pop(0)
             start(job)
             running.append(job)
         time.sleep(0.2)

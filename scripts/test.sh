@@ -142,25 +142,9 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 stage_done "install and checks"
 
 stage fmt cargo fmt --all -- --check
-# The workspace includes the Python extension (python/), so its lints are checked here too.
-clippy() {
-    cargo clippy --workspace --all-targets --all-features -- -D warnings
-    # Users build the library with some backends only (the default is SQLite alone): each such
-    # build must be free of warnings too (code shared by backends, used in part).
-    # Each feature of `full` alone (crates/dlock/Cargo.toml lists every backend there, so a new
-    # backend is linted alone without a line here), plus the default and no feature at all.
-    local feature features
-    features=$(cargo metadata --no-deps --format-version 1 | python3 -c '
-import json, sys
-package = next(p for p in json.load(sys.stdin)["packages"] if p["name"] == "dlock-rs")
-print(" ".join(package["features"]["full"]))')
-    cargo clippy -p dlock-rs --lib -- -D warnings
-    cargo clippy -p dlock-rs --lib --no-default-features -- -D warnings
-    for feature in $features; do
-        cargo clippy -p dlock-rs --lib --no-default-features --features "$feature" -- -D warnings
-    done
-}
-stage clippy clippy
+# The workspace includes the Python extension (python/), so its lints are checked here too. The
+# library with each backend alone is linted beside the tests (scripts/clippy_features.sh).
+stage clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
 # docs.rs's features (its --cfg docsrs needs nightly); the dependencies' metadata is clippy's.
 stage doc env RUSTDOCFLAGS="-D warnings" cargo doc -p dlock-rs --all-features --no-deps
 # Every test binary of the workspace but the Python extension, built once and run side by side
@@ -168,10 +152,13 @@ stage doc env RUSTDOCFLAGS="-D warnings" cargo doc -p dlock-rs --all-features --
 # build again: the package check (the published crates package, ship what they need and nothing
 # else, and build from their packages) and the Python package (the wheel, a debug build on the
 # test build's dependencies; its pytest suite; the same wheel installed where no Rust is).
-# Longest first: the two SQL store binaries and the two jobs that compile (niced, they use the
-# cores the waiting tests leave idle), then the suites split per backend.
+# The compile-only checks (the package check, the library linted per backend) run niced beside
+# the three test jobs rather than in their places: they use the cores the waiting tests leave
+# idle. Longest first: the Python package (it compiles, niced, then runs pytest), the store
+# binaries, then the suites split per backend.
 stage tests python3 scripts/run_tests.py --split conformance --split safety \
-    --first mysql_store --first python --first postgres_store --first package \
+    --first python --first postgres_store --first mysql_store \
     --first redis_store --first etcd_store --first safety --first conformance \
-    --job "package=scripts/package_check.sh" --job "python=scripts/python_test.sh --profile dev -q" \
+    --job "python=scripts/python_test.sh --profile dev -q" \
+    --side "package=scripts/package_check.sh" --side "clippy-features=scripts/clippy_features.sh" \
     -- --workspace --exclude dlock-python --all-features

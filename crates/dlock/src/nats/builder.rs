@@ -197,6 +197,7 @@ impl NatsBuilder {
         Ok(NatsBackend {
             inner: Arc::new(Inner {
                 js,
+                leader_reads: super::read::leader_reads(&kv),
                 kv,
                 config,
                 bell: Default::default(),

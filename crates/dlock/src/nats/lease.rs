@@ -17,7 +17,6 @@ use crate::fence::FencingToken;
 
 use super::Inner;
 use super::builder::connect_client;
-use super::error::map;
 use super::keys::Holder;
 use super::write::{Head, Written, ttl_secs, write};
 
@@ -93,7 +92,7 @@ impl NatsLease {
 
     /// Whether the key's last entry is still this hold's last write.
     async fn check_owned(&self, revision: u64) -> Result<()> {
-        match self.inner.kv.entry(self.key.as_str()).await.map_err(map)? {
+        match self.inner.entry(self.key.as_str()).await? {
             Some(entry) if entry.revision == revision => Ok(()),
             _ => Err(Error::not_owned(&self.name)),
         }

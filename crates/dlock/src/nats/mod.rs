@@ -7,6 +7,7 @@ mod error;
 mod keys;
 mod lease;
 mod monitor;
+mod read;
 mod values;
 mod wake;
 mod write;
@@ -30,7 +31,7 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
-use error::{BACKEND, bad_reply, map};
+use error::{BACKEND, bad_reply};
 use keys::{Holder, lock_key};
 use lease::NatsLease;
 use write::{Head, Written};
@@ -82,6 +83,8 @@ pub struct NatsBackend {
 struct Inner {
     js: jetstream::Context,
     kv: kv::Store,
+    /// Whether reads go to the stream's leader (the bucket has replicas; see `read.rs`).
+    leader_reads: bool,
     config: NatsConfig,
     /// The waiters' wake-up: one watch of the bucket's lock keys.
     bell: wake::Bell,
@@ -112,7 +115,7 @@ impl Inner {
     async fn give_back(&self, key: &str, token: &str) {
         let mut pause = Backoff::steady(Duration::from_millis(25), Duration::from_millis(400));
         for _ in 0..GIVE_BACK_READS {
-            if let Ok(Some(entry)) = self.kv.entry(key).await
+            if let Ok(Some(entry)) = self.entry(key).await
                 && entry.operation == kv::Operation::Put
                 && Holder::decode(&entry.value, entry.revision).is_some_and(|h| h.token == token)
             {
@@ -212,7 +215,7 @@ impl NatsBackend {
             if let Written::At(revision) = inner.write(key, head, expect, record).await? {
                 return Ok(self.granted(req, key, revision, revision, start));
             }
-            let Some(entry) = inner.kv.entry(key).await.map_err(map)? else {
+            let Some(entry) = inner.entry(key).await? else {
                 expect = 0;
                 continue;
             };

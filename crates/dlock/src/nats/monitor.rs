@@ -20,7 +20,7 @@ use super::{NatsBackend, ROUNDS};
 impl NatsBackend {
     /// The holder of `name`'s key, with the entry's revision.
     async fn holder(&self, name: &str) -> Result<Option<(Holder, u64, SystemTime)>> {
-        let entry = self.inner.kv.entry(lock_key(name)).await.map_err(map)?;
+        let entry = self.inner.entry(&lock_key(name)).await?;
         Ok(entry
             .filter(|e| e.operation == kv::Operation::Put)
             .and_then(|e| {

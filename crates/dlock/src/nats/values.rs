@@ -18,7 +18,7 @@ use super::write::{Head, Written};
 impl ValueStore for NatsBackend {
     async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
         let key = value_key(name.as_str());
-        let entry = self.inner.kv.entry(key).await.map_err(map)?;
+        let entry = self.inner.entry(&key).await?;
         Ok(entry
             .filter(|entry| entry.operation == Operation::Put)
             .map(|entry| Versioned::new(entry.value.to_vec(), entry.revision)))
