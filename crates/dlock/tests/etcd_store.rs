@@ -677,3 +677,55 @@ async fn watchdog_holds_cost_one_keep_alive_per_pass() {
         guard.release().await.unwrap();
     }
 }
+
+/// A no-wait try whose lease is gone by the time its key is put (a put slower than the lease,
+/// on a loaded machine or store: CI saw etcd's "lease not found" for a try on a 2 s lease)
+/// takes another lease instead of failing: the lock is free. Here a second client revokes the
+/// first lease the try is granted, while the proxy delays the try's put.
+#[cfg_attr(
+    dlock_test_missing = "etcd",
+    ignore = "etcd not found: install etcd-server (scripts/test.sh does) or set DLOCK_TEST_ETCD_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_whose_lease_ran_out_before_its_put_takes_another() {
+    use dlock_testkit::fault_proxy::{FaultProxy, NetFault};
+    async fn leases(client: &mut etcd_client::Client) -> Vec<i64> {
+        let listed = client.leases().await.unwrap();
+        listed.leases().iter().map(|lease| lease.id()).collect()
+    }
+    let Some(server) = server() else { return };
+    let proxy = FaultProxy::start(&[server.addr()]).unwrap();
+    let locks = dlock::connect(&format!("etcd://{}", proxy.addrs()[0]))
+        .await
+        .unwrap();
+    let mut direct = etcd_client::Client::connect([server.addr().to_string()], None)
+        .await
+        .unwrap();
+    let before = leases(&mut direct).await;
+    proxy.set(NetFault::Latency(Duration::from_millis(300)));
+    let revoker = tokio::spawn(async move {
+        loop {
+            let now = leases(&mut direct).await;
+            if let Some(&granted) = now.iter().find(|id| !before.contains(id)) {
+                direct.lease_revoke(granted).await.unwrap();
+                return granted;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let guard = locks
+        .mutex("slow-put")
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock was free");
+    revoker.await.unwrap();
+    proxy.set(NetFault::None);
+    let endpoint = server.addr().to_string();
+    assert_eq!(
+        tokio::task::block_in_place(|| lock_keys(&endpoint, "slow-put")),
+        1
+    );
+    guard.release().await.unwrap();
+}

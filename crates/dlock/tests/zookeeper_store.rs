@@ -605,3 +605,48 @@ async fn watchdog_renewals_send_nothing_to_the_store() {
         guard.release().await.unwrap();
     }
 }
+
+/// On an ensemble another client sees every write answered before its read: a lock one client
+/// just took is never inspected as free by another, nor a value it just wrote read as missing.
+/// A ZooKeeper server answers reads from its own copy, which on a follower may not yet hold a
+/// write another client's server already answered: each such read is preceded by a `sync`.
+#[cfg_attr(
+    dlock_test_missing = "zookeeper",
+    ignore = "ZooKeeper not found: install zookeeper (scripts/test.sh does) or set DLOCK_TEST_ZOOKEEPER_JAR"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_ensemble_another_client_never_reads_a_lock_just_taken_as_free() {
+    const TASKS: usize = 16;
+    const ROUNDS: usize = 64;
+    if !installed() {
+        return;
+    }
+    let ensemble = tokio::task::block_in_place(ZookeeperEnsemble::start).unwrap();
+    let url = format!("zk://{}/t", ensemble.connect_string());
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..TASKS {
+        let (taker, reader) = (
+            dlock::connect(&url).await.unwrap(),
+            dlock::connect(&url).await.unwrap(),
+        );
+        tasks.spawn(async move {
+            let mut stale = 0;
+            for round in 0..ROUNDS {
+                let name = format!("read-after-write/{task}/{round}");
+                let guard = taker.mutex(&name).acquire().await.unwrap();
+                if reader.inspect(&name).await.unwrap().is_none() {
+                    stale += 1;
+                }
+                guard.release().await.unwrap();
+            }
+            stale
+        });
+    }
+    let stale: usize = tasks.join_all().await.into_iter().sum();
+    assert_eq!(
+        stale,
+        0,
+        "{stale} of {} locks read as free by another client right after they were taken",
+        TASKS * ROUNDS
+    );
+}

@@ -200,6 +200,19 @@ struct Place {
     rev: i64,
 }
 
+/// How many leases a no-wait try takes before a lease that runs out before its put is an
+/// error.
+const TRY_CREATE_LEASES: usize = 3;
+
+/// How a no-wait try ended.
+enum TryCreated {
+    /// The lock, or `None` when it was busy.
+    Done(Option<EtcdLease>),
+    /// The hold's lease was gone when its key was put (nothing was put): etcd's error, and
+    /// the hold.
+    LeaseRanOut(etcd_client::Error, Granted),
+}
+
 /// How queueing our key ended.
 enum Queued {
     /// The lock was ours at once.
@@ -220,17 +233,11 @@ impl EtcdBackend {
         let shape = req.kind;
         let prefix = key_base(shape, &self.inner.config.prefix, req.name.as_str());
         let secs = lease_secs(req.ttl);
-        let hold = if req.watchdog {
-            self.session_hold(secs).await?
-        } else {
-            self.grant_tracked(secs, pending).await?
-        };
-        let key = queue_key(shape, &prefix, &hold.tag());
-        if hold.session.is_some() {
-            pending.track_key(&key);
-        }
+        let (hold, key) = self.hold_and_key(req, &prefix, secs, pending).await?;
         if req.wait == Wait::No && matches!(shape, LockKind::Exclusive) {
-            return self.try_create(req, &prefix, key, hold, pending).await;
+            return self
+                .try_create_anew(req, &prefix, secs, (hold, key), pending)
+                .await;
         }
         let place = match self
             .enqueue(req, shape, prefix, key, &hold, pending)
@@ -269,6 +276,60 @@ impl EtcdBackend {
         })
     }
 
+    /// A lease for this call's hold (the session's for a watchdog hold) and the hold's key in
+    /// the queue of `prefix`, tracked by `pending` until a hold takes them.
+    async fn hold_and_key(
+        &self,
+        req: &AcquireRequest,
+        prefix: &[u8],
+        secs: i64,
+        pending: &Pending,
+    ) -> Result<(Granted, Vec<u8>)> {
+        let hold = if req.watchdog {
+            self.session_hold(secs).await?
+        } else {
+            self.grant_tracked(secs, pending).await?
+        };
+        let key = queue_key(req.kind, prefix, &hold.tag());
+        if hold.session.is_some() {
+            pending.track_key(&key);
+        }
+        Ok((hold, key))
+    }
+
+    /// [`Self::try_create`], again on a new lease when the lease ran out before the put (a put
+    /// slower than the lease, on a loaded machine or store: nothing was put), a few times
+    /// before it is an error, as a waiting call starts over (CI: a no-wait try on a 2 s lease
+    /// failed with etcd's "lease not found").
+    async fn try_create_anew(
+        &self,
+        req: &AcquireRequest,
+        prefix: &[u8],
+        secs: i64,
+        (mut hold, mut key): (Granted, Vec<u8>),
+        pending: &Pending,
+    ) -> Result<Option<EtcdLease>> {
+        let mut leases = 1;
+        loop {
+            match self.try_create(req, prefix, key, hold, pending).await? {
+                TryCreated::Done(lease) => return Ok(lease),
+                TryCreated::LeaseRanOut(error, gone) if leases == TRY_CREATE_LEASES => {
+                    return Err(gone.put_failed(error, false));
+                }
+                TryCreated::LeaseRanOut(error, gone) => {
+                    tracing::debug!(%error, "the lease ran out before the put; another");
+                    match gone.session {
+                        // The session is over: every hold on it is told, the next is new.
+                        Some(_) => drop(gone.put_failed(error, false)),
+                        None => pending.keep(gone.id),
+                    }
+                    leases += 1;
+                    (hold, key) = self.hold_and_key(req, prefix, secs, pending).await?;
+                }
+            }
+        }
+    }
+
     /// A try of a mutex that does not wait: creates the key only if the lock has no key at
     /// all, so a busy try leaves nothing.
     async fn try_create(
@@ -278,7 +339,7 @@ impl EtcdBackend {
         key: Vec<u8>,
         hold: Granted,
         pending: &Pending,
-    ) -> Result<Option<EtcdLease>> {
+    ) -> Result<TryCreated> {
         let inner = &self.inner;
         let reply = inner
             .raw_txn(
@@ -293,27 +354,31 @@ impl EtcdBackend {
                         Some(PutOptions::new().with_lease(hold.id)),
                     )]),
             )
-            .await
-            .map_err(|e| hold.put_failed(e, false))?;
+            .await;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(error) if lease_gone(&error) => return Ok(TryCreated::LeaseRanOut(error, hold)),
+            Err(error) => return Err(hold.put_failed(error, false)),
+        };
         if !reply.succeeded() {
             // Nothing was put: no key to delete, an own lease to revoke.
             match hold.session {
                 Some(_) => pending.keep_key(&key),
                 None => pending.revoke(hold.id),
             }
-            return Ok(None);
+            return Ok(TryCreated::Done(None));
         }
         let fence = revision(reply.header(), "acquire")?;
         pending.hand_over(&hold, &key);
         let start = hold.start(hold.since);
-        Ok(Some(EtcdLease::new(
+        Ok(TryCreated::Done(Some(EtcdLease::new(
             inner.clone(),
             req,
             key,
             fence,
             hold.attached(),
             start,
-        )))
+        ))))
     }
 
     /// Queues: creates our key and reads the holder in the same transaction; the lock is ours

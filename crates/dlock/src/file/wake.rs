@@ -21,6 +21,22 @@ use crate::backend::Wakers;
 /// The process's watcher, with the process id it was made in (a forked child has no thread).
 static WATCHER: Mutex<Option<(u32, Arc<Watcher>)>> = Mutex::new(None);
 
+/// `mutex`, locked within about 50 ms, or `None`. Not `lock`: a process forked while another
+/// of its threads held [`WATCHER`] (making the watcher, a moment) has it locked for good in
+/// the child, whose first wait would then hang; there it gets no watcher instead.
+fn lock_briefly<T>(mutex: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    for _ in 0..50 {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+    None
+}
+
 /// The events that may mean a lock file is free, or is no longer the file at its path.
 fn mask() -> AddWatchFlags {
     AddWatchFlags::IN_CLOSE_WRITE
@@ -49,7 +65,12 @@ impl Watcher {
     /// The process's watcher, started on first use; `None` when inotify cannot be had (the
     /// instance limit reached): waiters then try again at the engine's idle slice.
     pub(super) fn get() -> Option<Arc<Watcher>> {
-        let mut slot = WATCHER.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(mut slot) = lock_briefly(&WATCHER) else {
+            tracing::debug!(
+                "the file lock watcher stayed locked (a fork?); waiting at the idle slice"
+            );
+            return None;
+        };
         let pid = std::process::id();
         if let Some((owner, watcher)) = slot.as_ref()
             && *owner == pid
@@ -129,5 +150,54 @@ impl Watcher {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)] // fork(2), waitpid(2) and _exit(2): the child's side of the test
+mod tests {
+    use super::{WATCHER, Watcher};
+
+    /// A child forked while another thread holds the watcher's slot still gets an answer (no
+    /// watcher: it waits at the idle slice) instead of hanging on the slot forever.
+    #[test]
+    fn a_child_forked_while_the_watcher_is_being_made_does_not_hang() {
+        let (locked, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _slot = WATCHER.lock().unwrap();
+                locked.wait();
+                release.wait();
+            });
+            locked.wait();
+            // SAFETY: the child only asks for the watcher, then leaves with `_exit`.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let code = i32::from(Watcher::get().is_some());
+                unsafe { libc::_exit(code) };
+            }
+            release.wait();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let mut status = 0;
+            loop {
+                // SAFETY: waits for our own child.
+                if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                    break;
+                }
+                if std::time::Instant::now() >= deadline {
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, &mut status, 0);
+                    }
+                    panic!("the forked child hung asking for the watcher");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "the child got a watcher from a slot another thread held: {status}"
+            );
+        });
     }
 }

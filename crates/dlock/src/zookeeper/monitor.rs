@@ -103,6 +103,7 @@ impl MonitorStore for ZookeeperBackend {
     /// The mutex `name` if it is held, else the semaphore, else the read-write lock.
     async fn inspect(&self, name: &LockName) -> Result<Option<LockInfo>> {
         let session = self.inner.session().await?;
+        session.catch_up().await?;
         let name = name.as_str();
         for kind in [
             LockKind::Exclusive,
@@ -120,6 +121,7 @@ impl MonitorStore for ZookeeperBackend {
     async fn list_page(&self, query: ListQuery<'_>) -> Result<ListPage> {
         let (prefix, cursor, limit) = (query.prefix, query.cursor, query.limit);
         let session = self.inner.session().await?;
+        session.catch_up().await?;
         let root = &self.inner.config.chroot;
         // ZooKeeper lists a node's children in one reply; the page is cut from it here.
         let children = match session.client.list_children(root).await {
@@ -162,6 +164,7 @@ impl MonitorStore for ZookeeperBackend {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let session = self.inner.session().await?;
+        session.catch_up().await?;
         let dir = self.inner.dir(name.as_str());
         loop {
             let children = match session.client.list_children(&dir).await {

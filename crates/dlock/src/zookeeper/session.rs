@@ -53,6 +53,14 @@ pub(super) struct Session {
 }
 
 impl Session {
+    /// Brings this client's server up to date with the leader, before a read that must see
+    /// every write answered to any client. A server answers reads from its own copy, which on a
+    /// follower may lack a write the leader already answered through another server: a lock
+    /// just taken elsewhere read as free (`zookeeper_store::on_an_ensemble_…`).
+    pub(super) async fn catch_up(&self) -> Result<()> {
+        self.client.sync("/").await.map_err(|e| map(e, "/"))
+    }
+
     pub(super) async fn connect(config: &ZookeeperConfig) -> Result<Arc<Session>> {
         let client = connect_client(config).await?;
         let gone = CancellationToken::new();

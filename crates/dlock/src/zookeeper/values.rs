@@ -63,6 +63,7 @@ impl Inner {
 impl ValueStore for ZookeeperBackend {
     async fn get(&self, name: &LockName) -> Result<Option<Versioned>> {
         let session = self.inner.session().await?;
+        session.catch_up().await?;
         let path = self.inner.value_path(name.as_str());
         match session.client.get_data(&path).await {
             Ok((value, stat)) => Ok(Some(Versioned::new(value, version(&stat)))),
