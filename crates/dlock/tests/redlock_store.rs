@@ -479,3 +479,99 @@ async fn fences_keep_rising_past_two_to_the_53() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `PUBLISH` calls each node made since its stats were reset (commands a script runs count).
+fn publishes(nodes: &RedisNodes) -> anyhow::Result<Vec<u64>> {
+    nodes
+        .addrs()
+        .iter()
+        .map(|addr| {
+            let mut node = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+            let info: String = redis::cmd("INFO").arg("commandstats").query(&mut node)?;
+            let calls = info
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_publish:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(Ok(0), str::parse)?;
+            Ok(calls)
+        })
+        .collect()
+}
+
+/// On how many nodes `key` exists.
+fn marked(nodes: &RedisNodes, key: &str) -> anyhow::Result<usize> {
+    let mut marked = 0;
+    for addr in nodes.addrs() {
+        let mut node = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+        let exists: bool = redis::cmd("EXISTS").arg(key).query(&mut node)?;
+        marked += usize::from(exists);
+    }
+    Ok(marked)
+}
+
+fn reset_stats(nodes: &RedisNodes) -> anyhow::Result<()> {
+    for addr in nodes.addrs() {
+        let mut node = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+        let _: String = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut node)?;
+    }
+    Ok(())
+}
+
+/// A release publishes its wake-up only on the nodes where a call that waits found the lock
+/// busy: an uncontended pair publishes nothing, and a waiter in another client is still woken
+/// (a release publishes on a majority of nodes, and the waiter has the lock).
+#[cfg_attr(
+    dlock_test_missing = "redis",
+    ignore = "redis-server not found: install redis-server (scripts/test.sh does) or set DLOCK_TEST_REDIS_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_publishes_only_when_a_call_waits() -> anyhow::Result<()> {
+    let nodes = nodes_or_skip!();
+    let (holder, waiter) = (
+        dlock::connect(&url(&nodes, "")).await?,
+        dlock::connect(&url(&nodes, "")).await?,
+    );
+    holder.mutex("quiet").acquire().await?.release().await?;
+    reset_stats(&nodes)?;
+    for _ in 0..10 {
+        holder.mutex("quiet").acquire().await?.release().await?;
+        // A try that finds it busy does not wait: no wake-up is owed to it either.
+        let guard = holder.mutex("quiet").acquire().await?;
+        ensure!(waiter.mutex("quiet").try_acquire().await?.is_none());
+        guard.release().await?;
+    }
+    ensure!(
+        publishes(&nodes)?.iter().all(|&calls| calls == 0),
+        "releases nobody waited for published: {:?}",
+        publishes(&nodes)?
+    );
+    let guard = holder.mutex("waited").acquire().await?;
+    let waiting = tokio::spawn(async move {
+        waiter
+            .mutex("waited")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    // Until the waiter has found it busy on a majority of the nodes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while marked(&nodes, "dlock:rwait:waited")? < 3 {
+        ensure!(
+            Instant::now() < deadline,
+            "the waiter never found the lock busy"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    guard.release().await?;
+    timeout(Duration::from_secs(10), waiting)
+        .await
+        .context("the waiter was not served")???
+        .release()
+        .await?;
+    let published = publishes(&nodes)?;
+    ensure!(
+        published.iter().filter(|&&calls| calls > 0).count() >= 3,
+        "the release woke the waiter through too few nodes: {published:?}"
+    );
+    Ok(())
+}
