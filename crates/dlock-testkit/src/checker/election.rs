@@ -68,16 +68,22 @@ pub struct Observer {
 
 impl Observer {
     /// Observes the election `name` on the store at `url`, asking it every `every`; a
-    /// [`Canary::StaleReads`] canary reads from a replica [`STALE_READ_LAG`] behind.
+    /// [`Canary::StaleReads`] canary reads from a replica [`STALE_READ_LAG`] behind. Returns
+    /// once the observer has its first answer (or after 30 s): a trial started before it may
+    /// end before it has seen anything (CI: a 1 s SQLite trial on a loaded machine, "the
+    /// observer never showed a leader" with no item at all).
     pub fn start(url: &str, name: &str, every: Duration, canary: Canary) -> Observer {
         let stop = CancellationToken::new();
         let (url, name, stopped) = (url.to_owned(), name.to_owned(), stop.clone());
+        let (ready, first_answer) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(observe(url, name, every, canary, stopped))
+                .block_on(observe(url, name, every, canary, stopped, ready))
         });
+        // A failed observer drops its sender: no wait then.
+        let _ = first_answer.recv_timeout(Duration::from_secs(30));
         Observer { stop, thread }
     }
 
@@ -100,6 +106,7 @@ async fn observe(
     every: Duration,
     canary: Canary,
     stop: CancellationToken,
+    ready: std::sync::mpsc::SyncSender<()>,
 ) -> anyhow::Result<Observed> {
     let mut locks = super::worker::connect_to(&url).await?;
     if canary == Canary::StaleReads {
@@ -113,6 +120,7 @@ async fn observe(
             item = stream.next() => item,
         };
         let at = Instant::now();
+        let _ = ready.try_send(());
         match item {
             None => return Ok(observed),
             Some(Ok(leader)) => observed.items.push(Observation {
