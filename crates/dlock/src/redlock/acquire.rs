@@ -11,9 +11,9 @@ use super::Inner;
 use super::error::too_few_answered;
 use super::lease::RedlockLease;
 use super::quorum::Answer;
-use super::scripts::{ACQUIRE, Keys, SYNC, WAITING_MARK};
+use super::scripts::{ACQUIRE, Keys, SYNC};
 use crate::backend::wait::Attempt;
-use crate::backend::{AcquireRequest, LeaseCore, Wait};
+use crate::backend::{AcquireRequest, LeaseCore};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::redis::error::bad_reply;
@@ -98,17 +98,11 @@ impl Inner {
     ) -> Vec<Option<Answer<Vec<i64>>>> {
         let invocation = || {
             let mut invocation = ACQUIRE.key(&keys.lock);
-            let waiting_ms = match req.wait {
-                Wait::No => 0,
-                _ => ms(WAITING_MARK),
-            };
             invocation
                 .key(&keys.fence)
-                .key(&keys.waiting)
                 .arg(&req.token)
                 .arg(ms(req.ttl))
-                .arg(owner)
-                .arg(waiting_ms);
+                .arg(owner);
             invocation
         };
         let (quorum, others) = (self.quorum(), self.nodes.len() - self.quorum());

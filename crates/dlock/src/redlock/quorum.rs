@@ -131,7 +131,7 @@ impl Inner {
                 &keys.lock,
                 || {
                     let mut invocation = RELEASE.key(&keys.lock);
-                    invocation.key(&keys.waiting).arg(token).arg(&keys.channel);
+                    invocation.arg(token).arg(&keys.channel);
                     invocation
                 },
                 |answers| {

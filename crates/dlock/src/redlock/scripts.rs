@@ -23,19 +23,11 @@ pub(super) static EXTEND: LazyLock<Script> =
 pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/release.lua")));
 
-/// How long a busy attempt of a call that waits marks its name as waited for on a node
-/// (`rwait:`): a release publishes only while the mark lives. A waiter attempts again at
-/// least every `poll_max` (at most 250 ms), which renews it; one stalled for longer than this
-/// is woken by its next poll instead.
-pub(super) const WAITING_MARK: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// The keys and channel of one lock name on every node.
 #[derive(Clone, Debug)]
 pub(super) struct Keys {
     pub(super) lock: String,
     pub(super) fence: String,
-    /// Whether a call waits for the lock (see [`WAITING_MARK`]).
-    pub(super) waiting: String,
     pub(super) channel: String,
 }
 
@@ -44,7 +36,6 @@ impl Keys {
         Keys {
             lock: format!("{prefix}rlock:{name}"),
             fence: format!("{prefix}rfence:{name}"),
-            waiting: format!("{prefix}rwait:{name}"),
             channel: format!("{prefix}wake:{name}"),
         }
     }

@@ -1,4 +1,4 @@
--- KEYS: lock, fence, waiting   ARGV: token, ttl_ms, owner, waiting_ms (0: the call does not wait)
+-- KEYS: lock, fence   ARGV: token, ttl_ms, owner
 -- Returns {1, fence} when this node grants, {0, ms the holder has left} when it is held.
 local token = holder(KEYS[1])
 if token == false then
@@ -11,10 +11,6 @@ if token == ARGV[1] then
   return {1, fence}
 end
 if token then
-  -- A call that will wait marks the name as waited for: a release then publishes.
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
-  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local last = last_fence(KEYS[2])

@@ -5,8 +5,6 @@
 --   P rfence:N  string: the last fence this node gave out or was told about (no TTL, so a
 --               fence survives the lock; only a node that loses its data forgets it, and
 --               then starts again from its clock, see acquire.lua)
---   P rwait:N   string '1' while a call that waits found the lock busy lately (its TTL is
---               WAITING_MARK, renewed by each busy attempt): only then does a release publish
 --   P wake:N    pub/sub channel: released (the payload is empty: every waiter retries)
 
 -- The token of the lock value at `key`: nil when free, false for a foreign value.
