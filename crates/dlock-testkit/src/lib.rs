@@ -13,6 +13,7 @@ pub mod conformance;
 pub mod fault_proxy;
 pub mod faults;
 pub mod fixture;
+pub mod read_after_write;
 pub mod require;
 pub mod server;
 pub mod tls;

@@ -449,39 +449,20 @@ async fn a_creds_file_that_cannot_be_read_or_is_no_creds_file_is_invalid_argumen
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_lock_just_taken_is_never_read_as_free() {
     use dlock_testkit::fixture::{Fixture, NatsClusterFixture};
+    // Many clients at once, so the followers have writes to catch up with.
     const TASKS: usize = 32;
     const ROUNDS: usize = 200;
     let fixture = tokio::task::block_in_place(NatsClusterFixture::start)
         .unwrap()
         .unwrap_or_else(|| panic!("{}", dlock_testkit::require::missing_now("nats")));
     let url = fixture.url().unwrap();
-    // Many clients at once, so the followers have writes to catch up with.
-    let mut tasks = tokio::task::JoinSet::new();
-    for task in 0..TASKS {
-        let locks = dlock::connect(&url).await.unwrap();
-        tasks.spawn(async move {
-            let mut read_as_free = 0;
-            for round in 0..ROUNDS {
-                let name = format!("read-your-write/{task}/{round}");
-                let guard = locks
-                    .mutex(&name)
-                    .ttl(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                    .unwrap();
-                if locks.inspect(&name).await.unwrap().is_none() {
-                    read_as_free += 1;
-                }
-                guard.release().await.unwrap();
-            }
-            read_as_free
-        });
-    }
-    let read_as_free: usize = tasks.join_all().await.into_iter().sum();
+    let stale = dlock_testkit::read_after_write::read_as_free(&url, TASKS, ROUNDS)
+        .await
+        .unwrap();
     assert_eq!(
-        read_as_free,
+        stale,
         0,
-        "{read_as_free} of {} locks read as free right after they were taken",
+        "{stale} of {} locks read as free right after they were taken",
         TASKS * ROUNDS
     );
 }

@@ -623,26 +623,9 @@ async fn on_an_ensemble_another_client_never_reads_a_lock_just_taken_as_free() {
     }
     let ensemble = tokio::task::block_in_place(ZookeeperEnsemble::start).unwrap();
     let url = format!("zk://{}/t", ensemble.connect_string());
-    let mut tasks = tokio::task::JoinSet::new();
-    for task in 0..TASKS {
-        let (taker, reader) = (
-            dlock::connect(&url).await.unwrap(),
-            dlock::connect(&url).await.unwrap(),
-        );
-        tasks.spawn(async move {
-            let mut stale = 0;
-            for round in 0..ROUNDS {
-                let name = format!("read-after-write/{task}/{round}");
-                let guard = taker.mutex(&name).acquire().await.unwrap();
-                if reader.inspect(&name).await.unwrap().is_none() {
-                    stale += 1;
-                }
-                guard.release().await.unwrap();
-            }
-            stale
-        });
-    }
-    let stale: usize = tasks.join_all().await.into_iter().sum();
+    let stale = dlock_testkit::read_after_write::read_as_free(&url, TASKS, ROUNDS)
+        .await
+        .unwrap();
     assert_eq!(
         stale,
         0,
