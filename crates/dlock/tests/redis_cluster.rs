@@ -244,7 +244,16 @@ async fn a_hold_the_promoted_replica_never_had_is_signalled_within_a_third_of_it
         .map(|i| format!("{kept_name}-{i}"))
         .find(|name| fault(&fx, |c| c.primary_of(&lock_key(name))).ok() == Some(primary))
         .expect("a name on the same shard");
-    let kept = holder.mutex(&kept_name).acquire().await?;
+    // The replica's copy of the kept hold expires one lease after it was written (renewals
+    // after the cut never reach it), and a failover under load can take longer than the
+    // 6 s lease: a long lease of its own keeps this hold's survival about what the replica had.
+    let kept = fx
+        .connect()
+        .await?
+        .with_watchdog_lease(Duration::from_secs(60))?
+        .mutex(&kept_name)
+        .acquire()
+        .await?;
     // The replica must have the kept hold before it is cut off.
     let primary_addr = fx.server().nodes[primary].addr();
     let acked: i64 = tokio::task::block_in_place(|| {
