@@ -697,6 +697,7 @@ impl NatsClusterFixture {
         };
         let url = cluster.url("dlock_test");
         make_bucket(&url)?;
+        cluster.wait_for_stream(NATS_TEST_STREAM, std::time::Duration::from_secs(30))?;
         Ok(Some(ServerFixture::with_traits(
             "nats-cluster",
             NO_WAITERS_IN_THE_STORE,

@@ -310,10 +310,65 @@ impl NatsCluster {
             })?;
         self.kinds.iter().position(|kind| kind.name == name)
     }
+
+    /// Waits until `stream` has a leader and every other node a current replica of it: a
+    /// stream just made can answer its maker before its followers have caught up, and a
+    /// publish then may find no leader to answer it ("no stream found for given subject").
+    ///
+    /// # Errors
+    ///
+    /// The stream was not ready within `within`.
+    pub fn wait_for_stream(&self, stream: &str, within: Duration) -> Result<(), ServerError> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let ready = (0..self.nodes.len()).any(|i| {
+                http_get(
+                    self.kinds[i].monitor_port,
+                    "/jsz?accounts=true&streams=true",
+                )
+                .is_ok_and(|reply| stream_ready_in_jsz(&reply, stream, self.nodes.len() - 1))
+            });
+            if ready {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ServerError::StartFailed {
+                    kind: "nats",
+                    reason: format!(
+                        "stream {stream} had no leader and current replicas within {within:?}"
+                    ),
+                    log_tail: String::new(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// The leader's name of `stream` in a `/jsz?accounts=true&streams=true` reply.
 fn leader_in_jsz(reply: &str, stream: &str) -> Option<String> {
+    stream_cluster_in_jsz(reply, stream)?["leader"]
+        .as_str()
+        .filter(|leader| !leader.is_empty())
+        .map(str::to_owned)
+}
+
+/// Whether `stream` has a leader and `followers` replicas, every one current, in a
+/// `/jsz?accounts=true&streams=true` reply.
+fn stream_ready_in_jsz(reply: &str, stream: &str, followers: usize) -> bool {
+    let Some(cluster) = stream_cluster_in_jsz(reply, stream) else {
+        return false;
+    };
+    let replicas = cluster["replicas"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    leader_in_jsz(reply, stream).is_some()
+        && replicas.len() == followers
+        && replicas.iter().all(|replica| replica["current"] == true)
+}
+
+/// The `cluster` object of `stream` in a `/jsz?accounts=true&streams=true` reply.
+fn stream_cluster_in_jsz(reply: &str, stream: &str) -> Option<serde_json::Value> {
     let body = reply.split_once("\r\n\r\n").map_or(reply, |(_, body)| body);
     let jsz: serde_json::Value = serde_json::from_str(body).ok()?;
     jsz["account_details"]
@@ -322,6 +377,5 @@ fn leader_in_jsz(reply: &str, stream: &str) -> Option<String> {
         .filter_map(|account| account["stream_detail"].as_array())
         .flatten()
         .find(|detail| detail["name"] == stream)
-        .and_then(|detail| detail["cluster"]["leader"].as_str())
-        .map(str::to_owned)
+        .map(|detail| detail["cluster"].clone())
 }
