@@ -733,3 +733,22 @@ async fn a_free_name_is_never_busy_while_its_free_row_is_swept() {
     assert!(deleted > 0, "the sweeping loop deleted no free row");
     assert!(busy.is_empty(), "free names answered busy: {busy:?}");
 }
+
+#[cfg_attr(
+    dlock_test_missing = "mariadb",
+    ignore = "mariadbd not found: install mariadb-server (scripts/test.sh does) or set DLOCK_TEST_MARIADB_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_one_pass_are_one_statement() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    // The UPDATE statements the server ran, every client's.
+    let writes = async || -> u64 {
+        let (_, count): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Com_update'")
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+        count.parse().unwrap()
+    };
+    sql_support::renewals_of_one_pass_are_one_statement(&Mariadb::url(&server), writes).await;
+}

@@ -637,3 +637,22 @@ async fn session_locks_are_inspected_and_broken_through_the_server() {
     let shown = observer.inspect("report").await.unwrap().unwrap();
     assert_eq!(shown.owner.label.as_deref(), Some("not a dlock holder"));
 }
+
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_one_pass_are_one_statement() {
+    let Some(server) = server() else { return };
+    let admin = admin(&server).await;
+    // Each writing transaction takes a transaction id (the probe's own takes one too).
+    let writes = async || -> u64 {
+        let id: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+        id.parse().unwrap()
+    };
+    sql_support::renewals_of_one_pass_are_one_statement(&Postgres::url(&server), writes).await;
+}

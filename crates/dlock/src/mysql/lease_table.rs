@@ -7,6 +7,7 @@
 //! carries nothing worth keeping: each client's sweeper deletes such rows, and stale waiter
 //! rows.
 
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use sqlx::{AssertSqlSafe, Connection, MySqlConnection, MySqlPool, Row};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::backend::gather::Gather;
 use crate::backend::wait::{Attempt, Backoff};
 use crate::backend::{
     AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
@@ -40,6 +42,12 @@ mod statements;
 /// One hold of a row in the lease table.
 type TableLease = StoreLease<Shared>;
 
+/// One renewal: the lock's name, the hold's token and fence, the TTL in µs.
+type Extension = (String, String, i64, i64);
+
+/// Names per statement of a gathered renewal, well below the protocol's 65,535 parameters.
+const RENEWALS_PER_STATEMENT: usize = 1000;
+
 /// The lease-table store of one client.
 #[derive(Debug)]
 pub(crate) struct LeaseStore {
@@ -57,6 +65,8 @@ struct Shared {
     bell: Arc<Bell>,
     poll: Backoff,
     sweeper: Sweeper,
+    /// The keeper's renewals of one pass, sent as one transaction.
+    renewals: Gather<Extension, bool>,
     /// Stops the sweeper when the client is dropped.
     _stop: DropGuard,
     stop: CancellationToken,
@@ -92,6 +102,7 @@ impl LeaseStore {
                 bell: Arc::new(bell),
                 poll,
                 sweeper: Sweeper::default(),
+                renewals: Gather::default(),
                 _stop: stop.clone().drop_guard(),
                 stop,
             }),
@@ -431,6 +442,72 @@ where
     }
 }
 
+impl Shared {
+    /// Extends every lease of `batch`, [`RENEWALS_PER_STATEMENT`] names per transaction; for
+    /// each lease, whether it is still owned. `None` when a transaction failed: each lease then
+    /// asks alone.
+    async fn extend_all(&self, batch: Vec<Extension>) -> Option<Vec<bool>> {
+        let mut owned = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(RENEWALS_PER_STATEMENT) {
+            match self.extend_chunk(chunk).await {
+                Ok(answers) => owned.extend(answers),
+                Err(error) => {
+                    tracing::debug!(%error, "a gathered renewal failed; each lease asks alone");
+                    return None;
+                }
+            }
+        }
+        Some(owned)
+    }
+
+    /// One transaction: reads (and locks) the rows of `chunk`'s names still held, then moves
+    /// the expiry of those whose hold matches, one statement per TTL.
+    async fn extend_chunk(&self, chunk: &[Extension]) -> sqlx::Result<Vec<bool>> {
+        let names: BTreeSet<&str> = chunk.iter().map(|(name, ..)| name.as_str()).collect();
+        let mut tx = self.pool.begin().await?;
+        let read = format!(
+            "{}{} FOR UPDATE",
+            self.sql.owned_of,
+            statements::placeholders(names.len())
+        );
+        let mut query = sqlx::query(AssertSqlSafe(read));
+        for name in &names {
+            query = query.bind(*name);
+        }
+        let mut held = HashSet::new();
+        for row in query.fetch_all(&mut *tx).await? {
+            let name: Vec<u8> = row.try_get(0)?;
+            let token: String = row.try_get(1)?;
+            let fence: i64 = row.try_get(2)?;
+            held.insert((name, token, fence));
+        }
+        let owned: Vec<bool> = chunk
+            .iter()
+            .map(|(name, token, fence, _)| {
+                held.contains(&(name.as_bytes().to_vec(), token.clone(), *fence))
+            })
+            .collect();
+        let mut by_ttl: BTreeMap<i64, BTreeSet<&str>> = BTreeMap::new();
+        for ((name, _, _, ttl_us), _) in chunk.iter().zip(&owned).filter(|(_, owned)| **owned) {
+            by_ttl.entry(*ttl_us).or_default().insert(name.as_str());
+        }
+        for (ttl_us, names) in by_ttl {
+            let renew = format!(
+                "{}{}",
+                self.sql.renew_names,
+                statements::placeholders(names.len())
+            );
+            let mut query = sqlx::query(AssertSqlSafe(renew)).bind(ttl_us);
+            for name in names {
+                query = query.bind(name);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(owned)
+    }
+}
+
 /// Creates the free row of a new name (see `Statements::new`), again if it was a deadlock
 /// victim.
 async fn insert_free_row(
@@ -522,6 +599,23 @@ impl Lease for TableLease {
 
     async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::ttl::check_store_ttl(ttl)?;
+        let shared = self.store();
+        let extension = (
+            self.name().to_owned(),
+            self.token().to_owned(),
+            self.fence().signed(),
+            us(ttl),
+        );
+        let gathered = shared
+            .renewals
+            .request(extension, |batch| shared.extend_all(batch))
+            .await;
+        match gathered {
+            Some(true) => return Ok(()),
+            Some(false) => return Err(Error::not_owned(self.name())),
+            // The batch failed: alone, so that this lease gets its own error.
+            None => {}
+        }
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.
         let done = self

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::backend::gather::Gather;
 use crate::backend::wait::{Attempt, Backoff};
 use crate::backend::{
     AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
@@ -34,6 +35,9 @@ mod statements;
 /// One hold of a row in the lease table.
 type TableLease = StoreLease<Shared>;
 
+/// One renewal: the lock's name, the hold's token and fence, the TTL in ms.
+type Extension = (String, String, i64, i64);
+
 /// The lease-table store of one client.
 #[derive(Debug)]
 pub(crate) struct LeaseStore {
@@ -51,6 +55,8 @@ struct Shared {
     wakers: Arc<Wakers>,
     listener: Mutex<Option<JoinHandle<()>>>,
     sweeper: Sweeper,
+    /// The keeper's renewals of one pass, sent as one statement.
+    renewals: Gather<Extension, bool>,
     /// Stops the listener and the sweeper when the client is dropped.
     _stop: DropGuard,
     stop: CancellationToken,
@@ -68,6 +74,7 @@ impl LeaseStore {
                 wakers: Arc::default(),
                 listener: Mutex::new(None),
                 sweeper: Sweeper::default(),
+                renewals: Gather::default(),
                 _stop: stop.clone().drop_guard(),
                 stop,
             }),
@@ -172,6 +179,46 @@ impl MonitorStore for LeaseStore {
 }
 
 impl Shared {
+    /// Extends every lease of `batch` in one statement; for each, whether it is still owned.
+    /// `None` when the statement failed: each lease then asks alone.
+    async fn extend_all(&self, batch: Vec<Extension>) -> Option<Vec<bool>> {
+        let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (name, token, fence, ttl_ms) in &batch {
+            columns.0.push(name.as_str());
+            columns.1.push(token.as_str());
+            columns.2.push(*fence);
+            columns.3.push(*ttl_ms);
+        }
+        let rows = sqlx::query(AssertSqlSafe(self.sql.extend_all.clone()))
+            .bind(&columns.0)
+            .bind(&columns.1)
+            .bind(&columns.2)
+            .bind(&columns.3)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(
+                |error| tracing::debug!(%error, "a gathered renewal failed; each lease asks alone"),
+            )
+            .ok()?;
+        // A row that cannot be read fails the batch: no lease is taken for lost by mistake.
+        let owned = rows
+            .iter()
+            .map(|row| {
+                Some((
+                    row.try_get(0).ok()?,
+                    row.try_get(1).ok()?,
+                    row.try_get(2).ok()?,
+                ))
+            })
+            .collect::<Option<std::collections::HashSet<(String, String, i64)>>>()?;
+        Some(
+            batch
+                .into_iter()
+                .map(|(name, token, fence, _)| owned.contains(&(name, token, fence)))
+                .collect(),
+        )
+    }
+
     /// Starts the LISTEN task with the first waiter, and again if it ended (its runtime
     /// shut down under it).
     fn ensure_listener(self: &Arc<Self>) {
@@ -321,6 +368,22 @@ impl Lease for TableLease {
     async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::ttl::check_store_ttl(ttl)?;
         let shared = self.store();
+        let extension = (
+            self.name().to_owned(),
+            self.token().to_owned(),
+            self.fence().signed(),
+            ms(ttl),
+        );
+        let gathered = shared
+            .renewals
+            .request(extension, |batch| shared.extend_all(batch))
+            .await;
+        match gathered {
+            Some(true) => return Ok(()),
+            Some(false) => return Err(Error::not_owned(self.name())),
+            // The batch failed: alone, so that this lease gets its own error.
+            None => {}
+        }
         let done = sqlx::query(AssertSqlSafe(shared.sql.extend.clone()))
             .bind(self.name())
             .bind(self.token())

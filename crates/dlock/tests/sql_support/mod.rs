@@ -409,3 +409,46 @@ macro_rules! read_number {
     }};
 }
 pub(crate) use read_number;
+
+/// The lease keeper's renewals of one pass reach the server as one statement, and each
+/// lease is answered alone: 40 watchdog holds (a 900 ms lease: a pass every 300 ms) with one
+/// broken by another client, `writes` counting the server's writes over 1.5 s (about 200 one
+/// per renewal, a few per pass gathered). The broken one alone is told.
+pub(crate) async fn renewals_of_one_pass_are_one_statement(
+    url: &str,
+    writes: impl AsyncFn() -> u64,
+) {
+    let locks = dlock::connect(url)
+        .await
+        .unwrap()
+        .with_watchdog_lease(Duration::from_millis(900))
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..40 {
+        guards.push(
+            locks
+                .mutex(format!("gathered/{i}"))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let breaker = dlock::connect(url).await.unwrap();
+    assert!(breaker.force_release("gathered/7").await.unwrap());
+    let before = writes().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let counted = writes().await - before;
+    assert!(
+        counted < 60,
+        "{counted} writes for the renewals of 40 leases in 1.5 s: not gathered"
+    );
+    tokio::time::timeout(Duration::from_secs(2), guards[7].lost())
+        .await
+        .expect("the broken lock's guard was not told");
+    for (i, guard) in guards.iter().enumerate() {
+        assert!(
+            i == 7 || !guard.is_lost(),
+            "lock {i} was lost with the broken one"
+        );
+    }
+}

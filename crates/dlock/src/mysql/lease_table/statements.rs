@@ -22,11 +22,20 @@ pub(super) struct Statements {
     pub(super) release: Arc<str>,
     pub(super) ring_on_release: Arc<str>,
     pub(super) extend: Arc<str>,
+    pub(super) owned_of: Arc<str>,
+    pub(super) renew_names: Arc<str>,
     pub(super) force_release: Arc<str>,
     pub(super) inspect: Arc<str>,
     pub(super) list: Arc<str>,
     pub(super) sweep_locks: Arc<str>,
     pub(super) sweep_waiters: Arc<str>,
+}
+
+/// `(?, ?, …)`: `count` placeholders, for a list of names.
+pub(super) fn placeholders(count: usize) -> String {
+    let mut list = "?, ".repeat(count);
+    list.truncate(list.len().saturating_sub(2));
+    format!("({list})")
 }
 
 impl Statements {
@@ -59,6 +68,15 @@ impl Statements {
             "UPDATE {t} SET expires_at = GREATEST(expires_at, {NOW} + ?)
              WHERE name = ? AND token = ? AND hold_fence = ? AND expires_at > {NOW}"
         );
+        // The renewals of one keeper pass: which of the names are still held (locked until
+        // the transaction ends), then one expiry update per TTL; `renew_all_names(n)` ends
+        // each with its list of names.
+        let owned_of = format!(
+            "SELECT name, token, hold_fence FROM {t}
+             WHERE token IS NOT NULL AND expires_at > {NOW} AND name IN "
+        );
+        let renew_names =
+            format!("UPDATE {t} SET expires_at = GREATEST(expires_at, {NOW} + ?) WHERE name IN ");
         let force_release = format!(
             "UPDATE {t} SET token = NULL, holds = 0, expires_at = {NOW}
              WHERE name = ? AND token IS NOT NULL AND expires_at > {NOW}"
@@ -83,6 +101,8 @@ impl Statements {
             release: release.into(),
             ring_on_release: ring_on_release.into(),
             extend: extend.into(),
+            owned_of: owned_of.into(),
+            renew_names: renew_names.into(),
             force_release: force_release.into(),
             inspect: inspect.into(),
             list: list.into(),

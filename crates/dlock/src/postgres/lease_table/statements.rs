@@ -11,6 +11,7 @@ pub(super) struct Statements {
     pub(super) leave: Arc<str>,
     pub(super) release: Arc<str>,
     pub(super) extend: Arc<str>,
+    pub(super) extend_all: Arc<str>,
     pub(super) force_release: Arc<str>,
     pub(super) inspect: Arc<str>,
     pub(super) list: Arc<str>,
@@ -47,6 +48,20 @@ impl Statements {
             "UPDATE {t} SET expires_at = GREATEST(expires_at, now() + $4 * interval '1 millisecond')
              WHERE name = $1 AND token = $2 AND hold_fence = $3 AND expires_at > now()"
         );
+        // The renewals of one keeper pass in one statement: the arrays are the leases' names,
+        // tokens, fences and TTLs; a lease twice in a batch (its largest TTL) is one row, and
+        // the rows returned are the leases still owned.
+        let extend_all = format!(
+            "UPDATE {t} AS l
+             SET expires_at = GREATEST(l.expires_at, now() + r.ttl_ms * interval '1 millisecond')
+             FROM (SELECT DISTINCT ON (name, token, fence) name, token, fence, ttl_ms
+                   FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[])
+                        AS u(name, token, fence, ttl_ms)
+                   ORDER BY name, token, fence, ttl_ms DESC) AS r
+             WHERE l.name = r.name AND l.token = r.token AND l.hold_fence = r.fence
+               AND l.expires_at > now()
+             RETURNING l.name, l.token, l.hold_fence"
+        );
         let force_release = format!(
             "WITH broken AS (
                 UPDATE {t} SET token = NULL, holds = 0, expires_at = now()
@@ -64,6 +79,7 @@ impl Statements {
             leave: leave.into(),
             release: release.into(),
             extend: extend.into(),
+            extend_all: extend_all.into(),
             force_release: force_release.into(),
             inspect: inspect.into(),
             list: list.into(),
