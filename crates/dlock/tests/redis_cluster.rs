@@ -287,7 +287,11 @@ async fn a_hold_the_promoted_replica_never_had_is_signalled_within_a_third_of_it
          lease (+ {SIGNAL_TOLERANCE:?})"
     );
     ensure!(lost.is_lost());
-    ensure!(!kept.is_lost(), "a hold the replica had was reported lost");
+    ensure!(
+        !kept.is_lost(),
+        "a hold the replica had was reported lost ({:?})",
+        kept.lost_reason()
+    );
     kept.extend(lease).await?;
     let next = fx
         .connect()

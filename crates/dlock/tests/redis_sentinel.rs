@@ -57,7 +57,9 @@ fn fault(
 async fn a_failover_keeps_replicated_holds_and_hands_over_on_the_new_primary() -> anyhow::Result<()>
 {
     let fx = sentinels_or_skip!();
-    let lease = Duration::from_secs(3);
+    // Long enough for a failover on a loaded machine: until the sentinels name the promoted
+    // server, the holder's renewals go to the demoted one and are refused.
+    let lease = Duration::from_secs(10);
     let holder = fx.connect().await?.with_watchdog_lease(lease)?;
     let waiter = fx.connect().await?.with_watchdog_lease(lease)?;
     let guard = holder.mutex("sentinel/held").acquire().await?;
@@ -77,11 +79,13 @@ async fn a_failover_keeps_replicated_holds_and_hands_over_on_the_new_primary() -
         fx.server().primary().addr() != old_primary,
         "no failover happened"
     );
-    // Two leases on: the holder must have renewed on the new primary meanwhile.
-    sleep(lease * 2).await;
+    // A lease on (the last renewal before the failover is older): the holder must have
+    // renewed on the new primary meanwhile, or its hold would have run out there.
+    sleep(lease + Duration::from_secs(1)).await;
     ensure!(
         !guard.is_lost(),
-        "a replicated hold was reported lost after the failover"
+        "a replicated hold was reported lost after the failover ({:?})",
+        guard.lost_reason()
     );
     ensure!(
         !waiting.is_finished(),
@@ -117,7 +121,16 @@ async fn a_killed_primary_is_replaced_and_a_hold_it_alone_had_is_signalled_lost(
     let fx = sentinels_or_skip!();
     let lease = Duration::from_secs(6);
     let holder = fx.connect().await?.with_watchdog_lease(lease)?;
-    let kept = holder.mutex("sentinel/kept").acquire().await?;
+    // The replica's copy of the kept hold expires one lease after it was written (renewals
+    // after the kill never reach it), and a failover under load can take longer than the
+    // 6 s lease: a long lease of its own keeps this hold's survival about what the replica had.
+    let kept = fx
+        .connect()
+        .await?
+        .with_watchdog_lease(Duration::from_secs(60))?
+        .mutex("sentinel/kept")
+        .acquire()
+        .await?;
     let lost = holder.mutex("sentinel/lost").acquire().await?;
     let lost_fence = lost.fence();
     let replica = fx.server().replica().addr();
@@ -159,7 +172,11 @@ async fn a_killed_primary_is_replaced_and_a_hold_it_alone_had_is_signalled_lost(
          lease (+ {SIGNAL_TOLERANCE:?})"
     );
     ensure!(lost.is_lost());
-    ensure!(!kept.is_lost(), "a hold the replica had was reported lost");
+    ensure!(
+        !kept.is_lost(),
+        "a hold the replica had was reported lost ({:?})",
+        kept.lost_reason()
+    );
     kept.extend(lease).await?;
     let other = fx.connect().await?;
     let next = other

@@ -136,7 +136,12 @@ pub(crate) async fn watchdog(url: &str, args: &BenchArgs) -> anyhow::Result<Watc
         }
         lost += guards.iter().filter(|g| g.is_lost()).count() as u64;
         for guard in guards {
-            guard.release().await?;
+            let was_lost = guard.is_lost();
+            match guard.release().await {
+                // Counted above; the run reports it rather than stopping at it.
+                Err(dlock::Error::NotOwned { .. }) if was_lost => {}
+                other => other?,
+            }
         }
     }
     Ok(WatchdogScale {

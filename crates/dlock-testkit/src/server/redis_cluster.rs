@@ -314,12 +314,23 @@ impl RedisCluster {
         }) && (skip.is_some() || self.replicas_in_sync())
     }
 
+    /// Every node a replica with its link up or one of exactly three primaries. A node
+    /// restarted from its `nodes.conf` answers as the primary of its old slots (with none of
+    /// their keys) until the others' newer epoch reaches it, so a fourth `role:master` is not
+    /// settled: a client whose slot map came from it would write to the empty node.
     fn replicas_in_sync(&self) -> bool {
-        self.nodes.iter().all(|node| {
-            info(node.addr(), "INFO", "replication").is_ok_and(|text| {
-                text.contains("role:master") || text.contains("master_link_status:up")
-            })
-        }) && self.primaries().len() == 3
+        let mut masters = 0;
+        for node in &self.nodes {
+            let Ok(text) = info(node.addr(), "INFO", "replication") else {
+                return false;
+            };
+            if text.contains("role:master") {
+                masters += 1;
+            } else if !text.contains("master_link_status:up") {
+                return false;
+            }
+        }
+        masters == 3 && self.primaries().len() == 3
     }
 
     /// The indexes of the nodes that are primaries now (serving slots).

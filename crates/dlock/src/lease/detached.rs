@@ -141,7 +141,9 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
-    #[tokio::test]
+    // Paused time: the runtime's clock moves only when every task waits, so the order of the
+    // sleeps below holds however loaded the machine is.
+    #[tokio::test(start_paused = true)]
     async fn a_result_that_finds_its_caller_gone_is_undone() {
         let undone = Arc::new(AtomicU32::new(0));
         let counter = undone.clone();
@@ -167,7 +169,7 @@ mod tests {
         assert_eq!(undone.load(Ordering::SeqCst), 7);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_caller_that_waits_gets_the_result_and_nothing_is_undone() {
         let undone = Arc::new(AtomicU32::new(0));
         let counter = undone.clone();

@@ -297,7 +297,18 @@ impl Lease for ZkLease {
     }
 
     async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
-        super::values::put_while_held(&self.shared.session, &self.shared.path, value, bytes).await
+        let shared = &self.shared;
+        // The TTL is kept by this client: a write after its end is refused here even when the
+        // node's deletion (by the keeping task, on a loaded machine) has not landed yet.
+        if shared.expire_if_due() {
+            shared.core.signal().fire(LostReason::Expired);
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                delete_until_done(&shared.session.client, &shared.path).await;
+            });
+            return Ok(None);
+        }
+        super::values::put_while_held(&shared.session, &shared.path, value, bytes).await
     }
 
     async fn release_elsewhere(&self) -> Result<()> {
