@@ -41,7 +41,9 @@ table=${SOAK_TABLE:-target/soak-table.md}
 mkdir -p "$(dirname "$table")"
 
 echo "building the safety suite (${SOAK_PROFILE:-release})…" >&2
-nice -n 10 cargo test "${profile[@]}" -p dlock-rs --all-features --test safety --no-run
+# With the runs' DLOCK_TEST_REQUIRE: the build script reads it, and a build without it would
+# be rebuilt by the first run.
+DLOCK_TEST_REQUIRE=all nice -n 10 cargo test "${profile[@]}" -p dlock-rs --all-features --test safety --no-run
 
 failed=()
 for backend in "${backends[@]}"; do

@@ -26,7 +26,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::LockName;
-use crate::sql_common::lease_table::{self, TableDialect, lock_info, next_cursor};
+use crate::sql_common::lease_table::{self, Extension, TableDialect, lock_info, next_cursor};
 use crate::sql_common::{
     ModeStore, QueueSpot, STARVATION_US, SWEEP_BATCH, Sweeper, WAITER_STALE_MS, Wakers, ms,
     queued_hint,
@@ -41,9 +41,6 @@ mod statements;
 
 /// One hold of a row in the lease table.
 type TableLease = StoreLease<Shared>;
-
-/// One renewal: the lock's name, the hold's token and fence, the TTL in µs.
-type Extension = (String, String, i64, i64);
 
 /// Names per statement of a gathered renewal, well below the protocol's 65,535 parameters.
 const RENEWALS_PER_STATEMENT: usize = 1000;
@@ -606,15 +603,12 @@ impl Lease for TableLease {
             self.fence().signed(),
             us(ttl),
         );
-        let gathered = shared
-            .renewals
-            .request(extension, |batch| shared.extend_all(batch))
-            .await;
-        match gathered {
-            Some(true) => return Ok(()),
-            Some(false) => return Err(Error::not_owned(self.name())),
-            // The batch failed: alone, so that this lease gets its own error.
-            None => {}
+        if let Some(answer) = lease_table::extend_gathered(&shared.renewals, extension, |batch| {
+            shared.extend_all(batch)
+        })
+        .await
+        {
+            return answer;
         }
         // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
         // not move the expiry still counts as owned.

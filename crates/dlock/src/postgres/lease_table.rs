@@ -24,7 +24,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::LockName;
-use crate::sql_common::lease_table::{self, TableDialect, lock_info, next_cursor};
+use crate::sql_common::lease_table::{self, Extension, TableDialect, lock_info, next_cursor};
 use crate::sql_common::{ModeStore, QueueSpot, SWEEP_BATCH, Sweeper, Wakers, ms, queued_hint};
 
 use super::error::from_sqlx;
@@ -34,9 +34,6 @@ mod statements;
 
 /// One hold of a row in the lease table.
 type TableLease = StoreLease<Shared>;
-
-/// One renewal: the lock's name, the hold's token and fence, the TTL in ms.
-type Extension = (String, String, i64, i64);
 
 /// The lease-table store of one client.
 #[derive(Debug)]
@@ -374,15 +371,12 @@ impl Lease for TableLease {
             self.fence().signed(),
             ms(ttl),
         );
-        let gathered = shared
-            .renewals
-            .request(extension, |batch| shared.extend_all(batch))
-            .await;
-        match gathered {
-            Some(true) => return Ok(()),
-            Some(false) => return Err(Error::not_owned(self.name())),
-            // The batch failed: alone, so that this lease gets its own error.
-            None => {}
+        if let Some(answer) = lease_table::extend_gathered(&shared.renewals, extension, |batch| {
+            shared.extend_all(batch)
+        })
+        .await
+        {
+            return answer;
         }
         let done = sqlx::query(AssertSqlSafe(shared.sql.extend.clone()))
             .bind(self.name())

@@ -45,10 +45,10 @@ fn abandon_mutex(inner: &Inner, keys: &Keys, token: &str, reentrant: bool, lefto
         async move {
             let done: ::redis::RedisResult<i64> = abandon
                 .key(&keys.lock)
-                .key(&keys.queue)
-                .key(&keys.qexp)
+                .key(keys.queue())
+                .key(keys.qexp())
                 .arg(&token)
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .arg(release)
                 .invoke_async(&mut conn)
                 .await;
@@ -87,6 +87,7 @@ impl RedisBackend {
     ) -> Result<Option<Arc<dyn Lease>>> {
         let inner = &self.inner;
         let keys = Arc::new(inner.keys(req.name.as_str()));
+        let (queue, qexp, channel) = (keys.queue(), keys.qexp(), keys.channel());
         let waits = req.wait != Wait::No;
         let leftovers = Leftovers::default();
         let abandon =
@@ -102,8 +103,7 @@ impl RedisBackend {
             || async {
                 let mut conn = inner.conn();
                 let script = &inner.scripts().acquire;
-                let mut invocation =
-                    scripts::evalsha(script, &[&keys.lock, &keys.queue, &keys.qexp]);
+                let mut invocation = scripts::evalsha(script, &[&keys.lock, &queue, &qexp]);
                 invocation
                     .arg(&req.token)
                     .arg(ttl_ms)
@@ -128,8 +128,7 @@ impl RedisBackend {
                     }))),
                     [0, free_in] => {
                         leftovers.queued.fetch_or(waits, Ordering::Relaxed);
-                        let waiting =
-                            waits.then_some((&waiter, &*keys.channel, &*req.token, heard));
+                        let waiting = waits.then_some((&waiter, &*channel, &*req.token, heard));
                         Ok(busy(inner, waiting, *free_in))
                     }
                     _ => Err(bad_reply("acquire")),
@@ -164,7 +163,10 @@ impl RedisBackend {
             .collect();
         let mut invocation = self.inner.scripts().acquire_all.prepare_invoke();
         for keys in &all_keys {
-            invocation.key(&keys.lock).key(&keys.queue).key(&keys.qexp);
+            invocation
+                .key(&keys.lock)
+                .key(keys.queue())
+                .key(keys.qexp());
         }
         invocation.arg(ms(ttl)).arg(owner_field(&first.owner));
         for req in reqs {

@@ -118,11 +118,11 @@ impl RedisLease {
     async fn release_on(&self, mut conn: Conn) -> Result<()> {
         let keys = &self.keys;
         let script = &self.inner.scripts().release;
-        let mut release = scripts::evalsha(script, &[&keys.lock, &keys.queue, &keys.qexp]);
+        let mut release = scripts::evalsha(script, &[&keys.lock, &keys.queue(), &keys.qexp()]);
         release
             .arg(&self.token)
             .arg(self.core.fence().get())
-            .arg(&keys.channel);
+            .arg(keys.channel());
         let left: i64 = scripts::run(script, &release, &mut conn)
             .await
             .map_err(|e| self.inner.fail(e, &keys.lock))?;

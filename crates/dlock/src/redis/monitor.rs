@@ -167,9 +167,9 @@ impl MonitorStore for RedisBackend {
             .scripts()
             .force_release
             .key(&keys.lock)
-            .key(&keys.queue)
-            .key(&keys.qexp)
-            .arg(&keys.channel)
+            .key(keys.queue())
+            .key(keys.qexp())
+            .arg(keys.channel())
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.inner.fail(e, &keys.lock))?;
@@ -253,7 +253,8 @@ fn inspected_keys(
     match family {
         ListFamily::Mutexes => {
             let keys = scripts::Keys::new(prefix, in_key);
-            (keys.lock, keys.qexp, None)
+            let qexp = keys.qexp();
+            (keys.lock, qexp, None)
         }
         ListFamily::Semaphores => {
             let keys = SharedKeys::permits(prefix, in_key);

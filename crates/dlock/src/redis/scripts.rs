@@ -180,22 +180,41 @@ impl SharedKeys {
 }
 
 /// The keys and the channel of one lock name under a prefix (layout in `scripts/common.lua`).
+/// Only the lock's key is kept: a hold renews by it, and a process may hold a hundred thousand.
+/// The queue's keys and the wake channel are made when a wait or a release needs them.
 #[derive(Clone, Debug)]
 pub(super) struct Keys {
     pub(super) lock: String,
-    pub(super) queue: String,
-    pub(super) qexp: String,
-    pub(super) channel: String,
+    /// Where the prefix ends in `lock`.
+    prefix_len: usize,
 }
 
 impl Keys {
     pub(super) fn new(prefix: &str, name: &str) -> Keys {
         Keys {
             lock: lock_key(prefix, name),
-            queue: format!("{prefix}queue:{name}"),
-            qexp: format!("{prefix}qexp:{name}"),
-            channel: channel(prefix, name),
+            prefix_len: prefix.len(),
         }
+    }
+
+    fn prefix(&self) -> &str {
+        &self.lock[..self.prefix_len]
+    }
+
+    fn name(&self) -> &str {
+        &self.lock[self.prefix_len + "lock:".len()..]
+    }
+
+    pub(super) fn queue(&self) -> String {
+        format!("{}queue:{}", self.prefix(), self.name())
+    }
+
+    pub(super) fn qexp(&self) -> String {
+        format!("{}qexp:{}", self.prefix(), self.name())
+    }
+
+    pub(super) fn channel(&self) -> String {
+        channel(self.prefix(), self.name())
     }
 }
 

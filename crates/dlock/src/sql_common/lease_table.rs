@@ -17,6 +17,29 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::Owner;
 
+/// One extension of a gathered renewal: the lock's name, the hold's token, its fence and the
+/// TTL in the dialect's unit.
+pub(crate) type Extension = (String, String, i64, i64);
+
+/// Asks for one lease's extension with the others of the keeper's pass (`send` runs the batch
+/// as one statement or transaction, answering whether each is still owned). `None` when the
+/// batch failed: the caller then extends alone, so that this lease gets its own error.
+pub(crate) async fn extend_gathered<F, Fut>(
+    renewals: &crate::backend::gather::Gather<Extension, bool>,
+    extension: Extension,
+    send: F,
+) -> Option<Result<()>>
+where
+    F: FnOnce(Vec<Extension>) -> Fut,
+    Fut: Future<Output = Option<Vec<bool>>>,
+{
+    let name = extension.0.clone();
+    match renewals.request(extension, send).await? {
+        true => Some(Ok(())),
+        false => Some(Err(Error::not_owned(&name))),
+    }
+}
+
 /// One client's lease table in one dialect: what [`acquire`] and [`ensure_sweeper`] need.
 pub(crate) trait TableDialect: Send + Sync + Sized + 'static {
     /// One attempt: take the lock, or queue (or refresh) this waiter.
