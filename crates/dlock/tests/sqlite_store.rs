@@ -699,6 +699,10 @@ async fn nothing_per_name_is_left_once_leases_and_waiters_end() {
                         let mut waiting = Box::pin(
                             waiters
                                 .mutex(&name)
+                                // A fixed TTL: a waiter that gets the lock (below) vanishes
+                                // as a holder, and a forgotten watchdog hold would be renewed
+                                // for as long as its client lives.
+                                .ttl(ttl)
                                 .fair()
                                 .wait(Duration::from_secs(60))
                                 .acquire(),
