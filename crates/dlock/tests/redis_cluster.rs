@@ -390,7 +390,10 @@ async fn min_replicas_waits_only_on_the_replicas_of_the_locks_shard() -> anyhow:
     }
     let elsewhere = elsewhere.expect("three primaries share the slots");
     // Long enough for an acknowledgement on a loaded CI machine; the refusal waits this long.
-    let url = format!("{}?min_replicas=1&timeout=5s&replica_timeout=2s", fx.url().unwrap());
+    let url = format!(
+        "{}?min_replicas=1&timeout=5s&replica_timeout=2s",
+        fx.url().unwrap()
+    );
     let acked = dlock::connect(&url).await?;
     let plain = fx.connect().await?;
     // Every replica acknowledges: both shards grant.

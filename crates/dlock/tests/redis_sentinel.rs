@@ -275,7 +275,10 @@ async fn min_replicas_holds_grants_and_extensions_until_a_replica_has_them() -> 
     let fx = sentinels_or_skip!();
     // Long enough for a replica's acknowledgement on a loaded CI machine (and for the resumed
     // replica to catch up): each refusal below waits this long.
-    let url = format!("{}?min_replicas=1&timeout=5s&replica_timeout=2s", fx.url().unwrap());
+    let url = format!(
+        "{}?min_replicas=1&timeout=5s&replica_timeout=2s",
+        fx.url().unwrap()
+    );
     let acked = dlock::connect(&url).await?;
     let plain = fx.connect().await?;
     let held = acked.mutex("acked/held").acquire().await?;
