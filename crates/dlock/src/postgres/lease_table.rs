@@ -365,12 +365,7 @@ impl Lease for TableLease {
     async fn extend(&self, ttl: Duration) -> Result<()> {
         crate::ttl::check_store_ttl(ttl)?;
         let shared = self.store();
-        let extension = (
-            self.name().to_owned(),
-            self.token().to_owned(),
-            self.fence().signed(),
-            ms(ttl),
-        );
+        let extension = (self.name(), self.token(), self.fence().signed(), ms(ttl));
         if let Some(answer) = lease_table::extend_gathered(&shared.renewals, extension, |batch| {
             shared.extend_all(batch)
         })

@@ -87,7 +87,7 @@ impl RedisBackend {
     ) -> Result<Option<Arc<dyn Lease>>> {
         let inner = &self.inner;
         let keys = Arc::new(inner.keys(req.name.as_str()));
-        let (queue, qexp, channel) = (keys.queue(), keys.qexp(), keys.channel());
+        let (queue, qexp) = (keys.queue(), keys.qexp());
         let waits = req.wait != Wait::No;
         let leftovers = Leftovers::default();
         let abandon =
@@ -128,7 +128,11 @@ impl RedisBackend {
                     }))),
                     [0, free_in] => {
                         leftovers.queued.fetch_or(waits, Ordering::Relaxed);
-                        let waiting = waits.then_some((&waiter, &*channel, &*req.token, heard));
+                        // Made only here: a grant or a call that does not wait never needs it.
+                        let channel = waits.then(|| keys.channel());
+                        let waiting = channel
+                            .as_deref()
+                            .map(|channel| (&waiter, channel, &*req.token, heard));
                         Ok(busy(inner, waiting, *free_in))
                     }
                     _ => Err(bad_reply("acquire")),

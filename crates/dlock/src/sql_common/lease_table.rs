@@ -21,22 +21,23 @@ use crate::name::Owner;
 /// TTL in the dialect's unit.
 pub(crate) type Extension = (String, String, i64, i64);
 
-/// Asks for one lease's extension with the others of the keeper's pass (`send` runs the batch
-/// as one statement or transaction, answering whether each is still owned). `None` when the
-/// batch failed: the caller then extends alone, so that this lease gets its own error.
+/// Asks for the extension of the hold of `name` by `token` (`fence`, `ttl` in the dialect's
+/// unit) with the others of the keeper's pass (`send` runs the batch as one statement or
+/// transaction, answering whether each is still owned). `None` when the batch failed: the
+/// caller then extends alone, so that this lease gets its own error.
 pub(crate) async fn extend_gathered<F, Fut>(
     renewals: &crate::backend::gather::Gather<Extension, bool>,
-    extension: Extension,
+    (name, token, fence, ttl): (&str, &str, i64, i64),
     send: F,
 ) -> Option<Result<()>>
 where
     F: FnOnce(Vec<Extension>) -> Fut,
     Fut: Future<Output = Option<Vec<bool>>>,
 {
-    let name = extension.0.clone();
+    let extension = (name.to_owned(), token.to_owned(), fence, ttl);
     match renewals.request(extension, send).await? {
         true => Some(Ok(())),
-        false => Some(Err(Error::not_owned(&name))),
+        false => Some(Err(Error::not_owned(name))),
     }
 }
 

@@ -75,12 +75,19 @@ impl LeaseShared {
         }
     }
 
-    /// Whether the TTL has run out, marking the hold over if it has.
+    /// Whether the TTL has run out, marking the hold over and firing its lost signal if it
+    /// has (the caller then deletes the node).
     fn expire_if_due(&self) -> bool {
-        let mut state = self.state();
-        let expired = !state.over && state.deadline <= Instant::now();
+        let expired = {
+            let mut state = self.state();
+            let expired = !state.over && state.deadline <= Instant::now();
+            if expired {
+                state.over = true;
+            }
+            expired
+        };
         if expired {
-            state.over = true;
+            self.core.signal().fire(LostReason::Expired);
         }
         expired
     }
@@ -165,7 +172,6 @@ async fn keep(shared: Arc<LeaseShared>) {
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {
                 if shared.expire_if_due() {
-                    shared.core.signal().fire(LostReason::Expired);
                     delete_until_done(&session.client, &shared.path).await;
                     break;
                 }
@@ -301,7 +307,6 @@ impl Lease for ZkLease {
         // The TTL is kept by this client: a write after its end is refused here even when the
         // node's deletion (by the keeping task, on a loaded machine) has not landed yet.
         if shared.expire_if_due() {
-            shared.core.signal().fire(LostReason::Expired);
             let shared = shared.clone();
             tokio::spawn(async move {
                 delete_until_done(&shared.session.client, &shared.path).await;
