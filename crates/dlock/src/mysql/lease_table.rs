@@ -7,14 +7,13 @@
 //! carries nothing worth keeping: each client's sweeper deletes such rows, and stale waiter
 //! rows.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlRow;
-use sqlx::{AssertSqlSafe, Connection, MySqlConnection, MySqlPool, Row};
+use sqlx::{AssertSqlSafe, MySqlPool, Row};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -23,7 +22,7 @@ use crate::backend::wait::{Attempt, Backoff};
 use crate::backend::{
     AcquireRequest, Lease, LeaseCore, ListPage, ListQuery, LockInfo, MonitorStore, StoreLease,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::name::LockName;
 use crate::sql_common::lease_table::{self, Extension, TableDialect, lock_info, next_cursor};
@@ -37,13 +36,32 @@ use super::error::{from_sqlx, number};
 pub(super) use statements::NOW;
 use statements::Statements;
 
+/// How often a statement chosen as a deadlock victim runs again before the error is the
+/// attempt's.
+const DEADLOCK_RETRIES: u32 = 5;
+
+/// Runs a statement (an expression giving a `sqlx::Result`) again while InnoDB picks it as a
+/// deadlock victim (1213) against the sweeper's range delete, another new name's row insert
+/// or a grant: a victim was rolled back whole, so running it again is safe. Any other outcome
+/// is returned as it is (with dlock's error).
+macro_rules! unless_deadlocked {
+    ($statement:expr) => {{
+        let mut victim = 0;
+        loop {
+            match $statement {
+                Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
+                done => break done.map_err(from_sqlx),
+            }
+        }
+    }};
+}
+
+mod hold;
+mod renewals;
 mod statements;
 
 /// One hold of a row in the lease table.
 type TableLease = StoreLease<Shared>;
-
-/// Names per statement of a gathered renewal, well below the protocol's 65,535 parameters.
-const RENEWALS_PER_STATEMENT: usize = 1000;
 
 /// The lease-table store of one client.
 #[derive(Debug)]
@@ -187,12 +205,12 @@ impl MonitorStore for LeaseStore {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let done = unless_deadlocked(|| {
+        let done = unless_deadlocked!(
             sqlx::query(AssertSqlSafe(self.shared.sql.force_release.clone()))
                 .bind(name.as_str())
                 .execute(&self.shared.pool)
-        })
-        .await?;
+                .await
+        )?;
         let broken = done.rows_affected() > 0;
         if broken {
             self.shared.wakers.wake(name.as_str());
@@ -205,13 +223,13 @@ impl MonitorStore for LeaseStore {
 /// Removes a waiter that gave up, and wakes this client's other waiters of the name (the one
 /// leaving may have been the head they defer to; other clients notice at their next poll).
 async fn leave_queue(shared: Arc<Shared>, name: String, token: String) {
-    let left = unless_deadlocked(|| {
+    let left = unless_deadlocked!(
         sqlx::query(AssertSqlSafe(shared.sql.leave.clone()))
             .bind(&name)
             .bind(&token)
             .execute(&shared.pool)
-    })
-    .await;
+            .await
+    );
     match left {
         Ok(done) if done.rows_affected() > 0 => shared.wakers.wake(&name),
         Ok(_) => {}
@@ -401,108 +419,12 @@ async fn queue_up(
 
 /// The grant statement (see `Statements::new`): takes a free or expired row, or re-enters
 /// this token's own live hold, unless a queued waiter comes first.
-///
-/// InnoDB may pick it as a deadlock victim (1213) against the sweeper's range delete or
-/// another new name's row insert; the statement was rolled back whole, so it runs again.
 async fn take(
     shared: &Shared,
     req: &AcquireRequest,
     conn: &mut sqlx::MySqlConnection,
 ) -> Result<sqlx::mysql::MySqlQueryResult> {
-    let mut victim = 0;
-    loop {
-        match take_once(shared, req, &mut *conn).await {
-            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
-            done => return done.map_err(from_sqlx),
-        }
-    }
-}
-
-/// How often a statement chosen as a deadlock victim runs again before the error is the
-/// attempt's.
-const DEADLOCK_RETRIES: u32 = 5;
-
-/// Runs a statement on the pool again while InnoDB picks it as a deadlock victim (1213)
-/// against the sweeper's range delete or a grant: a victim was rolled back whole, so running
-/// it again is safe. Any other outcome is returned as it is.
-async fn unless_deadlocked<T, F, Fut>(mut statement: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = sqlx::Result<T>>,
-{
-    let mut victim = 0;
-    loop {
-        match statement().await {
-            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
-            done => return done.map_err(from_sqlx),
-        }
-    }
-}
-
-impl Shared {
-    /// Extends every lease of `batch`, [`RENEWALS_PER_STATEMENT`] names per transaction; for
-    /// each lease, whether it is still owned. `None` when a transaction failed: each lease then
-    /// asks alone.
-    async fn extend_all(&self, batch: Vec<Extension>) -> Option<Vec<bool>> {
-        let mut owned = Vec::with_capacity(batch.len());
-        for chunk in batch.chunks(RENEWALS_PER_STATEMENT) {
-            match self.extend_chunk(chunk).await {
-                Ok(answers) => owned.extend(answers),
-                Err(error) => {
-                    tracing::debug!(%error, "a gathered renewal failed; each lease asks alone");
-                    return None;
-                }
-            }
-        }
-        Some(owned)
-    }
-
-    /// One transaction: reads (and locks) the rows of `chunk`'s names still held, then moves
-    /// the expiry of those whose hold matches, one statement per TTL.
-    async fn extend_chunk(&self, chunk: &[Extension]) -> sqlx::Result<Vec<bool>> {
-        let names: BTreeSet<&str> = chunk.iter().map(|(name, ..)| name.as_str()).collect();
-        let mut tx = self.pool.begin().await?;
-        let read = format!(
-            "{}{} FOR UPDATE",
-            self.sql.owned_of,
-            statements::placeholders(names.len())
-        );
-        let mut query = sqlx::query(AssertSqlSafe(read));
-        for name in &names {
-            query = query.bind(*name);
-        }
-        let mut held = HashSet::new();
-        for row in query.fetch_all(&mut *tx).await? {
-            let name: Vec<u8> = row.try_get(0)?;
-            let token: String = row.try_get(1)?;
-            let fence: i64 = row.try_get(2)?;
-            held.insert((name, token, fence));
-        }
-        let owned: Vec<bool> = chunk
-            .iter()
-            .map(|(name, token, fence, _)| {
-                held.contains(&(name.as_bytes().to_vec(), token.clone(), *fence))
-            })
-            .collect();
-        let mut by_ttl: BTreeMap<i64, BTreeSet<&str>> = BTreeMap::new();
-        for ((name, _, _, ttl_us), _) in chunk.iter().zip(&owned).filter(|(_, owned)| **owned) {
-            by_ttl.entry(*ttl_us).or_default().insert(name.as_str());
-        }
-        for (ttl_us, names) in by_ttl {
-            let renew = format!(
-                "{}{}",
-                self.sql.renew_names,
-                statements::placeholders(names.len())
-            );
-            let mut query = sqlx::query(AssertSqlSafe(renew)).bind(ttl_us);
-            for name in names {
-                query = query.bind(name);
-            }
-            query.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(owned)
-    }
+    unless_deadlocked!(take_once(shared, req, &mut *conn).await)
 }
 
 /// Creates the free row of a new name (see `Statements::new`), again if it was a deadlock
@@ -512,17 +434,14 @@ async fn insert_free_row(
     name: &str,
     conn: &mut sqlx::MySqlConnection,
 ) -> Result<()> {
-    let mut victim = 0;
-    loop {
-        let inserted = sqlx::query(AssertSqlSafe(shared.sql.insert.clone()))
+    let insert = &shared.sql.insert;
+    unless_deadlocked!(
+        sqlx::query(AssertSqlSafe(insert.clone()))
             .bind(name)
             .execute(&mut *conn)
-            .await;
-        match inserted {
-            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
-            done => return done.map(|_| ()).map_err(from_sqlx),
-        }
-    }
+            .await
+    )
+    .map(|_| ())
 }
 
 /// Creates the free row of a new name (see `Statements::new`) and takes it, in one
@@ -534,13 +453,7 @@ async fn create_and_take(
     req: &AcquireRequest,
     conn: &mut sqlx::MySqlConnection,
 ) -> Result<sqlx::mysql::MySqlQueryResult> {
-    let mut victim = 0;
-    loop {
-        match create_and_take_once(shared, req, &mut *conn).await {
-            Err(e) if number(&e) == Some(1213) && victim < DEADLOCK_RETRIES => victim += 1,
-            done => return done.map_err(from_sqlx),
-        }
-    }
+    unless_deadlocked!(create_and_take_once(shared, req, &mut *conn).await)
 }
 
 async fn create_and_take_once(
@@ -586,106 +499,4 @@ async fn take_once(
 fn to_info(row: &MySqlRow) -> Result<LockInfo> {
     let name: Vec<u8> = row.try_get(0).map_err(from_sqlx)?;
     lock_info(row, String::from_utf8_lossy(&name).into_owned(), from_sqlx)
-}
-
-#[async_trait]
-impl Lease for TableLease {
-    fn core(&self) -> &LeaseCore {
-        self.lease_core()
-    }
-
-    async fn extend(&self, ttl: Duration) -> Result<()> {
-        crate::ttl::check_store_ttl(ttl)?;
-        let shared = self.store();
-        let extension = (self.name(), self.token(), self.fence().signed(), us(ttl));
-        if let Some(answer) = lease_table::extend_gathered(&shared.renewals, extension, |batch| {
-            shared.extend_all(batch)
-        })
-        .await
-        {
-            return answer;
-        }
-        // The driver reports matched rows (CLIENT_FOUND_ROWS), so an extension that does
-        // not move the expiry still counts as owned.
-        let done = self
-            .change_row(&self.store().sql.extend, Some(us(ttl)))
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(Error::not_owned(self.name()));
-        }
-        Ok(())
-    }
-
-    async fn put_fenced(&self, value: &LockName, bytes: &[u8]) -> Result<Option<u64>> {
-        let hold = (self.name(), self.token(), self.fence().signed());
-        let values = &self.store().values;
-        values.put_fenced(hold, value.as_str(), bytes).await
-    }
-
-    async fn release(&self) -> Result<()> {
-        let done = self.change_row(&self.store().sql.release, None).await?;
-        if self.released(&done)? {
-            self.store().bell.ring(self.name()).await;
-        }
-        Ok(())
-    }
-
-    async fn release_elsewhere(&self) -> Result<()> {
-        // The pool's connections are driven by the client's runtime, which is shutting down
-        // and may never answer: one fresh connection on this runtime, for this one statement.
-        // The doorbell's connections are the old runtime's too, so a queued waiter in another
-        // client is not rung: it finds the lock free at its next poll.
-        let options = self.store().pool.connect_options();
-        let mut connection = MySqlConnection::connect_with(&options)
-            .await
-            .map_err(from_sqlx)?;
-        let done = sqlx::query(AssertSqlSafe(self.store().sql.release.clone()))
-            .bind(self.name())
-            .bind(self.token())
-            .bind(self.fence().signed())
-            .execute(&mut connection)
-            .await
-            .map_err(from_sqlx);
-        // The release is done (or failed) either way; a failed goodbye only drops the socket.
-        let _ = connection.close().await;
-        self.released(&done?).map(|_| ())
-    }
-}
-
-/// A hold's own statements.
-impl TableLease {
-    /// Reads the release statement's result: wakes this client's waiters when the lock is
-    /// free, and says whether a waiter of another client asked to be rung.
-    fn released(&self, done: &sqlx::mysql::MySqlQueryResult) -> Result<bool> {
-        if done.rows_affected() == 0 {
-            return Err(Error::not_owned(self.name()));
-        }
-        // See the statement: the holds left times two, plus one when a ring is asked for.
-        let (holds_left, queued) = (done.last_insert_id() / 2, done.last_insert_id() % 2 == 1);
-        if holds_left == 0 {
-            self.store().wakers.wake(self.name());
-        }
-        Ok(holds_left == 0 && queued)
-    }
-
-    /// Runs `sql` on this hold's row, again while InnoDB picks it as a deadlock victim. Binds:
-    /// `ttl_us` when given, then the name, the token and the fence.
-    async fn change_row(
-        &self,
-        sql: &Arc<str>,
-        ttl_us: Option<i64>,
-    ) -> Result<sqlx::mysql::MySqlQueryResult> {
-        unless_deadlocked(|| {
-            let mut statement = sqlx::query(AssertSqlSafe(sql.clone()));
-            if let Some(ttl_us) = ttl_us {
-                statement = statement.bind(ttl_us);
-            }
-            statement
-                .bind(self.name())
-                .bind(self.token())
-                .bind(self.fence().signed())
-                .execute(&self.store().pool)
-        })
-        .await
-    }
 }
