@@ -452,17 +452,26 @@ impl FencedResource {
             .copied()
     }
 
-    /// When the guard of the hold with `fence` (of `worker`, when given) reported the lock
-    /// lost, if it did.
-    pub fn lost_at(&self, fence: FencingToken, worker: Option<u32>) -> Option<Instant> {
+    /// When the guard of the hold with `fence` (of `worker`, when given) that was held at `at`
+    /// reported the lock lost, if it did: the latest such hold begun by then, since a composed
+    /// semaphore's slots have fences of their own and one worker may carry the same fence on
+    /// two slots, one after the other.
+    pub fn lost_at(
+        &self,
+        fence: FencingToken,
+        worker: Option<u32>,
+        at: Instant,
+    ) -> Option<Instant> {
         self.record()
             .holds
             .iter()
-            .find(|hold| {
+            .filter(|hold| {
                 hold.part == 0
                     && hold.fence == fence
+                    && hold.start <= at
                     && worker.is_none_or(|w| hold.worker == Some(w))
             })
+            .max_by_key(|hold| hold.start)
             .and_then(|hold| hold.lost_at)
     }
 
@@ -708,6 +717,21 @@ mod tests {
             (report.accepted, report.rejected.len(), report.holds),
             (2, 1, 2)
         );
+    }
+
+    #[test]
+    fn the_loss_of_a_frozen_permit_is_found_when_its_fence_repeats_another_slots() {
+        // A composed semaphore: the worker held slot 0 at fence 5, released it, and later
+        // holds slot 1, whose own counter also stands at 5, when it is frozen and then told.
+        let resource = FencedResource::new();
+        let fence = FencingToken::new(5);
+        resource.begin_on_slot(fence, 0, Some(2));
+        resource.end_hold_of(fence, Some(2));
+        std::thread::sleep(Duration::from_millis(2));
+        resource.begin_on_slot(fence, 1, Some(2));
+        let stopped = Instant::now();
+        resource.hold_lost_of(fence, Some(2));
+        assert!(resource.lost_at(fence, Some(2), stopped).is_some());
     }
 
     #[test]

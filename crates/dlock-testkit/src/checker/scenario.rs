@@ -530,7 +530,7 @@ pub fn run(
         Some(pause) => {
             let continued = pause.continued.unwrap_or(fault_end);
             let lost = resource
-                .lost_at(pause.fence, Some(pause.pid))
+                .lost_at(pause.fence, Some(pause.pid), pause.stopped)
                 .map(|at| at.saturating_duration_since(continued));
             let during = resource
                 .holds_since(pause.stopped)
