@@ -223,17 +223,11 @@ async fn attempt_in(
     session: &Arc<Session>,
 ) -> Result<Option<Arc<dyn Lease>>> {
     forget_gone(waiter, session).await?;
-    let mut first_look = None;
     if waiter.node.is_none() {
-        let (node, listing) = create_node(waiter, req, session).await?;
-        waiter.node = Some(node);
-        first_look = listing;
+        waiter.node = Some(create_node(waiter, req, session).await?);
     }
-    take_turn(waiter, req, deadline, session, first_look).await
+    take_turn(waiter, req, deadline, session).await
 }
-
-/// A listing of the lock's queue, and the instant before it was asked for.
-type Listing = (Instant, Vec<(i64, String)>);
 
 /// Drops what the waiter left in a session that is over (gone with it), and finds the node of
 /// a create whose reply was lost in this one.
@@ -260,17 +254,12 @@ async fn forget_gone(waiter: &mut Waiter, session: &Arc<Session>) -> Result<()> 
     Ok(())
 }
 
-/// Creates our node in the lock's queue (and the lock's directory, if it is gone), with the
-/// queue's listing when the first create went through.
-///
-/// The listing is sent right behind the create, before its reply: the server answers a
-/// session's requests in order, so the listing already holds the new node, and a free lock is
-/// granted in one round trip instead of two.
+/// Creates our node in the lock's queue (and the lock's directory, if it is gone).
 async fn create_node(
     waiter: &mut Waiter,
     req: &AcquireRequest,
     session: &Arc<Session>,
-) -> Result<(Node, Option<Listing>)> {
+) -> Result<Node> {
     let inner = waiter.inner.clone();
     let path = waiter.prefix();
     let now = unix_ms(SystemTime::now());
@@ -284,19 +273,9 @@ async fn create_node(
     let data = node_data(&req.owner, now, until);
     let options = CreateMode::EphemeralSequential.with_acls(inner.acls());
     let mut created = None;
-    let mut first_look = None;
-    for round in 0..3 {
+    for _ in 0..3 {
         waiter.uncertain = Some(session.clone());
-        let asked = Instant::now();
-        let create = session.client.create(&path, &data, &options);
-        let created_now = if round == 0 {
-            let (create, listing) = tokio::join!(create, listed(session, &waiter.dir));
-            first_look = listing.ok().map(|queue| (asked, queue));
-            create
-        } else {
-            create.await
-        };
-        match created_now {
+        match session.client.create(&path, &data, &options).await {
             Ok(reply) => {
                 created = Some(reply);
                 break;
@@ -320,15 +299,12 @@ async fn create_node(
             source: format!("{} kept disappearing", waiter.dir).into(),
         });
     };
-    let node = Node {
+    Ok(Node {
         session: session.clone(),
         path: format!("{path}{seq}"),
         seq: seq.into_i64(),
         czxid: stat.czxid,
-    };
-    // A listing from before a retried create lacks the node: take_turn lists again.
-    let first_look = first_look.filter(|(_, queue)| queue.iter().any(|(s, _)| *s == node.seq));
-    Ok((node, first_look))
+    })
 }
 
 /// The lock's queue as the server lists it now (empty once its directory is gone).
@@ -346,16 +322,13 @@ async fn take_turn(
     req: &AcquireRequest,
     deadline: Option<Instant>,
     session: &Arc<Session>,
-    mut first_look: Option<Listing>,
 ) -> Result<Option<Arc<dyn Lease>>> {
     loop {
         let Some(node) = &waiter.node else {
             return Err(session_lost());
         };
-        let (checked, queue) = match first_look.take() {
-            Some(listing) => listing,
-            None => (Instant::now(), listed(session, &waiter.dir).await?),
-        };
+        let checked = Instant::now();
+        let queue = listed(session, &waiter.dir).await?;
         let Some(position) = queue.iter().position(|(seq, _)| *seq == node.seq) else {
             // Our node is gone (the session ended, or someone deleted it): queue again.
             waiter.node = None;
