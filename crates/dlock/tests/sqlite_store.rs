@@ -296,6 +296,41 @@ async fn an_acquire_dropped_while_the_worker_grants_it_is_undone() {
     next.unwrap().release().await.unwrap();
 }
 
+/// A grant that waited for SQLite's write lock keeps the whole lease its row was written
+/// with: the keeper counts the lease from the write, on the clock the row uses, not from
+/// before the wait (counted from there, a wait longer than the TTL told the holder at once
+/// that it had lost a lock the file still gave it, for its whole TTL).
+#[tokio::test]
+async fn a_grant_that_waited_for_the_write_lock_keeps_its_whole_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let (a, b) = (
+        dlock::connect(&url(&path)).await.unwrap(),
+        dlock::connect(&url(&path)).await.unwrap(),
+    );
+    let ttl = Duration::from_secs(3);
+    let raw = block_writes(&path);
+    let attempt = tokio::spawn({
+        let a = a.clone();
+        async move { a.mutex("waited").ttl(ttl).acquire().await }
+    });
+    // Longer than the TTL (and shorter than the 5 s busy timeout the worker waits for).
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    raw.execute_batch("COMMIT").unwrap();
+    let guard = attempt.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !guard.is_lost(),
+        "the hold was told lost at once: {:?}",
+        guard.lost_reason()
+    );
+    assert!(
+        b.mutex("waited").try_acquire().await.unwrap().is_none(),
+        "the row no longer held the lock"
+    );
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_waiter_dropped_before_its_queue_entry_was_written_leaves_none() {
     let dir = tempfile::tempdir().unwrap();

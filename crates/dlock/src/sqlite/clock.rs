@@ -69,6 +69,26 @@ pub(super) fn boot() -> &'static str {
     BOOT.get().map_or("", String::as_str)
 }
 
+/// When the lease keeper (on tokio's clock, which read `start` as `start_std` was read, before
+/// the request went to the worker) counts a grant's lease from, for a row written with a
+/// [`now_ms`] read just after `granted`. On Linux that is the clock `Instant` reads, so the
+/// lease starts at `granted`, less the 2 ms that [`now_ms`] and the TTL's whole milliseconds
+/// round off: the keeper's deadline is the row's own, however long the write lock took to
+/// get (counted from `start`, a wait longer than the lease ended at once a lease the row
+/// still gave). Elsewhere [`now_ms`] is the wall clock, and the lease counts from `start`.
+pub(super) fn lease_start(
+    start: tokio::time::Instant,
+    start_std: std::time::Instant,
+    granted: std::time::Instant,
+) -> tokio::time::Instant {
+    if cfg!(target_os = "linux") {
+        let waited = granted.saturating_duration_since(start_std);
+        start + waited.saturating_sub(std::time::Duration::from_millis(2))
+    } else {
+        start
+    }
+}
+
 /// Milliseconds on the machine's lease clock.
 #[cfg(target_os = "linux")]
 pub(super) fn now_ms() -> i64 {

@@ -272,7 +272,7 @@ impl Backend for SqliteBackend {
                 let request = request.clone();
                 let shared = shared.clone();
                 async move {
-                    let start = Instant::now();
+                    let (start, start_std) = (Instant::now(), std::time::Instant::now());
                     let job = request.clone();
                     let undo_wake = shared.wake_handle();
                     let tried = shared
@@ -280,7 +280,7 @@ impl Backend for SqliteBackend {
                             move |conn| sql::try_acquire(conn, &job),
                             // The caller gave up while the worker was acquiring: let go at once.
                             move |conn, tried| {
-                                if let Tried::Acquired { fence } = tried
+                                if let Tried::Acquired { fence, .. } = tried
                                     && sql::release(conn, &request.name, &request.token, fence)
                                         .is_ok()
                                 {
@@ -294,12 +294,17 @@ impl Backend for SqliteBackend {
                             free_in: free_in_ms
                                 .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
                         },
-                        Tried::Acquired { fence } => Attempt::Acquired(Arc::new(SqliteLease::new(
-                            shared.clone(),
-                            req.name.as_str().to_owned(),
-                            req.token.clone(),
-                            LeaseCore::new(FencingToken::from_signed(fence), start),
-                        ))),
+                        Tried::Acquired { fence, at } => {
+                            Attempt::Acquired(Arc::new(SqliteLease::new(
+                                shared.clone(),
+                                req.name.as_str().to_owned(),
+                                req.token.clone(),
+                                LeaseCore::new(
+                                    FencingToken::from_signed(fence),
+                                    clock::lease_start(start, start_std, at),
+                                ),
+                            )))
+                        }
                     })
                 }
             },
@@ -346,7 +351,7 @@ impl Backend for SqliteBackend {
                 .map(|req| Request::new(req, self.shared.holder.clone()))
                 .collect(),
         );
-        let start = Instant::now();
+        let (start, start_std) = (Instant::now(), std::time::Instant::now());
         let (job, undo_requests) = (requests.clone(), requests.clone());
         let undo_wake = self.shared.wake_handle();
         let tried = self
@@ -354,16 +359,18 @@ impl Backend for SqliteBackend {
             .exec_undoable(
                 move |conn| sql::try_acquire_all(conn, &job),
                 // The caller gave up while the worker was acquiring: let go at once.
-                move |conn, fences| {
-                    for (request, fence) in undo_requests.iter().zip(fences.unwrap_or_default()) {
+                move |conn, granted| {
+                    let fences = granted.map(|(_, fences)| fences).unwrap_or_default();
+                    for (request, fence) in undo_requests.iter().zip(fences) {
                         let _ = sql::release(conn, &request.name, &request.token, fence);
                     }
                     undo_wake.wake_all();
                 },
             )
             .await;
-        Some(tried.map_err(Into::into).map(|fences| {
-            fences.map(|fences| {
+        Some(tried.map_err(Into::into).map(|granted| {
+            granted.map(|(at, fences)| {
+                let lease_start = clock::lease_start(start, start_std, at);
                 requests
                     .iter()
                     .zip(fences)
@@ -372,7 +379,7 @@ impl Backend for SqliteBackend {
                             self.shared.clone(),
                             request.name.clone(),
                             request.token.clone(),
-                            LeaseCore::new(FencingToken::from_signed(fence), start),
+                            LeaseCore::new(FencingToken::from_signed(fence), lease_start),
                         )) as Arc<dyn Lease>
                     })
                     .collect()

@@ -30,14 +30,12 @@ const STARVATION_MS: i64 = crate::backend::wait::STARVATION_THRESHOLD.as_millis(
 
 /// The outcome of one attempt.
 pub(super) enum Tried {
-    Acquired {
-        fence: i64,
-    },
+    /// `at`: read just before the clock the row's lease counts from (see
+    /// [`clock::lease_start`]).
+    Acquired { fence: i64, at: std::time::Instant },
     /// `free_in_ms` is the holder's remaining lease, or `None` when the lock is free but a
     /// queued waiter comes first.
-    Busy {
-        free_in_ms: Option<i64>,
-    },
+    Busy { free_in_ms: Option<i64> },
 }
 
 /// The holder's token and when its lease ends (0 when it was counted in another boot).
@@ -178,8 +176,9 @@ fn grant(conn: &Connection, req: &Request, row: LockRow, now: i64) -> rusqlite::
 pub(super) fn try_acquire_all(
     conn: &mut Connection,
     reqs: &[Request],
-) -> rusqlite::Result<Option<Vec<i64>>> {
+) -> rusqlite::Result<Option<(std::time::Instant, Vec<i64>)>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let at = std::time::Instant::now();
     let now = now_ms();
     let mut rows = Vec::with_capacity(reqs.len());
     for req in reqs {
@@ -193,7 +192,7 @@ pub(super) fn try_acquire_all(
         fences.push(grant(&tx, req, row, now)?);
     }
     tx.commit()?;
-    Ok(Some(fences))
+    Ok(Some((at, fences)))
 }
 
 /// One acquisition attempt: an IMMEDIATE transaction that checks and writes (after a plain
@@ -208,6 +207,7 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
         }
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let at = std::time::Instant::now();
     let now = now_ms();
     let row = match check(&tx, req, now)? {
         Check::Grant(row) => row,
@@ -226,7 +226,7 @@ pub(super) fn try_acquire(conn: &mut Connection, req: &Request) -> rusqlite::Res
         .execute(params![req.name, req.token, now - WAITER_STALE_MS, boot()])?;
     }
     tx.commit()?;
-    Ok(Tried::Acquired { fence })
+    Ok(Tried::Acquired { fence, at })
 }
 
 /// Frees every lease of this boot held by the dead holder `id` (its file found unlocked), so
