@@ -24,6 +24,15 @@ pub(super) fn map(error: ZkError, path: &str) -> Error {
             backend: BACKEND,
             source: Box::new(error),
         },
+        // The client's session task ended before its state said so ("expect error state, got
+        // SyncConnected"): the request may not have been sent, as with a lost connection (seen
+        // from a client made for a release at a program's end, in CI).
+        ZkError::UnexpectedError(ref message) if message.starts_with("expect error state") => {
+            Error::Unavailable {
+                backend: BACKEND,
+                source: Box::new(error),
+            }
+        }
         ZkError::AuthFailed => Error::Unauthenticated {
             backend: BACKEND,
             source: Box::new(error),
@@ -60,5 +69,18 @@ pub(super) fn suspended() -> Error {
         backend: BACKEND,
         source: "the connection to ZooKeeper is suspended; the lock's state is uncertain until it reconnects"
             .into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_task_gone_before_its_state_said_so_is_retryable() {
+        let gone = ZkError::UnexpectedError("expect error state, got SyncConnected".into());
+        assert!(map(gone, "/x").is_retryable());
+        let other = ZkError::UnexpectedError("a reply of the wrong shape".into());
+        assert!(!map(other, "/x").is_retryable());
     }
 }
