@@ -93,6 +93,15 @@ pub(super) fn map(error: EtcdError) -> Error {
             backend: BACKEND,
             source: boxed(error),
         },
+        // A new client whose connection task ended before it took the endpoints: nothing was
+        // sent, and another client may connect (seen from a client made for a release at a
+        // program's end, in CI).
+        EtcdError::Internal(message) if message.starts_with("failed to insert endpoint") => {
+            Error::Unavailable {
+                backend: BACKEND,
+                source: boxed(error),
+            }
+        }
         _ => Error::Backend {
             backend: BACKEND,
             source: boxed(error),
@@ -105,5 +114,18 @@ pub(super) fn bad_reply(what: &str) -> Error {
     Error::Backend {
         backend: BACKEND,
         source: format!("unexpected reply to {what}").into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_whose_connection_task_ended_at_once_is_retryable() {
+        let ended =
+            EtcdError::Internal("failed to insert endpoint into the balanced channel".into());
+        assert!(map(ended).is_retryable());
+        assert!(!map(EtcdError::Internal("something else".into())).is_retryable());
     }
 }
