@@ -574,6 +574,9 @@ fn redis_py_label(mode: &str, sleep: &str) -> String {
 
 const REDIS_PY_SLEEPS: [&str; 2] = ["0.1", "0.001"];
 
+/// rslock's label in the reports (`scripts/bench.sh`).
+const RSLOCK_LIBRARY: &str = "rslock 0.10 (tokio-comp)";
+
 fn figures(per_round: &PerRound, library: &str, round: u32) -> Option<RoundFigures> {
     per_round
         .get(&("redis".to_owned(), library.to_owned()))?
@@ -619,10 +622,26 @@ fn ratio_cell(s: &Spread) -> String {
 /// The `--library` label of the blocking facade's reports (`scripts/bench.sh`).
 const BLOCKING_LIBRARY: &str = "dlock (blocking)";
 
-/// The stores with a floor, in the order the targets table lists them.
-const FLOOR_BACKENDS: [&str; 7] = [
-    "sqlite", "redis", "redlock", "zk", "etcd", "postgres", "mysql",
+/// The stores with a floor, in the order the targets table lists them, each with its
+/// uncontended target as a fraction of that floor (issue 37; etcd's from issue 36; Redlock
+/// keeps the first round's 0.85).
+const FLOOR_TARGETS: [(&str, f64); 7] = [
+    ("sqlite", 0.80),
+    ("redis", 0.80),
+    ("redlock", 0.85),
+    ("zk", 0.80),
+    ("etcd", 0.80),
+    ("postgres", 0.85),
+    ("mysql", 0.80),
 ];
+
+/// The library label of the watchdog scenario's run at 100,000 held locks
+/// (`scripts/bench.sh`): a row of its own beside the 10,000 one.
+const WATCHDOG_100K_LIBRARY: &str = "dlock (100 000 held)";
+
+/// The stores whose 100,000 watched locks must fit in [`WATCHDOG_100K_RSS_MB`] (issue 36).
+const WATCHDOG_100K_STORES: [&str; 3] = ["redis", "sqlite", "postgres"];
+const WATCHDOG_100K_RSS_MB: f64 = 100.0;
 
 /// The size of the `dlock` binary before issue 22 stripped it, MB.
 const UNSTRIPPED_MB: f64 = 116.0;
@@ -644,7 +663,7 @@ fn targets<'a>(
     let mut row = |target: &str, measured: String, met: Option<bool>| {
         let _ = writeln!(md, "| {target} | {measured} | {} |", verdict(met));
     };
-    for backend in FLOOR_BACKENDS {
+    for (backend, target) in FLOOR_TARGETS {
         let entry = find(entries, backend, "dlock");
         // Redlock's reports of older versions called its one node the floor: not a floor.
         let floor = entry
@@ -656,9 +675,9 @@ fn targets<'a>(
             .filter(|_| floor.is_some());
         let what = floor.map_or_else(String::new, |f| format!(": {}", f.what));
         row(
-            &format!("uncontended ≥ 0.85 of the floor (`{backend}`{what})"),
+            &format!("uncontended ≥ {target:.2} of the floor (`{backend}`{what})"),
             opt_cell(ratio.as_ref()),
-            ratio.map(|r| r.median >= 0.85),
+            ratio.map(|r| r.median >= target),
         );
     }
     let many_64 = find(entries, "redis", "dlock")
@@ -666,9 +685,9 @@ fn targets<'a>(
         .and_then(|m| m.points.iter().find(|p| p.tasks == 64))
         .and_then(|p| p.ratio_to_floor.clone());
     row(
-        "many locks: 64 tasks on distinct names ≥ 0.85 of the floor at 64 tasks (`redis`)",
+        "many locks: 64 tasks on distinct names ≥ 0.60 of the floor at 64 tasks (`redis`)",
         opt_cell(many_64.as_ref()),
-        many_64.map(|r| r.median >= 0.85),
+        many_64.map(|r| r.median >= 0.60),
     );
     let blocking = find(entries, "redis", BLOCKING_LIBRARY)
         .and_then(|e| e.uncontended.as_ref())
@@ -681,41 +700,46 @@ fn targets<'a>(
         opt_cell(blocking.as_ref()),
         blocking.map(|r| r.median >= 0.85),
     );
-    let dlock_redis = find(entries, "redis", "dlock").and_then(|e| e.uncontended.as_ref());
-    let best_redis_py = peers(entries, "redis", "redis-py")
-        .filter_map(|(lib, e)| e.uncontended.as_ref().map(|(u, _)| (lib, u)))
-        .max_by(|a, b| {
-            a.1.pairs_per_sec
-                .median
-                .total_cmp(&b.1.pairs_per_sec.median)
-        });
-    match (dlock_redis, best_redis_py) {
-        (Some((d, _)), Some((lib, py))) => row(
-            "uncontended ≥ 2x redis-py (its fastest variant, pairs/s)",
-            format!(
-                "{}x ({} against {lib}'s {} pairs/s; at the p50 latency {}x)",
-                num(d.pairs_per_sec.median / py.pairs_per_sec.median),
-                num(d.pairs_per_sec.median),
-                num(py.pairs_per_sec.median),
-                num(py.p50_us.median / d.p50_us.median),
-            ),
-            Some(d.pairs_per_sec.median / py.pairs_per_sec.median >= 2.0),
-        ),
-        _ => row("uncontended ≥ 2x redis-py", "–".to_owned(), None),
-    }
+    let redis_peer_ratio = |peer: &dyn Fn(u32) -> Option<f64>| {
+        per_round_ratio(
+            per_round,
+            "redis",
+            &|r| figures(per_round, "dlock", r)?.pairs_per_sec,
+            peer,
+        )
+    };
+    let rslock = redis_peer_ratio(&|r| figures(per_round, RSLOCK_LIBRARY, r)?.pairs_per_sec);
+    row(
+        &format!("Redis uncontended ≥ 1.2x {RSLOCK_LIBRARY} (pairs/s, round by round)"),
+        rslock.as_ref().map_or_else(|| "–".to_owned(), ratio_cell),
+        rslock.map(|r| r.median >= 1.2),
+    );
+    let redis_py = redis_peer_ratio(&|r| {
+        REDIS_PY_SLEEPS
+            .iter()
+            .filter_map(|sleep| {
+                figures(per_round, &redis_py_label("sync", sleep), r)?.pairs_per_sec
+            })
+            .reduce(f64::max)
+    });
+    row(
+        "Redis uncontended ≥ 2.7x redis-py sync, its faster variant (pairs/s, round by round)",
+        redis_py.as_ref().map_or_else(|| "–".to_owned(), ratio_cell),
+        redis_py.map(|r| r.median >= 2.7),
+    );
     let handoff = find(entries, "redis", "dlock").and_then(|e| e.handoff.as_ref());
     match handoff {
         Some((h, _)) => {
             let gaps = h.holder_gaps.as_ref();
             row(
                 &format!(
-                    "hand-off gap to another worker p99 ≤ 1 ms, {} processes × {} ms holds \
+                    "hand-off gap to another worker p99 ≤ 0.5 ms, {} processes × {} ms holds \
                      (`redis`), µs",
                     h.processes,
                     num(h.hold_ms)
                 ),
                 opt_cell(gaps.map(|g| &g.p99_us)),
-                gaps.map(|g| g.p99_us.median <= 1000.0),
+                gaps.map(|g| g.p99_us.median <= 500.0),
             );
             row(
                 "hand-off fairness (Jain) ≥ 0.99",
@@ -732,7 +756,7 @@ fn targets<'a>(
                 Some(h.fairness.median >= 0.99),
             );
         }
-        None => row("hand-off p99 ≤ 1 ms, Jain ≥ 0.99", "–".to_owned(), None),
+        None => row("hand-off p99 ≤ 0.5 ms, Jain ≥ 0.99", "–".to_owned(), None),
     }
     let mysql = find(entries, "mysql", "dlock").and_then(|e| e.handoff.as_ref());
     row(
@@ -839,27 +863,7 @@ fn targets<'a>(
             gap.map(|r| r.median >= 20.0),
         );
     }
-    for backend in ["redis", "memory", "sqlite"] {
-        if let Some(w) = find(entries, backend, "dlock").and_then(|e| e.watchdog.as_ref()) {
-            let rss = w.rss_mib.as_ref().unwrap_or(&w.rss_growth_mib);
-            row(
-                &format!(
-                    "{} watched locks (`{backend}`): RSS < 64 MB",
-                    num(f64::from(w.held))
-                ),
-                format!("{} MiB", cell(rss)),
-                Some(rss.median * 1.048_576 < 64.0),
-            );
-            row(
-                &format!(
-                    "{} watched locks (`{backend}`): CPU < 5 % of a core",
-                    num(f64::from(w.held))
-                ),
-                format!("{} %", cell(&w.cpu_percent)),
-                Some(w.cpu_percent.median < 5.0),
-            );
-        }
-    }
+    watchdog_targets(&mut row, entries);
     let mb = binary_bytes.map(|b| b as f64 / 1e6);
     row(
         &format!(
@@ -871,6 +875,36 @@ fn targets<'a>(
         mb.map(|mb| mb <= BINARY_TARGET_MB),
     );
     md.push('\n');
+}
+
+/// Issue 36's rows: every store's 10,000 watched locks under 1 % of a core with none lost,
+/// and 100,000 in under 100 MB on the stores that must hold that many.
+fn watchdog_targets(row: &mut dyn FnMut(&str, String, Option<bool>), entries: &Entries) {
+    let measured = entries
+        .iter()
+        .filter_map(|((backend, (_, library)), entry)| {
+            Some((backend.as_str(), library.as_str(), entry.watchdog.as_ref()?))
+        });
+    for (backend, library, w) in measured {
+        let held = num(f64::from(w.held));
+        if library == "dlock" {
+            row(
+                &format!("{held} watched locks (`{backend}`): CPU < 1 % of a core, none lost"),
+                format!("{} %, {} lost", cell(&w.cpu_percent), w.lost),
+                Some(w.cpu_percent.median < 1.0 && w.lost == 0),
+            );
+        } else if library == WATCHDOG_100K_LIBRARY && WATCHDOG_100K_STORES.contains(&backend) {
+            let rss = w.rss_mib.as_ref().unwrap_or(&w.rss_growth_mib);
+            row(
+                &format!(
+                    "{held} watched locks (`{backend}`): RSS < {} MB, none lost",
+                    num(WATCHDOG_100K_RSS_MB)
+                ),
+                format!("{} MiB, {} lost", cell(rss), w.lost),
+                Some(rss.median * 1.048_576 < WATCHDOG_100K_RSS_MB && w.lost == 0),
+            );
+        }
+    }
 }
 
 fn uncontended_table(md: &mut String, entries: &Entries) {
@@ -1035,15 +1069,15 @@ fn watchdog_table(md: &mut String, entries: &Entries) {
     };
     let _ = writeln!(
         md,
-        "## Watchdog scale (one process holds {} locks, lease {} ms, renewed every third of it)\n\n\
-         | store | renewals/s | CPU, % of one core | RSS MiB | RSS growth MiB | lost | `dlock serve` `/metrics` ms | `/metrics` MB | `/api/locks` ms | serve RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        num(f64::from(first.held)),
+        "## Watchdog scale (one process holds many locks, lease {} ms, renewed every third of it)\n\n\
+         | store | locks held | renewals/s | CPU, % of one core | RSS MiB | RSS growth MiB | lost | `dlock serve` `/metrics` ms | `/metrics` MB | `/api/locks` ms | serve RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         num(first.lease_ms)
     );
     for (backend, w) in rows {
         let _ = writeln!(
             md,
-            "| `{backend}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| `{backend}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            num(f64::from(w.held)),
             cell(&w.renewals_per_sec),
             cell(&w.cpu_percent),
             opt_cell(w.rss_mib.as_ref()),
