@@ -206,6 +206,51 @@ async fn a_session_wait_leaves_no_lock_timeout_on_its_pooled_connection() {
     held.release().await.unwrap();
 }
 
+/// A grant draws its fence from session mode's one counter row after the advisory lock is
+/// taken; a transaction elsewhere holding that row must not hang the acquire (it did, for as
+/// long as the row was held): the statement is bounded, the grant fails as unavailable, and
+/// closing its connection frees the advisory lock it had taken.
+#[cfg_attr(
+    dlock_test_missing = "postgres",
+    ignore = "PostgreSQL not found: install postgresql (scripts/test.sh does) or set DLOCK_TEST_POSTGRES_BIN"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_grant_whose_fence_row_is_held_elsewhere_fails_instead_of_hanging() {
+    let Some(server) = server() else { return };
+    let base = Postgres::url(&server);
+    let admin = admin(&server).await;
+    let locks = dlock::connect(&format!("{base}?mode=session"))
+        .await
+        .unwrap();
+    let mut blocker = admin.begin().await.unwrap();
+    sqlx::query("SELECT counter FROM dlock_fences WHERE name = '' FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let acquired = tokio::time::timeout(
+        Duration::from_secs(60),
+        locks.mutex("fence-row").no_wait().acquire(),
+    )
+    .await
+    .expect("the acquire hung while the fence counter row was held elsewhere");
+    assert!(
+        matches!(acquired, Err(Error::Unavailable { .. })),
+        "{:?}",
+        acquired.map(|_| "acquired")
+    );
+    blocker.commit().await.unwrap();
+    // Nothing was left held: the next client takes the lock at once.
+    let next = dlock::connect(&format!("{base}?mode=session"))
+        .await
+        .unwrap()
+        .mutex("fence-row")
+        .no_wait()
+        .acquire()
+        .await
+        .unwrap();
+    next.release().await.unwrap();
+}
+
 /// PostgreSQL folds unquoted names to lowercase, so a table named with capitals would be
 /// created under one name and looked up under another: such a name is refused at connect,
 /// naming the option, and nothing is created.

@@ -17,8 +17,8 @@ use crate::backend::{AcquireRequest, Lease, Wait};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 use crate::sql_common::{
-    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing,
-    detached_attempt,
+    ModeStore, SESSION_FENCE_LIMIT, SessionAlarm, SessionConn, SessionLease, SessionWatch,
+    counter_missing, detached_attempt, fence_timed_out,
 };
 
 use super::error::from_sqlx;
@@ -125,19 +125,21 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     // (counting from before a long wait made a lock granted after a wait longer than its TTL
     // lost on arrival).
     let start = Instant::now();
-    let fence = sqlx::query(AssertSqlSafe(shared.fence_sql.clone()))
-        .execute(&mut *conn)
-        .await;
-    let fence = match fence {
-        Ok(done) if done.rows_affected() == 0 => {
+    let fence = sqlx::query(AssertSqlSafe(shared.fence_sql.clone())).execute(&mut *conn);
+    let fence = match tokio::time::timeout(SESSION_FENCE_LIMIT, fence).await {
+        Ok(Ok(done)) if done.rows_affected() == 0 => {
             conn.close_on_drop();
             return Err(counter_missing("mysql", &shared.table));
         }
-        Ok(done) => i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
-        Err(e) => {
-            // Closing the connection frees the lock.
+        Ok(Ok(done)) => i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
+        // Closing the connection frees the lock.
+        Ok(Err(e)) => {
             conn.close_on_drop();
             return Err(from_sqlx(e));
+        }
+        Err(_) => {
+            conn.close_on_drop();
+            return Err(fence_timed_out("mysql", &shared.table));
         }
     };
     let name = req.name.as_str().to_owned();

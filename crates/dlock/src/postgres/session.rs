@@ -25,8 +25,8 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::name::{LockName, Owner};
 use crate::sql_common::{
-    ModeStore, SessionAlarm, SessionConn, SessionLease, SessionWatch, counter_missing,
-    detached_attempt,
+    ModeStore, SESSION_FENCE_LIMIT, SessionAlarm, SessionConn, SessionLease, SessionWatch,
+    counter_missing, detached_attempt, fence_timed_out,
 };
 
 use super::error::{from_sqlx, is_lock_timeout};
@@ -139,18 +139,21 @@ async fn try_acquire(shared: Arc<Shared>, req: AcquireRequest) -> Result<Attempt
     let fence = sqlx::query_as::<_, (i64, String, String)>(AssertSqlSafe(shared.fence_sql.clone()))
         .bind(head)
         .bind(tail)
-        .fetch_optional(&mut *conn)
-        .await;
-    let (fence, app_name) = match fence {
-        Ok(Some((fence, before, _))) => (fence, before),
-        Ok(None) => {
+        .fetch_optional(&mut *conn);
+    let (fence, app_name) = match tokio::time::timeout(SESSION_FENCE_LIMIT, fence).await {
+        Ok(Ok(Some((fence, before, _)))) => (fence, before),
+        Ok(Ok(None)) => {
             conn.close_on_drop();
             return Err(counter_missing("postgres", &shared.table));
         }
-        Err(e) => {
-            // Closing the connection frees the lock.
+        // Closing the connection frees the lock.
+        Ok(Err(e)) => {
             conn.close_on_drop();
             return Err(from_sqlx(e));
+        }
+        Err(_) => {
+            conn.close_on_drop();
+            return Err(fence_timed_out("postgres", &shared.table));
         }
     };
     let name = req.name.as_str().to_owned();

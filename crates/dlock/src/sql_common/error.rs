@@ -55,6 +55,23 @@ pub(crate) fn from_driver(
     }
 }
 
+/// The longest a session-mode grant waits for its fence: each grant holds the counter row for
+/// one statement, so only a transaction elsewhere holds it longer, and without a bound it
+/// would hold the grant (and its caller) for as long as it lasts.
+pub(crate) const SESSION_FENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Session mode's fence statement got no answer within [`SESSION_FENCE_LIMIT`].
+pub(crate) fn fence_timed_out(backend: &'static str, table: &str) -> Error {
+    Error::Unavailable {
+        backend,
+        source: format!(
+            "no fence within {} (is a transaction holding the counter row of {table}?)",
+            humantime::format_duration(SESSION_FENCE_LIMIT)
+        )
+        .into(),
+    }
+}
+
 /// Session mode's fence counter row is gone (deleted by hand): refusing is the only safe
 /// answer, as starting it again could hand out a fence already given.
 pub(crate) fn counter_missing(backend: &'static str, table: &str) -> Error {

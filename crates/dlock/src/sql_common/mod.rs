@@ -19,7 +19,9 @@ pub(crate) use crate::backend::Wakers;
 pub(crate) use crate::backend::session::{SessionAlarm, SessionConn, SessionLease, SessionWatch};
 pub(crate) use attempt::{detached_attempt, ms};
 pub(crate) use backend::{SqlBackend, SqlParts, SqlValues};
-pub(crate) use error::{ServerFailure, counter_missing, from_driver};
+pub(crate) use error::{
+    SESSION_FENCE_LIMIT, ServerFailure, counter_missing, fence_timed_out, from_driver,
+};
 #[cfg(feature = "mysql")]
 pub(crate) use options::DLOCK_OPTIONS;
 pub(crate) use options::{Options, check_driver_read, driver_options, split_url, table_or_default};
