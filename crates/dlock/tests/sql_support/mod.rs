@@ -422,7 +422,7 @@ pub(crate) async fn renewals_of_one_pass_are_one_statement(
     let locks = dlock::connect(url)
         .await
         .unwrap()
-        .with_watchdog_lease(Duration::from_millis(900))
+        .with_watchdog_lease(Duration::from_secs(3))
         .unwrap();
     let mut guards = Vec::new();
     for i in 0..40 {
